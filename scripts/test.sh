@@ -1,0 +1,19 @@
+#!/bin/bash
+# Runs patchbot's tests. Tests start their own Dovecot, Postfix and QEMU;
+# libvirtd is a system daemon, so it is started here when not running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v libvirtd >/dev/null; then
+  pgrep -x virtlogd >/dev/null || virtlogd -d
+  pgrep -x libvirtd >/dev/null || libvirtd -d
+fi
+
+# Kernel builds are cached across runs here (and by ccache).
+export PATCHBOT_CACHE="${PATCHBOT_CACHE:-/var/cache/patchbot}"
+mkdir -p "$PATCHBOT_CACHE"
+
+go vet ./...
+# -p 2: two test binaries at once on two cores; the kernel-building tests
+# share one cached build through a file lock.
+go test -p 2 -timeout 85m "$@" ./...

@@ -1,0 +1,48 @@
+// Package suites defines the performance suites, runs their workloads (in a
+// guest through the agent, or on this machine with --local), and returns raw
+// samples. Statistics happen in reports/, never here.
+package suites
+
+import "time"
+
+// Sample is one measured value of one metric in one round. Samples are raw:
+// one per round per metric, so that reports/ can compute spread and tests.
+type Sample struct {
+	Suite    string `json:"suite"`    // e.g. "cache-contention"
+	Workload string `json:"workload"` // e.g. "small-file-read"
+	// Params are the coordinates of the cell within the workload, e.g.
+	// {"bucket": "<256K", "readers": "4"} or {"contenders": "100"}.
+	Params         map[string]string `json:"params,omitempty"`
+	Metric         string            `json:"metric"` // e.g. "files_per_s", "wakeups_per_release"
+	Unit           string            `json:"unit"`   // e.g. "files/s", "ms", "count"
+	HigherIsBetter bool              `json:"higher_is_better"`
+	Round          int               `json:"round"`
+	Value          float64           `json:"value"`
+}
+
+// Missing records a counter the kernel could not provide: it is reported as
+// missing, never as zero.
+type Missing struct {
+	Suite    string `json:"suite"`
+	Workload string `json:"workload"`
+	Metric   string `json:"metric"`
+	Reason   string `json:"reason"`
+}
+
+// Result is everything one suite run on one kernel produced.
+type Result struct {
+	Suite         string    `json:"suite"`
+	Profile       string    `json:"profile"`
+	Kernel        string    `json:"kernel"`         // label: "base", "patched", or a path
+	KernelRelease string    `json:"kernel_release"` // uname -r in the guest (or host with --local)
+	Accel         string    `json:"accel"`          // "kvm", "tcg", or "host"
+	CPUs          int       `json:"cpus"`
+	MemMiB        int       `json:"mem_mib"`
+	Started       time.Time `json:"started"`
+	Finished      time.Time `json:"finished"`
+	Samples       []Sample  `json:"samples"`
+	Missing       []Missing `json:"missing,omitempty"`
+	// Notes carries facts a reader of the report needs, e.g. the model's
+	// predicted wake-ups per release for the same shape.
+	Notes map[string]string `json:"notes,omitempty"`
+}
