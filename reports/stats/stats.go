@@ -1,0 +1,71 @@
+// Package stats summarises raw samples and tests whether two sets of samples
+// differ. It is plain arithmetic on []float64 so that it can be checked
+// against textbook values; formatting lives in reports/.
+package stats
+
+import (
+	"math"
+	"sort"
+)
+
+// MinSamples is the fewest samples on each side for a metric to be judged
+// at all. With fewer, the spread is a guess and a test would be theatre.
+const MinSamples = 3
+
+// Summary describes one metric on one kernel.
+type Summary struct {
+	N      int     `json:"n"`
+	Mean   float64 `json:"mean"`
+	Median float64 `json:"median"`
+	Stddev float64 `json:"stddev"` // sample standard deviation (n-1)
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+}
+
+// Summarize computes the summary of xs. An empty slice gives a zero Summary.
+func Summarize(xs []float64) Summary {
+	s := Summary{N: len(xs)}
+	if len(xs) == 0 {
+		return s
+	}
+	sorted := append([]float64(nil), xs...)
+	sort.Float64s(sorted)
+	s.Min, s.Max = sorted[0], sorted[len(sorted)-1]
+	s.Mean = mean(xs)
+	if n := len(sorted); n%2 == 1 {
+		s.Median = sorted[n/2]
+	} else {
+		s.Median = (sorted[n/2-1] + sorted[n/2]) / 2
+	}
+	if len(xs) > 1 {
+		s.Stddev = math.Sqrt(variance(xs, s.Mean))
+	}
+	return s
+}
+
+// RelStddev is the standard deviation as a fraction of the mean (0.05 is
+// 5%). A zero mean gives 0: there is nothing to be relative to.
+func (s Summary) RelStddev() float64 {
+	if s.Mean == 0 {
+		return 0
+	}
+	return math.Abs(s.Stddev / s.Mean)
+}
+
+func mean(xs []float64) float64 {
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / float64(len(xs))
+}
+
+// variance is the unbiased sample variance around m.
+func variance(xs []float64, m float64) float64 {
+	var ss float64
+	for _, x := range xs {
+		d := x - m
+		ss += d * d
+	}
+	return ss / float64(len(xs)-1)
+}
