@@ -1,0 +1,48 @@
+package service
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestDecodeConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		wantErr string
+		check   func(t *testing.T, c Config)
+	}{
+		{name: "empty keeps defaults", yaml: "", check: func(t *testing.T, c Config) {
+			if c.VM.Backend != "qemu" || c.Suites.Profile != "quick" || c.SMTP.Send {
+				t.Errorf("defaults not kept: %+v", c)
+			}
+		}},
+		{name: "unknown key", yaml: "vm:\n  backnd: qemu\n", wantErr: "field backnd not found"},
+		{name: "bad backend", yaml: "vm:\n  backend: xen\n", wantErr: `vm.backend "xen"`},
+		{name: "two kinds in one source", yaml: "sources:\n- mbox: a\n  maildir: b\n", wantErr: "exactly one of"},
+		{name: "send without addr", yaml: "smtp:\n  send: true\n", wantErr: "smtp.addr is empty"},
+		{name: "imap source", yaml: "sources:\n- name: fsdevel\n  imap: {addr: 127.0.0.1:1143, user: bot, mailbox: INBOX}\n  poll: 30s\n",
+			check: func(t *testing.T, c Config) {
+				if len(c.Sources) != 1 || c.Sources[0].IMAP.Mailbox != "INBOX" || c.Sources[0].Poll.Seconds() != 30 {
+					t.Errorf("sources = %+v", c.Sources)
+				}
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.StateDir = t.TempDir()
+			err := DecodeConfig([]byte(tt.yaml), &c)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
