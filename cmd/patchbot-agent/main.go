@@ -1,0 +1,38 @@
+// Command patchbot-agent is the guest's /init: a static binary that mounts
+// what the suites need, loads the kernel modules packed beside it, tells the
+// host it is ready over the virtio-serial port, and serves requests (info,
+// exec, run-suite, poweroff) until the host powers the VM off.
+//
+// Build it with CGO_ENABLED=0; images/initramfs does, and packs it.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner/agent"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+func main() {
+	// -exit gives tests of the exec op a command with a known status in a
+	// guest that has no other binaries.
+	exit := flag.Int("exit", -1, "print the arguments and exit with this status (for testing exec)")
+	flag.Parse()
+	if *exit >= 0 {
+		fmt.Println(flag.Args())
+		os.Exit(*exit)
+	}
+	if os.Getpid() != 1 {
+		fmt.Fprintln(os.Stderr, "patchbot-agent: runs as /init (PID 1) in a patchbot guest")
+		os.Exit(2)
+	}
+	agent.Main(agent.Handler{RunSuite: runSuite})
+}
+
+func runSuite(ctx context.Context, req proto.Request) (any, error) {
+	return suites.RunRound(ctx, req)
+}

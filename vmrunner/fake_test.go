@@ -1,0 +1,155 @@
+package vmrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/agent"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+func fakeKernel(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "bzImage")
+	if err := os.WriteFile(p, []byte("not a kernel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func newFakePool(t *testing.T, cfg Config) Pool {
+	t.Helper()
+	cfg.WorkDir = t.TempDir()
+	p, err := New("fake", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+func TestFakeBootAndRequests(t *testing.T) {
+	ctx := context.Background()
+	p := newFakePool(t, Config{RunSuite: func(ctx context.Context, req proto.Request) (any, error) {
+		return map[string]string{"suite": req.Suite}, nil
+	}})
+	vm, err := p.Create(ctx, Spec{Name: "t", Kernel: fakeKernel(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	info, err := vm.Boot(ctx)
+	if err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
+	if info.Backend != "fake" || info.KernelRelease != "fake" {
+		t.Errorf("info = %+v", info)
+	}
+
+	var events []string
+	raw, err := vm.Do(ctx, proto.Request{Op: proto.OpRunSuite, Suite: "cache-contention"}, func(ev proto.Event) { events = append(events, ev.Type) })
+	if err != nil {
+		t.Fatalf("run-suite: %v", err)
+	}
+	if string(raw) != `{"suite":"cache-contention"}` {
+		t.Errorf("run-suite result = %s", raw)
+	}
+	if strings.Join(events, ",") != "result,done" {
+		t.Errorf("events = %v, want result,done", events)
+	}
+
+	_, err = vm.Do(ctx, proto.Request{Op: "no-such-op"}, nil)
+	var ge *GuestError
+	if !errors.As(err, &ge) || !strings.Contains(ge.Msg, "unknown op") {
+		t.Errorf("unknown op: err = %v, want a GuestError", err)
+	}
+
+	raw, err = vm.Do(ctx, proto.Request{Op: proto.OpExec, Argv: []string{"sh", "-c", "echo hi; exit 3"}}, nil)
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	var res agent.ExecResult
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 3 || res.Stdout != "hi\n" {
+		t.Errorf("exec = %+v", res)
+	}
+
+	if _, err := vm.Do(ctx, proto.Request{Op: proto.OpPowerOff}, nil); err != nil {
+		t.Errorf("poweroff: %v", err)
+	}
+	if err := vm.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := vm.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestFakeFailuresCarryBlame(t *testing.T) {
+	tests := []struct {
+		cmdline  string
+		wantBoot bool // else infra
+		want     string
+	}{
+		{"fake.panic", true, "Kernel panic - not syncing: scripted panic"},
+		{"fake.hang", true, "hang"},
+		{"fake.nostart", false, "scripted start failure"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cmdline, func(t *testing.T) {
+			p := newFakePool(t, Config{})
+			vm, err := p.Create(context.Background(), Spec{Kernel: fakeKernel(t), Cmdline: tt.cmdline, BootTimeout: 300 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vm.Close()
+			_, err = vm.Boot(context.Background())
+			if IsBoot(err) != tt.wantBoot || IsInfra(err) == tt.wantBoot {
+				t.Fatalf("Boot err = %v (%T); want boot failure: %v", err, err, tt.wantBoot)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("Boot err = %v, want it to mention %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPoolLimit(t *testing.T) {
+	p := newFakePool(t, Config{Limit: 1})
+	k := fakeKernel(t)
+	vm, err := p.Create(context.Background(), Spec{Kernel: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := p.Create(ctx, Spec{Kernel: k}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Create with limit 1: err = %v, want deadline exceeded", err)
+	}
+	vm.Close()
+	vm2, err := p.Create(context.Background(), Spec{Kernel: k})
+	if err != nil {
+		t.Fatalf("Create after Close freed the slot: %v", err)
+	}
+	vm2.Close()
+}
+
+func TestSpecErrors(t *testing.T) {
+	p := newFakePool(t, Config{})
+	for _, s := range []Spec{{}, {Kernel: "/no/such/bzImage"}, {Kernel: fakeKernel(t), Disks: []string{"/no/such.img"}}} {
+		if _, err := p.Create(context.Background(), s); err == nil {
+			t.Errorf("Create(%+v) succeeded, want an error", s)
+		}
+	}
+	if _, err := New("vmware", Config{}); err == nil {
+		t.Error("New(vmware) succeeded")
+	}
+}

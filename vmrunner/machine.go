@@ -1,0 +1,391 @@
+package vmrunner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+// hypervisor is what a backend does for one VM. Everything else — waiting
+// for the agent, requests, telling the kernel's faults from ours — is
+// shared, in machine.
+type hypervisor interface {
+	// start launches the VM with the console going to consolePath.
+	start(ctx context.Context) (launch, error)
+	// dial connects to the agent's port; called until it succeeds.
+	dial(ctx context.Context) (io.ReadWriteCloser, error)
+	// stopped is closed when the VM has stopped.
+	stopped() <-chan struct{}
+	// exitStatus, after stopped, tells whether the guest ended the VM
+	// itself (reset or power-off: the kernel's doing) and what the
+	// hypervisor printed.
+	exitStatus() (guestEnded bool, err error, output []byte)
+	// destroy stops the VM and frees everything it held; idempotent.
+	destroy() error
+}
+
+// launch describes a started VM.
+type launch struct {
+	accel string
+	repro string // what reproduces it by hand
+	// probe, when non-zero, is how long the kernel has to show a sign of
+	// life before the accelerator is deemed broken (see qemu's KVM check).
+	probe time.Duration
+}
+
+// errNoProgress: the guest showed no kernel output within launch.probe.
+var errNoProgress = errors.New("no kernel output")
+
+// fallbacker is a hypervisor that can retry with a slower accelerator.
+type fallbacker interface {
+	fallback(reason string) bool
+}
+
+// machine is an Instance on some hypervisor.
+type machine struct {
+	backend string
+	spec    Spec
+	dir     string // removed on Close
+	log     *slog.Logger
+	hv      hypervisor
+	con     *console
+	release func() // gives the pool slot back
+
+	mu        sync.Mutex // one request at a time
+	ch        *channel
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Console returns the serial console output so far.
+func (m *machine) Console() []byte { return m.con.bytes() }
+
+// Boot launches the VM and waits for the agent's ready.
+func (m *machine) Boot(ctx context.Context) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ch != nil {
+		return Info{}, fmt.Errorf("boot %s: already booted", m.spec.Name)
+	}
+	info, err := m.boot(ctx)
+	if errors.Is(err, errNoProgress) {
+		fb, ok := m.hv.(fallbacker)
+		reason := fmt.Sprintf("under %s the kernel printed nothing within the probe time", info.Accel)
+		if ok && fb.fallback(reason) {
+			m.hv.destroy()
+			os.Remove(m.con.path)
+			m.con = &console{path: m.con.path}
+			info, err = m.boot(ctx)
+		}
+	}
+	if err != nil {
+		// A failed boot leaves nothing running; Close stays safe to call.
+		m.hv.destroy()
+		if errors.Is(err, errNoProgress) {
+			err = &InfraError{Op: "boot " + m.spec.Name, Err: err}
+		}
+		return info, err
+	}
+	return info, nil
+}
+
+func (m *machine) boot(ctx context.Context) (Info, error) {
+	start := time.Now()
+	l, err := m.hv.start(ctx)
+	info := Info{Backend: m.backend, Accel: l.accel, Repro: l.repro}
+	if err != nil {
+		return info, err
+	}
+	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "repro", l.repro)
+
+	ctx, cancel := context.WithTimeout(ctx, m.spec.BootTimeout)
+	defer cancel()
+	conn, err := m.dialLoop(ctx)
+	if err != nil {
+		return info, m.blame(ctx, err, "waiting for the agent port")
+	}
+	m.ch = newChannel(conn)
+
+	var probe <-chan time.Time
+	if l.probe > 0 {
+		t := time.NewTimer(l.probe)
+		defer t.Stop()
+		probe = t.C
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case ev, ok := <-m.ch.events:
+			if !ok {
+				return info, m.blame(ctx, m.ch.readErr(), "waiting for the agent's ready")
+			}
+			if ev.Type == proto.EventReady {
+				info.KernelRelease = ev.KernelRelease
+				info.BootDuration = time.Since(start)
+				m.log.Info("vm ready", "name", m.spec.Name, "kernel", ev.KernelRelease, "boot", info.BootDuration)
+				return info, nil
+			}
+		case <-tick.C:
+			if err := m.checkConsole(); err != nil {
+				return info, err
+			}
+		case <-probe:
+			if !strings.Contains(string(m.con.refresh()), "Linux version") {
+				return info, errNoProgress
+			}
+		case <-m.hv.stopped():
+			return info, m.blame(ctx, nil, "waiting for the agent's ready")
+		case <-ctx.Done():
+			return info, m.blame(ctx, ctx.Err(), "waiting for the agent's ready")
+		}
+	}
+}
+
+// dialLoop connects to the agent's port, which the hypervisor creates
+// shortly after it starts.
+func (m *machine) dialLoop(ctx context.Context) (io.ReadWriteCloser, error) {
+	for {
+		conn, err := m.hv.dial(ctx)
+		if err == nil {
+			return conn, nil
+		}
+		select {
+		case <-m.hv.stopped():
+			return nil, err
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// checkConsole returns a BootError at the first sign of trouble.
+func (m *machine) checkConsole() error {
+	out := m.con.refresh()
+	if reason, at := scanTrouble(out); at >= 0 {
+		return &BootError{Reason: reason, Excerpt: excerpt(out, at)}
+	}
+	return nil
+}
+
+// blame turns a failure to reach or hear the agent into the right error:
+// trouble on the console or a guest that ended the VM is the kernel's
+// fault; a hypervisor that failed is ours; a deadline is a hang; the
+// caller's cancellation is passed through.
+func (m *machine) blame(ctx context.Context, cause error, doing string) error {
+	// Give QEMU a moment to flush the console of a dying guest.
+	select {
+	case <-m.hv.stopped():
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := m.checkConsole(); err != nil {
+		return err
+	}
+	out := m.con.refresh()
+	select {
+	case <-m.hv.stopped():
+		guestEnded, err, output := m.hv.exitStatus()
+		if guestEnded {
+			return &BootError{Reason: "the VM stopped " + doing, Excerpt: excerpt(out, -1)}
+		}
+		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output}
+	default:
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return &BootError{Reason: fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing), Excerpt: excerpt(out, -1)}
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %s: %w", m.spec.Name, doing, ctx.Err())
+	}
+	return &InfraError{Op: fmt.Sprintf("%s: %s", m.spec.Name, doing), Err: cause}
+}
+
+// Do sends req and gathers its events up to "done".
+func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ch == nil {
+		return nil, fmt.Errorf("%s %s: the VM is not booted", req.Op, m.spec.Name)
+	}
+	if req.ID == "" {
+		req.ID = fmt.Sprintf("%s-%d", req.Op, time.Now().UnixNano())
+	}
+	if err := m.ch.send(req); err != nil {
+		return nil, m.blame(ctx, err, "sending "+req.Op)
+	}
+	runCtx, cancel := context.WithTimeout(ctx, m.spec.RunTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	var (
+		result   json.RawMessage
+		guestErr error
+	)
+	for {
+		select {
+		case ev, ok := <-m.ch.events:
+			if !ok {
+				return nil, m.blameRun(runCtx, m.ch.readErr(), req)
+			}
+			if ev.ID != req.ID {
+				continue // a repeated "ready", or a late event of an abandoned request
+			}
+			if onEvent != nil {
+				onEvent(ev)
+			}
+			switch ev.Type {
+			case proto.EventResult:
+				result = ev.Data
+			case proto.EventError:
+				guestErr = &GuestError{Op: req.Op, Msg: ev.Msg}
+			case proto.EventDone:
+				return result, guestErr
+			}
+		case <-tick.C:
+			if err := m.checkConsole(); err != nil {
+				return nil, err
+			}
+		case <-m.hv.stopped():
+			if req.Op == proto.OpPowerOff {
+				return nil, nil // it may stop before "done" reaches us
+			}
+			return nil, m.blameRun(runCtx, nil, req)
+		case <-runCtx.Done():
+			return nil, m.blameRun(runCtx, runCtx.Err(), req)
+		}
+	}
+}
+
+func (m *machine) blameRun(ctx context.Context, cause error, req proto.Request) error {
+	err := m.blame(ctx, cause, "running "+req.Op)
+	var be *BootError
+	if errors.As(err, &be) && strings.HasPrefix(be.Reason, "hang:") {
+		be.Reason = fmt.Sprintf("hang: no answer to %s within %s", req.Op, m.spec.RunTimeout)
+	}
+	return err
+}
+
+// Close destroys the VM, closes the channel and removes the work directory.
+func (m *machine) Close() error {
+	m.closeOnce.Do(func() {
+		m.closeErr = m.hv.destroy()
+		if m.ch != nil {
+			m.ch.Close()
+		}
+		if m.dir != "" {
+			os.RemoveAll(m.dir)
+		}
+		if m.release != nil {
+			m.release()
+		}
+	})
+	return m.closeErr
+}
+
+// pool is a Pool over one kind of hypervisor, with the concurrency limit
+// and the bookkeeping that lets Close reap everything.
+type pool struct {
+	backend string
+	cfg     Config
+	slots   chan struct{}
+	newHV   func(spec Spec, dir string) (hypervisor, error)
+	onClose func() error // the backend's own cleanup (e.g. libvirt connection)
+
+	mu     sync.Mutex
+	live   map[*machine]bool
+	closed bool
+}
+
+func newPool(backend string, cfg Config, newHV func(Spec, string) (hypervisor, error)) *pool {
+	return &pool{backend: backend, cfg: cfg, slots: make(chan struct{}, cfg.Limit), newHV: newHV, live: map[*machine]bool{}}
+}
+
+// Create waits for a free slot, then prepares (but does not start) a VM.
+func (p *pool) Create(ctx context.Context, s Spec) (Instance, error) {
+	s.setDefaults()
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("create %s: waiting for a free VM slot: %w", s.Name, ctx.Err())
+	}
+	release := func() { <-p.slots }
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		release()
+		return nil, fmt.Errorf("create %s: the pool is closed", s.Name)
+	}
+	// The directory must be traversable by the hypervisor's user (libvirt
+	// runs QEMU as its own user).
+	dir, err := os.MkdirTemp(p.cfg.WorkDir, "patchbot-vm-"+safeName(s.Name)+"-")
+	if err == nil {
+		err = os.Chmod(dir, 0o755)
+	}
+	if err != nil {
+		release()
+		return nil, &InfraError{Op: "create " + s.Name, Err: err}
+	}
+	if s.ConsoleLog == "" {
+		s.ConsoleLog = filepath.Join(dir, "console.log")
+	}
+	hv, err := p.newHV(s, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		release()
+		return nil, err
+	}
+	m := &machine{backend: p.backend, spec: s, dir: dir, log: p.cfg.Log, hv: hv, con: &console{path: s.ConsoleLog}}
+	m.release = func() {
+		p.mu.Lock()
+		delete(p.live, m)
+		p.mu.Unlock()
+		release()
+	}
+	p.mu.Lock()
+	p.live[m] = true
+	p.mu.Unlock()
+	return m, nil
+}
+
+// Close closes every instance still open.
+func (p *pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	var ms []*machine
+	for m := range p.live {
+		ms = append(ms, m)
+	}
+	p.mu.Unlock()
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, m.Close())
+	}
+	if p.onClose != nil {
+		errs = append(errs, p.onClose())
+	}
+	return errors.Join(errs...)
+}
+
+func safeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' {
+			return r
+		}
+		return '_'
+	}, s)
+}

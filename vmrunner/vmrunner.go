@@ -1,0 +1,206 @@
+// Package vmrunner boots kernels in virtual machines and talks to the guest
+// agent that runs inside them. A Pool creates Instances; an Instance boots,
+// runs requests on the agent (streaming its events), and is closed.
+//
+// Backends register themselves by name: "qemu" (qemu-system-x86_64 run
+// directly, KVM when it works, else TCG), "libvirt" (a transient domain on a
+// local or remote libvirtd) and "fake" (no VM, for tests of the layers above).
+//
+// Failures carry blame: a kernel that panics, oopses, hangs or never reports
+// ready is a *BootError (the kernel's fault, with the console excerpt); a
+// VM that could not be started is an *InfraError (ours, worth a retry).
+package vmrunner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/agent"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+// Spec describes one VM.
+type Spec struct {
+	Name      string // a label for logs and domain names, e.g. "base-1"
+	Kernel    string // bzImage path
+	Initramfs string // cpio(.gz) with the agent as /init (see images/initramfs)
+	// Cmdline is appended to the command line the backend needs
+	// (console=ttyS0 and the like).
+	Cmdline string
+	CPUs    int // default 1
+	MemMiB  int // default 512
+	// Disks are read-only raw images, attached in order: /dev/vda, /dev/vdb…
+	// in the guest.
+	Disks []string
+	// ConsoleLog is where the serial console is written; a file in the
+	// instance's work directory when empty.
+	ConsoleLog string
+	// BootTimeout bounds launch → agent ready; RunTimeout bounds each Do.
+	// Defaults: DefaultBootTimeout, DefaultRunTimeout.
+	BootTimeout time.Duration
+	RunTimeout  time.Duration
+}
+
+// Defaults for Spec fields left zero.
+const (
+	DefaultCPUs        = 1
+	DefaultMemMiB      = 512
+	DefaultBootTimeout = 60 * time.Second
+	DefaultRunTimeout  = 30 * time.Minute
+)
+
+func (s *Spec) setDefaults() {
+	if s.CPUs <= 0 {
+		s.CPUs = DefaultCPUs
+	}
+	if s.MemMiB <= 0 {
+		s.MemMiB = DefaultMemMiB
+	}
+	if s.BootTimeout <= 0 {
+		s.BootTimeout = DefaultBootTimeout
+	}
+	if s.RunTimeout <= 0 {
+		s.RunTimeout = DefaultRunTimeout
+	}
+	if s.Name == "" {
+		s.Name = "vm"
+	}
+}
+
+// check reports bad input before anything is started.
+func (s *Spec) check() error {
+	if s.Kernel == "" {
+		return fmt.Errorf("spec %q: no kernel given", s.Name)
+	}
+	for _, p := range append([]string{s.Kernel, s.Initramfs}, s.Disks...) {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("spec %q: %w", s.Name, err)
+		}
+	}
+	if s.CPUs > 64 {
+		return fmt.Errorf("spec %q: %d CPUs is more than the 64 supported", s.Name, s.CPUs)
+	}
+	if len(s.Disks) > 26 {
+		return fmt.Errorf("spec %q: %d disks is more than /dev/vda…vdz", s.Name, len(s.Disks))
+	}
+	return nil
+}
+
+// Pool creates instances; at most Config.Limit of them exist at once
+// (Create waits for a free slot).
+type Pool interface {
+	Create(ctx context.Context, s Spec) (Instance, error)
+	// Close closes every instance the pool still holds.
+	Close() error
+}
+
+// Instance is one VM.
+type Instance interface {
+	// Boot launches the VM and waits for the agent's "ready".
+	Boot(ctx context.Context) (Info, error)
+	// Do sends req to the agent, passes every event to onEvent (may be
+	// nil), and returns the "result" payload. An "error" event is returned
+	// as a *GuestError; a crash or hang of the kernel as a *BootError.
+	Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error)
+	// Console returns the serial console output so far.
+	Console() []byte
+	// Close destroys the domain or kills and reaps QEMU; idempotent.
+	Close() error
+}
+
+// Info describes a booted instance.
+type Info struct {
+	Backend       string        `json:"backend"`
+	Accel         string        `json:"accel"` // "kvm" or "tcg"
+	KernelRelease string        `json:"kernel_release"`
+	Repro         string        `json:"repro"` // QEMU command line or domain XML
+	BootDuration  time.Duration `json:"boot_duration"`
+}
+
+// Config configures a pool. The zero value is usable.
+type Config struct {
+	// Limit is the number of VMs that may exist at once; default one per
+	// two host cores (at least one).
+	Limit int
+	// WorkDir holds per-instance files (sockets, console logs); default
+	// os.TempDir(). Each instance gets its own directory, removed on Close.
+	WorkDir string
+	// Accel for the qemu backend: "" (try KVM, fall back to TCG), "kvm" or
+	// "tcg".
+	Accel string
+	// QEMU is the qemu-system-x86_64 binary; default from $PATH.
+	QEMU string
+	// URI is the libvirt connection URI; default qemu:///system on the
+	// local socket. Remote URIs (qemu+tcp://, qemu+ssh://) are accepted.
+	URI string
+	// Log receives what reproduces each boot and backend decisions; default
+	// slog.Default().
+	Log *slog.Logger
+	// RunSuite answers run-suite requests in the fake backend, which runs
+	// the agent in this process; nil answers with an error event.
+	RunSuite agent.RunSuiteFunc
+}
+
+func (c *Config) setDefaults() {
+	if c.Limit <= 0 {
+		c.Limit = max(1, runtime.NumCPU()/2)
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = os.TempDir()
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+}
+
+// backendFunc makes a pool of one backend from a defaulted config.
+type backendFunc func(cfg Config) (Pool, error)
+
+var (
+	backendsMu sync.Mutex
+	backends   = map[string]backendFunc{}
+)
+
+// register makes a backend available to New; backends call it from init.
+func register(name string, f backendFunc) {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	if _, dup := backends[name]; dup {
+		panic("vmrunner: duplicate backend " + name)
+	}
+	backends[name] = f
+}
+
+// Backends lists the registered backend names.
+func Backends() []string {
+	backendsMu.Lock()
+	defer backendsMu.Unlock()
+	var names []string
+	for n := range backends {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// New returns a pool of the named backend ("qemu", "libvirt", "fake").
+func New(backend string, cfg Config) (Pool, error) {
+	backendsMu.Lock()
+	f, ok := backends[backend]
+	backendsMu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("vmrunner: unknown backend %q (have %v)", backend, Backends())
+	}
+	cfg.setDefaults()
+	return f(cfg)
+}
