@@ -1,0 +1,321 @@
+// Package mailbox reads kernel mail from mbox files, Maildirs, IMAP and
+// public-inbox (lore) archives, parses it, assembles patch series the way
+// b4 does, and finds the commands people send to patchbot in replies.
+//
+// Parsing and assembly are pure: bytes in, values out, no disk or network.
+package mailbox
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/mail"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/emersion/go-message"
+	gomail "github.com/emersion/go-message/mail"
+)
+
+// Message is one parsed mail.
+type Message struct {
+	MessageID  string   // without angle brackets
+	InReplyTo  string   // first Message-ID of In-Reply-To, without brackets
+	References []string // oldest first
+	Subject    string   // decoded (RFC 2047)
+	From       string   // "Name <addr>" as in the From: header
+	Author     string   // From:, or the in-body "From:" line of a forwarded patch
+	Date       time.Time
+	To         []string
+	Cc         []string
+
+	// Body is the decoded text the author wrote (text/plain parts, not
+	// attachments), including an inline diff.
+	Body string
+	// Diff is the patch carried by the mail: the inline diff in Body or a
+	// text/x-patch / text/x-diff / *.patch attachment. Empty if none.
+	Diff string
+	// DiffAttached says the diff came from an attachment, not Body.
+	DiffAttached bool
+	BaseCommit   string // from a "base-commit: SHA" line
+
+	Raw []byte // the mail as read, headers and all
+
+	// Warnings are soft problems: the message is still usable (unknown
+	// charset kept as raw bytes, undecodable header word, ...).
+	Warnings []string
+}
+
+// ErrNotMail is returned for input that has no mail header at all.
+var ErrNotMail = errors.New("not a mail: no header fields")
+
+// Parse reads one RFC 5322 message. It never touches disk or network.
+// A message with a broken part is still returned, with a warning, as long
+// as its header can be read.
+func Parse(r io.Reader) (*Message, error) {
+	raw, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("reading mail: %w", err)
+	}
+	return ParseBytes(raw)
+}
+
+// ParseBytes is Parse for a mail already in memory; m.Raw aliases raw.
+func ParseBytes(raw []byte) (*Message, error) {
+	ent, err := message.Read(bytes.NewReader(raw))
+	m := &Message{Raw: raw}
+	if err != nil {
+		if ent == nil || !(message.IsUnknownCharset(err) || message.IsUnknownEncoding(err)) {
+			return nil, fmt.Errorf("parsing mail header: %w", err)
+		}
+		m.warn("%v", err)
+	}
+	if ent.Header.Len() == 0 {
+		return nil, ErrNotMail
+	}
+	h := gomail.Header{Header: ent.Header}
+	m.readHeader(h)
+	m.readBody(ent)
+	m.Author = m.From
+	if f := inBodyFrom(m.Body); f != "" {
+		m.Author = f
+	}
+	m.BaseCommit = baseCommit(m.Body)
+	return m, nil
+}
+
+func (m *Message) warn(format string, args ...any) {
+	m.Warnings = append(m.Warnings, fmt.Sprintf(format, args...))
+}
+
+func (m *Message) readHeader(h gomail.Header) {
+	if id, err := h.MessageID(); err == nil {
+		m.MessageID = id
+	} else {
+		m.MessageID = trimID(h.Get("Message-Id"))
+		m.warn("Message-ID: %v", err)
+	}
+	if ids := msgIDs(h.Get("In-Reply-To")); len(ids) > 0 {
+		m.InReplyTo = ids[0]
+	}
+	m.References = msgIDs(h.Get("References"))
+
+	subj, err := h.Subject()
+	if err != nil {
+		subj = h.Get("Subject")
+		m.warn("Subject: %v", err)
+	}
+	m.Subject = collapseSpace(subj)
+
+	m.From = decodeAddr(m, h, "From")
+	if d, err := h.Date(); err == nil {
+		m.Date = d
+	} else if h.Has("Date") {
+		m.warn("Date: %v", err)
+	}
+	m.To = decodeAddrList(m, h, "To")
+	m.Cc = decodeAddrList(m, h, "Cc")
+}
+
+// readBody walks the MIME tree: text/plain parts that are not attachments
+// make up Body; the first patch-looking attachment becomes Diff.
+func (m *Message) readBody(ent *message.Entity) {
+	var body strings.Builder
+	var attached string
+	err := ent.Walk(func(path []int, part *message.Entity, err error) error {
+		if err != nil {
+			if message.IsUnknownCharset(err) || message.IsUnknownEncoding(err) {
+				m.warn("part %v: %v", path, err)
+			} else {
+				m.warn("part %v: %v", path, err)
+				return nil
+			}
+		}
+		if part.MultipartReader() != nil {
+			return nil
+		}
+		mediaType, params, _ := part.Header.ContentType()
+		if mediaType == "" {
+			mediaType = "text/plain"
+		}
+		disp, dparams, _ := part.Header.ContentDisposition()
+		name := dparams["filename"]
+		if name == "" {
+			name = params["name"]
+		}
+		isAttachment := disp == "attachment" || name != ""
+		text, rerr := io.ReadAll(part.Body)
+		if rerr != nil {
+			m.warn("part %v: reading body: %v", path, rerr)
+		}
+		if err != nil && message.IsUnknownCharset(err) {
+			text = fromLatin1(text, params["charset"])
+		}
+		patchLike := mediaType == "text/x-patch" || mediaType == "text/x-diff" ||
+			strings.HasSuffix(name, ".patch") || strings.HasSuffix(name, ".diff")
+		switch {
+		case patchLike || (isAttachment && strings.HasPrefix(mediaType, "text/") && findDiff(string(text)) != ""):
+			if attached == "" {
+				attached = string(text)
+			}
+		case mediaType == "text/plain" && !isAttachment:
+			if body.Len() > 0 && !strings.HasSuffix(body.String(), "\n") {
+				body.WriteByte('\n')
+			}
+			body.Write(text)
+		}
+		return nil
+	})
+	if err != nil {
+		m.warn("walking MIME parts: %v", err)
+	}
+	m.Body = strings.ReplaceAll(body.String(), "\r\n", "\n")
+	m.Diff = findDiff(m.Body)
+	if m.Diff == "" && attached != "" {
+		attached = strings.ReplaceAll(attached, "\r\n", "\n")
+		if d := findDiff(attached); d != "" {
+			m.Diff, m.DiffAttached = d, true
+		}
+	}
+}
+
+// fromLatin1 turns ISO-8859-1 and Windows-1252 text into UTF-8 (the two
+// charsets besides UTF-8 that kernel mail still uses). Any other unknown
+// charset is kept as raw bytes; the caller has already warned.
+func fromLatin1(b []byte, charset string) []byte {
+	switch strings.ToLower(charset) {
+	case "iso-8859-1", "latin1", "iso_8859-1", "windows-1252", "cp1252", "iso-8859-15":
+	default:
+		return b
+	}
+	if utf8.Valid(b) {
+		return b
+	}
+	out := make([]rune, 0, len(b))
+	for _, c := range b {
+		out = append(out, rune(c))
+	}
+	return []byte(string(out))
+}
+
+func decodeAddr(m *Message, h gomail.Header, key string) string {
+	list := decodeAddrList(m, h, key)
+	if len(list) == 0 {
+		return ""
+	}
+	return list[0]
+}
+
+func decodeAddrList(m *Message, h gomail.Header, key string) []string {
+	if !h.Has(key) {
+		return nil
+	}
+	addrs, err := h.AddressList(key)
+	if err != nil || len(addrs) == 0 {
+		// Kernel mail often has odd addresses ("a @ b . c"); keep the text.
+		v, _ := (&mime.WordDecoder{}).DecodeHeader(h.Get(key))
+		v = collapseSpace(v)
+		if v == "" {
+			return nil
+		}
+		if err != nil {
+			m.warn("%s: %v", key, err)
+		}
+		return []string{v}
+	}
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, formatAddr(a.Name, a.Address))
+	}
+	return out
+}
+
+func formatAddr(name, addr string) string {
+	if name == "" {
+		return addr
+	}
+	return name + " <" + addr + ">"
+}
+
+// AddrOf returns the bare lower-case address of "Name <addr>" or "addr".
+func AddrOf(s string) string {
+	if a, err := mail.ParseAddress(s); err == nil {
+		return strings.ToLower(a.Address)
+	}
+	if i := strings.LastIndexByte(s, '<'); i >= 0 {
+		s = s[i+1:]
+		if j := strings.IndexByte(s, '>'); j >= 0 {
+			s = s[:j]
+		}
+	}
+	return strings.ToLower(strings.TrimSpace(s))
+}
+
+// msgIDs extracts every <id> from a References or In-Reply-To header. It is
+// lenient: headers in the wild carry comments and missing brackets.
+func msgIDs(v string) []string {
+	var ids []string
+	for {
+		i := strings.IndexByte(v, '<')
+		if i < 0 {
+			break
+		}
+		j := strings.IndexByte(v[i:], '>')
+		if j < 0 {
+			break
+		}
+		if id := strings.TrimSpace(v[i+1 : i+j]); id != "" {
+			ids = append(ids, id)
+		}
+		v = v[i+j+1:]
+	}
+	if len(ids) == 0 {
+		if f := strings.Fields(v); len(f) == 1 && strings.Contains(f[0], "@") {
+			ids = append(ids, f[0])
+		}
+	}
+	return ids
+}
+
+func trimID(s string) string {
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(s, "<")
+	return strings.TrimSuffix(s, ">")
+}
+
+func collapseSpace(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// inBodyFrom returns the author given by a "From:" line at the very top of
+// the body, as git format-patch writes it when the sender is not the author.
+func inBodyFrom(body string) string {
+	for body != "" {
+		line, rest, _ := strings.Cut(body, "\n")
+		line = strings.TrimRight(line, "\r ")
+		if line == "" {
+			body = rest
+			continue
+		}
+		if v, ok := strings.CutPrefix(line, "From:"); ok {
+			v, _ = (&mime.WordDecoder{}).DecodeHeader(strings.TrimSpace(v))
+			return collapseSpace(v)
+		}
+		return ""
+	}
+	return ""
+}
+
+func baseCommit(body string) string {
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, "base-commit:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return ""
+}

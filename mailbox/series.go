@@ -1,0 +1,226 @@
+package mailbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/mail"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Series is one posted version of a patch series, as b4 would apply it.
+// An incomplete series is still returned: Complete is false, Missing holds
+// the absent indexes and Reason says why, so that the caller can answer
+// "patch 2/3 never arrived" instead of failing.
+type Series struct {
+	Subject  string    // the cover letter's subject, else the first patch's
+	Title    string    // Subject without reply markers and tags
+	Version  int       // vN, 1 if untagged
+	Total    int       // n of m/n; 1 for a single untagged patch
+	Complete bool      // every patch 1..Total is present
+	Missing  []int     // absent indexes, ascending
+	Cover    *Message  // the 0/n mail, nil if none
+	Patches  []*Patch  // in index order, only those present
+	Reason   string    // why the series is incomplete or was patched up; empty if neither
+	Author   string    // sender of the cover letter or of the first patch
+	Date     time.Time // of the cover letter or of the first patch
+	To, Cc   []string  // recipients of the cover letter or first patch: the lists to answer on
+	Base     string    // base-commit given in the cover letter or a patch, if any
+	// ThreadID is the Message-ID that starts the thread the series lives in.
+	ThreadID string
+	// CoverTrailers were given in replies to the cover letter; b4 -t would
+	// apply them to every patch.
+	CoverTrailers []Trailer
+	// PartialReroll: some patches come from an earlier version, because the
+	// newest version resent only the changed ones.
+	PartialReroll bool
+}
+
+// Patch is one mail of a series that carries a diff.
+type Patch struct {
+	Index     int       `json:"index"`
+	Subject   string    `json:"subject"`
+	MessageID string    `json:"message_id"`
+	Author    string    `json:"author"`
+	Files     []string  `json:"files"`
+	Trailers  []Trailer `json:"trailers"`
+	// Version differs from the series' version when a partial reroll took
+	// this patch from an earlier version.
+	Version int      `json:"version"`
+	Diff    string   `json:"-"`
+	Raw     []byte   `json:"-"` // a mail git am accepts, follow-up trailers included
+	Message *Message `json:"-"`
+}
+
+// Trailer is a "Reviewed-by: A <a@b>" line from a follow-up reply.
+type Trailer struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+	// MessageID of the reply that gave it.
+	MessageID string `json:"message_id"`
+}
+
+func (t Trailer) String() string { return t.Name + ": " + t.Value }
+
+// MarshalJSON writes the series in the form `patchbot series --json`
+// documents: the cover letter as its Message-ID.
+func (s *Series) MarshalJSON() ([]byte, error) {
+	cover := ""
+	if s.Cover != nil {
+		cover = s.Cover.MessageID
+	}
+	missing := s.Missing
+	if missing == nil {
+		missing = []int{}
+	}
+	patches := s.Patches
+	if patches == nil {
+		patches = []*Patch{}
+	}
+	return json.Marshal(struct {
+		Subject  string   `json:"subject"`
+		Title    string   `json:"title"`
+		Version  int      `json:"version"`
+		Total    int      `json:"total"`
+		Complete bool     `json:"complete"`
+		Missing  []int    `json:"missing"`
+		Cover    string   `json:"cover"`
+		Patches  []*Patch `json:"patches"`
+		Reason   string   `json:"reason,omitempty"`
+		Author   string   `json:"author"`
+		ThreadID string   `json:"thread_id"`
+		To       []string `json:"to,omitempty"`
+		Cc       []string `json:"cc,omitempty"`
+		Base     string   `json:"base_commit,omitempty"`
+	}{s.Subject, s.Title, s.Version, s.Total, s.Complete, missing, cover, patches,
+		s.Reason, s.Author, s.ThreadID, s.To, s.Cc, s.Base})
+}
+
+// Files lists every file the series touches, sorted, each once.
+func (s *Series) Files() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range s.Patches {
+		for _, f := range p.Files {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// WriteMbox writes the series' patches, in order, as an mboxrd file that
+// `git am -3` applies.
+func (s *Series) WriteMbox(w io.Writer) error {
+	for _, p := range s.Patches {
+		if err := writeMboxEntry(w, p.Raw); err != nil {
+			return fmt.Errorf("writing patch %d/%d: %w", p.Index, s.Total, err)
+		}
+	}
+	return nil
+}
+
+// amMail builds the mail git am gets for a patch: a clean single-part
+// UTF-8 text with the author in From:, follow-up trailers inserted before
+// the "---" line, and an attached diff inlined.
+func amMail(m *Message, sub Subject, version, index, total int, trailers []Trailer) []byte {
+	body := dropInBodyFrom(m.Body)
+	if m.DiffAttached {
+		if !strings.HasSuffix(body, "\n") && body != "" {
+			body += "\n"
+		}
+		if !strings.Contains(body, "\n---\n") && !strings.HasPrefix(body, "---\n") {
+			body += "---\n"
+		}
+		body += m.Diff
+	}
+	if len(trailers) > 0 {
+		body = insertTrailers(body, trailers)
+	}
+	tag := "PATCH"
+	if version > 1 {
+		tag += fmt.Sprintf(" v%d", version)
+	}
+	if total > 1 {
+		tag += fmt.Sprintf(" %d/%d", index, total)
+	}
+	var b strings.Builder
+	b.WriteString("From: " + encodeAddr(m.Author) + "\n")
+	if !m.Date.IsZero() {
+		b.WriteString("Date: " + m.Date.Format(time.RFC1123Z) + "\n")
+	}
+	b.WriteString("Subject: " + encodeWord("["+tag+"] "+sub.Title) + "\n")
+	if m.MessageID != "" {
+		b.WriteString("Message-ID: <" + m.MessageID + ">\n")
+	}
+	b.WriteString("MIME-Version: 1.0\nContent-Type: text/plain; charset=UTF-8\nContent-Transfer-Encoding: 8bit\n\n")
+	b.WriteString(body)
+	if !strings.HasSuffix(body, "\n") {
+		b.WriteByte('\n')
+	}
+	return []byte(b.String())
+}
+
+func encodeAddr(s string) string {
+	if a, err := mail.ParseAddress(s); err == nil {
+		return a.String() // RFC 2047-encodes a non-ASCII name
+	}
+	return encodeWord(s)
+}
+
+func encodeWord(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return mimeQ(s)
+		}
+	}
+	return s
+}
+
+// dropInBodyFrom removes the leading "From:" line (and the blank after it)
+// that format-patch adds when sender and author differ; the author goes to
+// the From: header instead.
+func dropInBodyFrom(body string) string {
+	trimmed := strings.TrimLeft(body, "\n")
+	if !strings.HasPrefix(trimmed, "From:") {
+		return body
+	}
+	_, rest, _ := strings.Cut(trimmed, "\n")
+	return strings.TrimLeft(rest, "\n")
+}
+
+// insertTrailers puts trailer lines at the end of the commit message: before
+// the first "---" line, or before the diff if there is none.
+func insertTrailers(body string, trailers []Trailer) string {
+	cut := -1
+	pos := 0
+	for line := range strings.Lines(body) {
+		l := strings.TrimRight(line, "\r\n")
+		if l == "---" || strings.HasPrefix(l, "diff --git ") {
+			cut = pos
+			break
+		}
+		pos += len(line)
+	}
+	if cut < 0 {
+		cut = len(body)
+	}
+	var add strings.Builder
+	msg := body[:cut]
+	if !strings.HasSuffix(msg, "\n") && msg != "" {
+		add.WriteByte('\n')
+	}
+	for _, t := range trailers {
+		line := t.String()
+		if strings.Contains(msg, "\n"+line+"\n") || strings.HasPrefix(msg, line+"\n") {
+			continue // already there
+		}
+		add.WriteString(line + "\n")
+	}
+	return msg + add.String() + body[cut:]
+}

@@ -1,0 +1,216 @@
+package mailbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Source is where mail comes from: an mbox file, a Maildir, an IMAP
+// mailbox or a public-inbox archive.
+//
+// A cursor is an opaque position that the caller persists and hands back
+// ("" is the beginning). Poll delivers every message after cur in order;
+// fn gets each message with the cursor just past it, so that a caller that
+// stores it after fn returns never sees a message twice. A mail that cannot
+// be parsed is logged and skipped, and the cursor still moves past it. An
+// error from fn stops Poll and is returned with the last good cursor.
+type Source interface {
+	Poll(ctx context.Context, cur string, fn func(m *Message, cur string) error) (string, error)
+}
+
+// Watcher is a Source that can also wait for new mail (IMAP IDLE, or
+// polling). Watch runs until ctx is done or fn fails.
+type Watcher interface {
+	Source
+	Watch(ctx context.Context, cur string, fn func(m *Message, cur string) error) error
+}
+
+// PollEvery makes a Watch out of Poll for sources that cannot be told of
+// new mail: it polls every interval, logging (and retrying after) errors
+// that are not fn's.
+func PollEvery(ctx context.Context, src Source, interval time.Duration, logger *slog.Logger,
+	cur string, fn func(m *Message, cur string) error) error {
+	var fnErr error
+	wrapped := func(m *Message, c string) error {
+		if err := fn(m, c); err != nil {
+			fnErr = err
+			return err
+		}
+		return nil
+	}
+	for {
+		next, err := src.Poll(ctx, cur, wrapped)
+		cur = next
+		if fnErr != nil {
+			return fnErr
+		}
+		if err != nil && ctx.Err() == nil {
+			logOr(logger).Warn("polling mail source failed; retrying", "err", err, "in", interval)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(interval):
+		}
+	}
+}
+
+func logOr(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.Default()
+	}
+	return l
+}
+
+// Mbox reads an mbox file (mboxo or mboxrd). The cursor is the byte offset
+// just past the last message read, so a file that grows is read on from there.
+type Mbox struct {
+	Path   string // "-" reads standard input (the cursor is then ignored)
+	Logger *slog.Logger
+}
+
+var _ Source = (*Mbox)(nil)
+
+func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
+	var r io.Reader
+	var start int64
+	if s.Path == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(s.Path)
+		if err != nil {
+			return cur, fmt.Errorf("opening mbox: %w", err)
+		}
+		defer f.Close()
+		if cur != "" {
+			start, err = strconv.ParseInt(cur, 10, 64)
+			if err != nil || start < 0 {
+				return cur, fmt.Errorf("mbox cursor %q is not a byte offset", cur)
+			}
+			if _, err := f.Seek(start, io.SeekStart); err != nil {
+				return cur, fmt.Errorf("seeking mbox to %d: %w", start, err)
+			}
+		}
+		r = f
+	}
+	// A message's cursor is where the next one starts, so each is delivered
+	// once the next separator (or the end) has been seen.
+	pos := cur
+	var pending []byte
+	var pendingOff int64
+	deliver := func(next int64) error {
+		if pending == nil {
+			return nil
+		}
+		raw := pending
+		pending = nil
+		c := strconv.FormatInt(next, 10)
+		pos = c
+		m, err := ParseBytes(raw)
+		if err != nil {
+			logOr(s.Logger).Warn("skipping mail that cannot be parsed", "mbox", s.Path, "offset", pendingOff, "err", err)
+			return nil
+		}
+		return fn(m, c)
+	}
+	cr := &countingReader{r: r}
+	err := ReadMbox(cr, func(raw []byte, off int64) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := deliver(start + off); err != nil {
+			return err
+		}
+		pending, pendingOff = raw, start+off
+		return nil
+	})
+	if err != nil {
+		return pos, err
+	}
+	return pos, deliver(start + cr.n)
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Maildir reads the new/ and cur/ folders of a Maildir. Maildir file names
+// start with the delivery time, so the cursor is the last name delivered
+// (without its ":2,flags" suffix) and anything sorting after it is new.
+type Maildir struct {
+	Dir    string
+	Logger *slog.Logger
+}
+
+var _ Source = (*Maildir)(nil)
+
+func (s *Maildir) Poll(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
+	type file struct{ key, path string }
+	var files []file
+	found := false
+	for _, sub := range []string{"cur", "new"} {
+		ents, err := os.ReadDir(filepath.Join(s.Dir, sub))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return cur, fmt.Errorf("reading Maildir: %w", err)
+		}
+		found = true
+		for _, e := range ents {
+			if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			key, _, _ := strings.Cut(e.Name(), ":")
+			if key > cur {
+				files = append(files, file{key, filepath.Join(s.Dir, sub, e.Name())})
+			}
+		}
+	}
+	if !found {
+		return cur, fmt.Errorf("%s is not a Maildir: no cur/ or new/", s.Dir)
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].key < files[j].key })
+	for _, f := range files {
+		if err := ctx.Err(); err != nil {
+			return cur, err
+		}
+		raw, err := os.ReadFile(f.path)
+		if errors.Is(err, os.ErrNotExist) {
+			// Moved from new/ to cur/ by a reader meanwhile: read it there.
+			if m, _ := filepath.Glob(filepath.Join(s.Dir, "cur", f.key+":*")); len(m) > 0 {
+				raw, err = os.ReadFile(m[0])
+			}
+		}
+		if err != nil {
+			return cur, fmt.Errorf("reading Maildir message: %w", err)
+		}
+		cur = f.key
+		m, err := ParseBytes(bytes.Clone(raw))
+		if err != nil {
+			logOr(s.Logger).Warn("skipping mail that cannot be parsed", "file", f.path, "err", err)
+			continue
+		}
+		if err := fn(m, cur); err != nil {
+			return cur, err
+		}
+	}
+	return cur, nil
+}
