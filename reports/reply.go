@@ -1,0 +1,412 @@
+package reports
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+
+	gomail "github.com/emersion/go-message/mail"
+)
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.FuncMap{
+	"wrap":   func(s string) string { return wrap(s, 72) },
+	"indent": indent,
+	"short":  short,
+	"join":   strings.Join,
+	"shell":  shellLines,
+}).ParseFS(templateFS, "templates/*.tmpl"))
+
+// ReplyOptions are the configurable parts of a reply.
+type ReplyOptions struct {
+	// From is the sender, e.g. "patchbot <patchbot@example.org>".
+	From string `yaml:"from"`
+	// NoListCc leaves the series' mailing lists off Cc (they are Cc'd by
+	// default, as a reviewer's reply would be).
+	NoListCc bool `yaml:"no_list_cc"`
+	// ExtraCc is added to every reply.
+	ExtraCc []string `yaml:"extra_cc"`
+}
+
+// Header is the reply's envelope and threading.
+type Header struct {
+	From       string
+	To         []string
+	Cc         []string
+	Subject    string
+	Date       time.Time
+	MessageID  string // without angle brackets
+	InReplyTo  string // without angle brackets
+	References []string
+}
+
+// Reply is a rendered reply mail.
+type Reply struct {
+	Header Header
+	Body   string // plain text, LF line endings, lines <= MaxColumns
+}
+
+// ErrNotPatchFault is returned for a run that failed through no fault of
+// the patch (the base kernel did not build or boot): such a run is retried
+// or reported to the operator, never mailed to the author.
+var ErrNotPatchFault = errors.New("the failure is not the patch's fault")
+
+// Render composes the reply to run. It is a pure function of its inputs:
+// the Message-ID is derived from the run, so that rendering twice gives
+// the same mail and the outbox can recognise it.
+func Render(run *Run, opt ReplyOptions) (*Reply, error) {
+	if run.Thread.MessageID == "" {
+		return nil, errors.New("rendering reply: the run names no message to reply to")
+	}
+	if run.Thread.Author == "" {
+		return nil, errors.New("rendering reply: the run names no author")
+	}
+	if opt.From == "" {
+		return nil, errors.New("rendering reply: no From address configured")
+	}
+	from, err := mail.ParseAddress(opt.From)
+	if err != nil {
+		return nil, fmt.Errorf("rendering reply: From %q: %w", opt.From, err)
+	}
+	if f := run.Failure; f != nil && f.Kernel != "" && f.Kernel != "patched" {
+		return nil, fmt.Errorf("rendering reply: the %s kernel failed at %s: %w", f.Kernel, f.Stage, ErrNotPatchFault)
+	}
+
+	data := replyData{Run: run, Intro: "Hello,"}
+	if run.Failure == nil {
+		c, err := Compare(run.Base, run.Patched, run.Options)
+		if err != nil {
+			return nil, fmt.Errorf("rendering reply: %w", err)
+		}
+		data.Verdict = Verdict(c)
+		var buf bytes.Buffer
+		commits := Commits{Base: run.BaseCommit, BaseTitle: run.BaseTitle,
+			Patched: run.PatchedCommit, PatchedTitle: stripTags(run.Thread.Subject)}
+		if run.PatchedCommit == run.BaseCommit {
+			commits.PatchedTitle = "the base again: an A/A run"
+		}
+		if err := WriteTable(&buf, c, commits); err != nil {
+			return nil, err
+		}
+		data.Table = buf.String()
+		buf.Reset()
+		if err := WriteGrids(&buf, c); err != nil {
+			return nil, err
+		}
+		if err := WriteCurves(&buf, c); err != nil {
+			return nil, err
+		}
+		data.Extra = strings.TrimRight(buf.String(), "\n")
+		data.Model = modelLines(run.Model, c)
+	} else {
+		data.Verdict = failureVerdict(run)
+	}
+
+	var body bytes.Buffer
+	if err := replyTemplate.Execute(&body, data); err != nil {
+		return nil, fmt.Errorf("rendering reply: %w", err)
+	}
+	text := tidy(body.String())
+	for i, line := range strings.Split(text, "\n") {
+		if n := utf8.RuneCountInString(line); n > MaxColumns {
+			return nil, fmt.Errorf("rendering reply: line %d is %d columns wide: %q", i+1, n, line)
+		}
+	}
+
+	h := Header{
+		From:      from.String(),
+		To:        []string{run.Thread.Author},
+		Subject:   replySubject(run.Thread.Subject),
+		Date:      run.Finished.UTC(),
+		InReplyTo: trimID(run.Thread.MessageID),
+	}
+	for _, id := range run.Thread.References {
+		h.References = append(h.References, trimID(id))
+	}
+	if len(h.References) == 0 || h.References[len(h.References)-1] != h.InReplyTo {
+		h.References = append(h.References, h.InReplyTo)
+	}
+	h.Cc = append(h.Cc, run.Thread.Cc...)
+	if !opt.NoListCc {
+		h.Cc = append(h.Cc, run.Thread.Lists...)
+	}
+	h.Cc = append(h.Cc, opt.ExtraCc...)
+	h.Cc = dedupe(h.Cc, h.To)
+	h.MessageID = messageID(run, from.Address)
+	return &Reply{Header: h, Body: text}, nil
+}
+
+type replyData struct {
+	Run     *Run
+	Intro   string
+	Verdict string
+	Table   string
+	Extra   string
+	Model   string
+}
+
+func failureVerdict(run *Run) string {
+	f := run.Failure
+	patch := ""
+	if f.Patch != "" {
+		patch = " (" + f.Patch + ")"
+	}
+	base := short(run.BaseCommit)
+	if run.BaseTitle != "" {
+		base += " (\"" + run.BaseTitle + "\")"
+	}
+	detail := strings.TrimSuffix(f.Detail, ".")
+	switch f.Stage {
+	case StageApply:
+		return fmt.Sprintf("The patch%s does not apply to %s: %s.", patch, base, detail)
+	case StageBuild:
+		return fmt.Sprintf("The kernel does not build with the patch%s applied to %s: %s.", patch, base, detail)
+	case StageBoot:
+		return fmt.Sprintf("The kernel with the patch%s applied does not boot: %s.", patch, detail)
+	default:
+		return fmt.Sprintf("A test suite crashed in the kernel with the patch%s applied: %s.", patch, detail)
+	}
+}
+
+// modelLines sets the reference model's predicted wake-ups per release
+// beside the measured ones, per workload that measured them.
+func modelLines(m *Model, c *Comparison) string {
+	if m == nil {
+		return ""
+	}
+	metric := m.Metric
+	if metric == "" {
+		metric = "wakeups_per_release"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-28s %10s %10s\n", "wake-ups per release", "measured", "model")
+	found := false
+	for _, r := range c.Rows {
+		if r.Metric != metric {
+			continue
+		}
+		found = true
+		name := r.Workload
+		if cell := r.Cell(); cell != "" {
+			name += " " + cell
+		}
+		for _, s := range []struct {
+			kernel, policy string
+			mean           float64
+		}{{"base", m.BasePolicy, r.Base.Mean}, {"patched", m.PatchedPolicy, r.Patched.Mean}} {
+			pred := "-"
+			if v, ok := m.Predicted[s.policy]; ok {
+				pred = short3(v)
+			}
+			label := fmt.Sprintf("%s, %s (%s)", name, s.kernel, s.policy)
+			fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(s.mean), pred)
+		}
+	}
+	if !found {
+		fmt.Fprintf(&b, "(no workload measured %s)\n", metric)
+	}
+	if m.Check != "" {
+		b.WriteString("\n" + wrap("Model checker, "+m.PatchedPolicy+" policy: "+m.Check, 72) + "\n")
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// replySubject prefixes "Re: " once.
+func replySubject(s string) string {
+	s = strings.TrimSpace(s)
+	if strings.HasPrefix(strings.ToLower(s), "re:") {
+		return s
+	}
+	return "Re: " + s
+}
+
+// stripTags drops leading "[PATCH ...]" style tags from a subject.
+func stripTags(s string) string {
+	s = strings.TrimSpace(s)
+	for strings.HasPrefix(s, "[") {
+		i := strings.Index(s, "]")
+		if i < 0 {
+			break
+		}
+		s = strings.TrimSpace(s[i+1:])
+	}
+	return s
+}
+
+func trimID(id string) string { return strings.Trim(strings.TrimSpace(id), "<>") }
+
+func dedupe(list, exclude []string) []string {
+	seen := map[string]bool{}
+	for _, e := range exclude {
+		if a, err := mail.ParseAddress(e); err == nil {
+			seen[strings.ToLower(a.Address)] = true
+		}
+	}
+	var out []string
+	for _, e := range list {
+		key := strings.ToLower(e)
+		if a, err := mail.ParseAddress(e); err == nil {
+			key = strings.ToLower(a.Address)
+		}
+		if !seen[key] {
+			seen[key] = true
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// messageID derives the reply's Message-ID from what the reply is about,
+// so that a re-render of the same run is recognisably the same mail.
+func messageID(run *Run, from string) string {
+	domain := "patchbot.invalid"
+	if i := strings.LastIndex(from, "@"); i >= 0 {
+		domain = from[i+1:]
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s", trimID(run.Thread.MessageID), run.BaseCommit,
+		run.PatchedCommit, run.Finished.UTC().Format(time.RFC3339Nano))
+	return "patchbot-" + hex.EncodeToString(h.Sum(nil))[:24] + "@" + domain
+}
+
+// indent prefixes every line of s with prefix, hard-breaking lines that
+// would pass MaxColumns (compiler and console lines can be long).
+func indent(prefix, s string) string {
+	var out []string
+	width := MaxColumns - utf8.RuneCountInString(prefix)
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		line = strings.TrimRight(strings.ReplaceAll(line, "\t", "        "), " ")
+		r := []rune(line)
+		for len(r) > width {
+			cut := width
+			// Prefer breaking at a space in the second half of the line.
+			for i := width; i > width/2; i-- {
+				if r[i] == ' ' {
+					cut = i
+					break
+				}
+			}
+			out = append(out, prefix+string(r[:cut]))
+			r = r[cut:]
+		}
+		out = append(out, strings.TrimRight(prefix+string(r), " "))
+	}
+	return strings.Join(out, "\n")
+}
+
+// shellLines writes a command as "  $ cmd", continued with backslashes
+// where it would pass MaxColumns, so that it can be pasted as it is.
+func shellLines(cmd string) string {
+	const first, cont = "  $ ", "      "
+	var lines []string
+	line := first
+	for _, word := range strings.Fields(cmd) {
+		if line != first && line != cont && utf8.RuneCountInString(line)+len(word)+2 > MaxColumns {
+			lines = append(lines, line+" \\")
+			line = cont
+		}
+		if line != first && line != cont {
+			line += " "
+		}
+		line += word
+	}
+	return strings.Join(append(lines, line), "\n")
+}
+
+// tidy squeezes runs of blank lines (left by template conditionals) to one
+// and ends the text with a single newline.
+func tidy(s string) string {
+	lines := strings.Split(s, "\n")
+	var out []string
+	blank := false
+	for _, l := range lines {
+		l = strings.TrimRight(l, " ")
+		if l == "" {
+			if !blank && len(out) > 0 {
+				out = append(out, "")
+			}
+			blank = true
+			continue
+		}
+		blank = false
+		out = append(out, l)
+	}
+	for len(out) > 0 && out[len(out)-1] == "" {
+		out = out[:len(out)-1]
+	}
+	return strings.Join(out, "\n") + "\n"
+}
+
+// Bytes is the reply as an RFC 5322 message with CRLF line endings.
+func (r *Reply) Bytes() ([]byte, error) {
+	var h gomail.Header
+	h.SetContentType("text/plain", map[string]string{"charset": "utf-8"})
+	set := func(key string, addrs []string) error {
+		if len(addrs) == 0 {
+			return nil
+		}
+		list, err := mail.ParseAddressList(strings.Join(addrs, ", "))
+		if err != nil {
+			return fmt.Errorf("encoding reply: %s: %w", key, err)
+		}
+		var out []*gomail.Address
+		for _, a := range list {
+			out = append(out, (*gomail.Address)(a))
+		}
+		h.SetAddressList(key, out)
+		return nil
+	}
+	// go-message writes fields last-added first: add in reverse order.
+	enc := "7bit"
+	for _, c := range r.Body {
+		if c >= 0x80 {
+			enc = "8bit"
+			break
+		}
+	}
+	h.Set("Content-Transfer-Encoding", enc)
+	h.Set("MIME-Version", "1.0")
+	h.SetMsgIDList("References", r.Header.References)
+	h.SetMsgIDList("In-Reply-To", []string{r.Header.InReplyTo})
+	h.SetMessageID(r.Header.MessageID)
+	h.SetSubject(r.Header.Subject)
+	if err := set("Cc", r.Header.Cc); err != nil {
+		return nil, err
+	}
+	if err := set("To", r.Header.To); err != nil {
+		return nil, err
+	}
+	if err := set("From", []string{r.Header.From}); err != nil {
+		return nil, err
+	}
+	h.SetDate(r.Header.Date)
+	var buf bytes.Buffer
+	if err := writeHeader(&buf, h); err != nil {
+		return nil, fmt.Errorf("encoding reply: %w", err)
+	}
+	buf.WriteString(strings.ReplaceAll(r.Body, "\n", "\r\n"))
+	return buf.Bytes(), nil
+}
+
+// Recipients are the envelope recipients: To and Cc addresses.
+func (r *Reply) Recipients() ([]string, error) {
+	list, err := mail.ParseAddressList(strings.Join(append(append([]string{}, r.Header.To...), r.Header.Cc...), ", "))
+	if err != nil {
+		return nil, fmt.Errorf("reply recipients: %w", err)
+	}
+	var out []string
+	for _, a := range list {
+		out = append(out, a.Address)
+	}
+	return out, nil
+}

@@ -1,0 +1,358 @@
+package reports
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/reports/stats"
+)
+
+// MaxColumns is the widest line a reply may have: mail clients and the
+// kernel's own mail etiquette expect plain text that fits 80 columns.
+const MaxColumns = 80
+
+// Commits names the two kernels in a table heading.
+type Commits struct {
+	Base, BaseTitle       string
+	Patched, PatchedTitle string
+}
+
+// Change markers in the %change column.
+const (
+	markNotSignificant = "ns"
+	markNotJudged      = "?"
+)
+
+// WriteTable writes the comparison in the layout of the kernel test robot:
+// the two commits, then one line per metric
+//
+//	base ±stddev  %change  patched ±stddev  metric (unit)
+//
+// grouped by suite and workload, and a legend saying how changes were judged.
+func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
+	tw := &lineWriter{w: w}
+	tw.line("commit:")
+	tw.line("  %s  %s", short(commits.Base), quoteTitle(commits.BaseTitle))
+	tw.line("  %s  %s", short(commits.Patched), quoteTitle(commits.PatchedTitle))
+	tw.line("")
+	tw.line("%s%s", pad(short(commits.Base), 20, false), short(commits.Patched))
+	tw.line("----------------  --------------------------------")
+	tw.line("         %%stddev     %%change         %%stddev")
+	tw.line("             \\          |                \\")
+	group := ""
+	for _, r := range c.Rows {
+		g := r.Suite + " / " + r.Workload
+		if cell := r.Cell(); cell != "" {
+			g += " (" + cell + ")"
+		}
+		if g != group {
+			tw.line("%s", g)
+			group = g
+		}
+		tw.row(r, c.Options.NoiseShown)
+	}
+	tw.line("")
+	tw.legend(c)
+	return tw.err
+}
+
+// lineWriter writes lines and remembers the first error, so that table code
+// reads as layout rather than error plumbing.
+type lineWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (t *lineWriter) line(format string, args ...any) {
+	if t.err != nil {
+		return
+	}
+	s := strings.TrimRight(fmt.Sprintf(format, args...), " ")
+	_, t.err = io.WriteString(t.w, s+"\n")
+}
+
+func (t *lineWriter) row(r Row, noise float64) {
+	name := r.Metric
+	if r.Unit != "" {
+		name += " (" + r.Unit + ")"
+	}
+	change, mark := changeColumn(r)
+	prefix := pad(side(r.Base), 12, true) + " " + pad(spread(r.Base, noise), 5, false) + " " +
+		pad(change, 8, true) + pad(mark, 3, false) + " " +
+		pad(side(r.Patched), 12, true) + " " + pad(spread(r.Patched, noise), 5, false) + "  "
+	if utf8.RuneCountInString(prefix+name) > MaxColumns {
+		// A long name goes on a line of its own, indented to its column.
+		t.line("%s", prefix)
+		t.line("%s%s", strings.Repeat(" ", utf8.RuneCountInString(prefix)), name)
+		return
+	}
+	t.line("%s%s", prefix, name)
+}
+
+func (t *lineWriter) legend(c *Comparison) {
+	t.line("%s", wrap(fmt.Sprintf("%%change: patched vs base mean; judged by %s, two-sided, "+
+		"Holm-Bonferroni across the %d judged metrics, alpha %g. "+
+		"\"%s\": not significant. \"%s\": fewer than 3 runs a side, not judged. "+
+		"±N%%: stddev, shown from %g%% of the mean.",
+		c.Test, c.Judged(), c.Alpha, markNotSignificant, markNotJudged, c.Options.NoiseShown*100), MaxColumns))
+}
+
+func changeColumn(r Row) (change, mark string) {
+	switch {
+	case r.Base.N == 0 || r.Patched.N == 0:
+		change = ""
+	case !r.HasChange():
+		change = "n/a"
+	default:
+		change = fmt.Sprintf("%+.1f%%", r.Change*100)
+	}
+	switch {
+	case !r.Judged:
+		mark = " " + markNotJudged
+	case !r.Significant:
+		mark = " " + markNotSignificant
+	}
+	return change, mark
+}
+
+func side(s stats.Summary) string {
+	if s.N == 0 {
+		return "-"
+	}
+	return formatValue(s.Mean)
+}
+
+func spread(s stats.Summary, noise float64) string {
+	if s.N < 2 || s.RelStddev() < noise {
+		return ""
+	}
+	pct := s.RelStddev() * 100
+	if pct >= 999.5 {
+		return "±999%"
+	}
+	return fmt.Sprintf("±%3.0f%%", pct)
+}
+
+// formatValue prints a mean with as many digits as a reader can use:
+// whole numbers from 1000, three significant digits below.
+func formatValue(v float64) string {
+	a := math.Abs(v)
+	switch {
+	case a >= 1000:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case a >= 100:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	case a >= 1:
+		return strconv.FormatFloat(v, 'f', 2, 64)
+	case a == 0:
+		return "0"
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// pad pads s with spaces to width runes (on the left when right is true).
+func pad(s string, width int, right bool) string {
+	n := width - utf8.RuneCountInString(s)
+	if n <= 0 {
+		return s
+	}
+	if right {
+		return strings.Repeat(" ", n) + s
+	}
+	return s + strings.Repeat(" ", n)
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}
+
+func quoteTitle(title string) string {
+	if title == "" {
+		return ""
+	}
+	return "(\"" + title + "\")"
+}
+
+// wrap breaks text into lines of at most width runes at spaces. A word
+// longer than width is cut.
+func wrap(text string, width int) string {
+	var lines []string
+	for _, para := range strings.Split(text, "\n") {
+		line := ""
+		for _, word := range strings.Fields(para) {
+			for utf8.RuneCountInString(word) > width {
+				if line != "" {
+					lines = append(lines, line)
+					line = ""
+				}
+				r := []rune(word)
+				lines = append(lines, string(r[:width]))
+				word = string(r[width:])
+			}
+			switch {
+			case line == "":
+				line = word
+			case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
+				line += " " + word
+			default:
+				lines = append(lines, line)
+				line = word
+			}
+		}
+		lines = append(lines, line)
+	}
+	return strings.Join(lines, "\n")
+}
+
+// grid is a workload whose cells form a two-way table (readahead: bucket ×
+// readers) or a curve (locks: contenders).
+type grid struct {
+	suite, workload, metric, unit string
+	rows                          []Row
+}
+
+// grids collects, per suite, workload and metric, the rows that carry all
+// of keys among their params.
+func grids(c *Comparison, keys ...string) []*grid {
+	var out []*grid
+	index := map[string]*grid{}
+	for _, r := range c.Rows {
+		ok := true
+		for _, k := range keys {
+			if _, has := r.Params[k]; !has {
+				ok = false
+			}
+		}
+		if !ok {
+			continue
+		}
+		id := r.Suite + "\x00" + r.Workload + "\x00" + r.Metric
+		g := index[id]
+		if g == nil {
+			g = &grid{suite: r.Suite, workload: r.Workload, metric: r.Metric, unit: r.Unit}
+			index[id] = g
+			out = append(out, g)
+		}
+		g.rows = append(g.rows, r)
+	}
+	return out
+}
+
+// distinct returns the values of param key in first-seen order, or in
+// numeric order when they are all numbers.
+func distinct(rows []Row, key string) []string {
+	var vals []string
+	seen := map[string]bool{}
+	numeric := true
+	for _, r := range rows {
+		v := r.Params[key]
+		if !seen[v] {
+			seen[v] = true
+			vals = append(vals, v)
+			if _, err := strconv.ParseFloat(v, 64); err != nil {
+				numeric = false
+			}
+		}
+	}
+	if numeric {
+		sort.SliceStable(vals, func(i, j int) bool {
+			a, _ := strconv.ParseFloat(vals[i], 64)
+			b, _ := strconv.ParseFloat(vals[j], 64)
+			return a < b
+		})
+	}
+	return vals
+}
+
+// WriteGrids writes every readahead-style workload (params "bucket" and
+// "readers") as a file-size bucket × reader threads table of %change.
+func WriteGrids(w io.Writer, c *Comparison) error {
+	tw := &lineWriter{w: w}
+	for _, g := range grids(c, "bucket", "readers") {
+		readers := distinct(g.rows, "readers")
+		buckets := distinct(g.rows, "bucket")
+		cells := map[[2]string]Row{}
+		for _, r := range g.rows {
+			cells[[2]string{r.Params["bucket"], r.Params["readers"]}] = r
+		}
+		tw.line("%s / %s: %s, %%change by file size and readers", g.suite, g.workload, metricName(g.metric, g.unit))
+		const first, col = 10, 12
+		cols := (MaxColumns - first) / col
+		for start := 0; start < len(readers); start += cols {
+			end := min(start+cols, len(readers))
+			head := pad("bucket", first, false)
+			for _, rd := range readers[start:end] {
+				head += pad("readers="+rd, col, true)
+			}
+			tw.line("%s", head)
+			for _, b := range buckets {
+				line := pad(b, first, false)
+				for _, rd := range readers[start:end] {
+					r, ok := cells[[2]string{b, rd}]
+					cell := "-"
+					if ok {
+						change, mark := changeColumn(r)
+						cell = change + pad(mark, 3, false)
+					}
+					line += pad(cell, col, true)
+				}
+				tw.line("%s", line)
+			}
+		}
+		tw.line("")
+	}
+	return tw.err
+}
+
+// WriteCurves writes every locks-style workload (param "contenders") as the
+// metric by contender count, with a bar per kernel: '#' is patched, '|'
+// marks base.
+func WriteCurves(w io.Writer, c *Comparison) error {
+	tw := &lineWriter{w: w}
+	for _, g := range grids(c, "contenders") {
+		sort.SliceStable(g.rows, func(i, j int) bool {
+			a, _ := strconv.ParseFloat(g.rows[i].Params["contenders"], 64)
+			b, _ := strconv.ParseFloat(g.rows[j].Params["contenders"], 64)
+			return a < b
+		})
+		tw.line("%s / %s: %s by contenders", g.suite, g.workload, metricName(g.metric, g.unit))
+		tw.line("contenders        base     patched  %%change   ('#' patched, '|' base)")
+		peak := 0.0
+		for _, r := range g.rows {
+			peak = math.Max(peak, math.Max(r.Base.Mean, r.Patched.Mean))
+		}
+		const barWidth = 25
+		for _, r := range g.rows {
+			change, mark := changeColumn(r)
+			bar := ""
+			if peak > 0 {
+				p := int(math.Round(r.Patched.Mean / peak * barWidth))
+				b := int(math.Round(r.Base.Mean / peak * barWidth))
+				cells := []rune(strings.Repeat("#", p) + strings.Repeat(" ", max(0, b-p)))
+				if b > 0 {
+					cells[b-1] = '|'
+				}
+				bar = string(cells)
+			}
+			tw.line("%s %s %s %s%s %s", pad(r.Params["contenders"], 10, true), pad(side(r.Base), 11, true),
+				pad(side(r.Patched), 11, true), pad(change, 8, true), pad(mark, 3, false), bar)
+		}
+		tw.line("")
+	}
+	return tw.err
+}
+
+func metricName(metric, unit string) string {
+	if unit == "" {
+		return metric
+	}
+	return metric + " (" + unit + ")"
+}
