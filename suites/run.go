@@ -3,13 +3,167 @@ package suites
 import (
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
+// Request parameters that RunRound understands besides the suite and
+// profile. The host driver sets them; --local sets them for this machine.
+const (
+	// ParamImage is the squashfs image of the suite: a file, or a block
+	// device such as /dev/vda in the guest. Needed by suites with an image.
+	ParamImage = "image"
+	// ParamKernel and ParamAccel label the Result (e.g. "base", "tcg").
+	ParamKernel = "kernel"
+	ParamAccel  = "accel"
+)
+
 // RunRound runs one round of the suite workload that req names on the
 // machine it is called on (the guest, through the agent, or this host with
-// --local) and returns its raw samples.
+// --local) and returns its raw samples: every workload of the suite once,
+// each with cold caches and with the scheduler counters read around it.
 func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
-	return nil, fmt.Errorf("suite %q: no workloads are implemented yet", req.Suite)
+	s, err := Lookup(req.Suite)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := s.Resolve(req.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureMounts(); err != nil {
+		return nil, err
+	}
+	r := &round{ctx: ctx, cfg: cfg, n: req.Round, params: req.Params, res: newResult(cfg, req)}
+	var run func(*round) error
+	switch cfg.Suite {
+	case "cache-contention":
+		run = runCacheContention
+	case "readahead":
+		run = runReadahead
+	case "locks":
+		run = runLocks
+	case "fuse-waitq":
+		run = runFuseWaitq
+	default:
+		return nil, fmt.Errorf("suite %q has no runner", cfg.Suite)
+	}
+	if err := run(r); err != nil {
+		return nil, fmt.Errorf("suite %s round %d: %w", cfg.Suite, req.Round, err)
+	}
+	r.res.Finished = time.Now().UTC()
+	return r.res, nil
 }
+
+// round is the state of one RunRound call.
+type round struct {
+	ctx    context.Context
+	cfg    *Config
+	n      int
+	params map[string]string
+	res    *Result
+}
+
+func newResult(cfg *Config, req proto.Request) *Result {
+	accel := req.Params[ParamAccel]
+	if accel == "" {
+		accel = "host"
+	}
+	kernel := req.Params[ParamKernel]
+	if kernel == "" {
+		kernel = "running"
+	}
+	return &Result{
+		Suite: cfg.Suite, Profile: cfg.Profile, Kernel: kernel,
+		KernelRelease: kernelRelease(), Accel: accel,
+		CPUs: runtime.NumCPU(), MemMiB: memMiB(),
+		Started: time.Now().UTC(), Notes: map[string]string{},
+	}
+}
+
+// sample appends one raw sample.
+func (r *round) sample(workload string, params map[string]string, m metric, v float64) {
+	r.res.Samples = append(r.res.Samples, Sample{
+		Suite: r.cfg.Suite, Workload: workload, Params: params,
+		Metric: m.name, Unit: m.unit, HigherIsBetter: m.higherIsBetter,
+		Round: r.n, Value: v,
+	})
+}
+
+func (r *round) missing(workload, metric, reason string) {
+	for _, m := range r.res.Missing {
+		if m.Workload == workload && m.Metric == metric {
+			return // one entry per workload and metric is enough
+		}
+	}
+	r.res.Missing = append(r.res.Missing, Missing{Suite: r.cfg.Suite, Workload: workload, Metric: metric, Reason: reason})
+}
+
+// metric is a metric's name, unit and direction.
+type metric struct {
+	name           string
+	unit           string
+	higherIsBetter bool
+}
+
+var (
+	mFilesPerS   = metric{"files_per_s", "files/s", true}
+	mMiBPerS     = metric{"mib_per_s", "MiB/s", true}
+	mOpsPerS     = metric{"ops_per_s", "ops/s", true}
+	mLatMean     = metric{"latency_mean", "ms", false}
+	mLatP50      = metric{"latency_p50", "ms", false}
+	mLatP99      = metric{"latency_p99", "ms", false}
+	mLatMax      = metric{"latency_max", "ms", false}
+	mElapsed     = metric{"elapsed", "s", false}
+	mAcqPerS     = metric{"acquisitions_per_s", "locks/s", true}
+	mSchedWakeup = metric{"sched_wakeup", "count", false}
+	mCtxt        = metric{"context_switches", "count", false}
+	mTTWU        = metric{"ttwu", "count", false}
+)
+
+// measure runs fn with the scheduler counters (and, when release is set,
+// the squashfs release tracing) read around it, and records the counters
+// as samples of workload with params.
+func (r *round) measure(workload string, params map[string]string, release bool, fn func() error) error {
+	c := startCounters(release)
+	err := fn()
+	c.stop()
+	if err != nil {
+		c.close()
+		return err
+	}
+	c.record(r, workload, params)
+	c.close()
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func memMiB() int {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemTotal:" {
+			kb, _ := strconv.Atoi(f[1])
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,0 +1,168 @@
+package suites
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/patchbot/patchbot/images/fsimage"
+)
+
+// runCacheContention runs the stat storm, the small-file read storm and the
+// mixed operations, each from cold caches, with T threads.
+func runCacheContention(r *round) error {
+	img, err := mountImage(r.params[ParamImage])
+	if err != nil {
+		return err
+	}
+	defer img.close()
+	files := r.cfg.Image.Files()
+	meta, small := groupFiles(files, "meta"), groupFiles(files, "small")
+	if len(meta) == 0 || len(small) == 0 {
+		return fmt.Errorf("the image needs groups \"meta\" and \"small\" (has %d and %d files)", len(meta), len(small))
+	}
+	threads := r.cfg.Params.Threads
+	params := map[string]string{"threads": strconv.Itoa(threads)}
+	r.res.Notes["threads"] = strconv.Itoa(threads)
+	for _, w := range r.cfg.Workloads {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		if err := dropCaches(); err != nil {
+			return err
+		}
+		var err error
+		switch w {
+		case "stat-storm":
+			err = r.statStorm(img.dir, meta, threads, params)
+		case "read-storm":
+			err = r.readStorm(img.dir, small, threads, params)
+		case "mixed":
+			err = r.mixed(img.dir, small, threads, params)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", w, err)
+		}
+	}
+	return nil
+}
+
+func groupFiles(files []fsimage.File, group string) []fsimage.File {
+	var out []fsimage.File
+	for _, f := range files {
+		if strings.HasPrefix(f.Path, group+"/") {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// statStorm: thread t stats files t, t+T, t+2T, ... (elbencho's stat phase,
+// each thread its own share), so every directory is hit by many threads.
+func (r *round) statStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
+	var elapsed time.Duration
+	err := r.measure("stat-storm", params, true, func() error {
+		var err error
+		elapsed, err = parallel(threads, func(t int) error {
+			for i := t; i < len(files); i += threads {
+				if _, err := os.Lstat(filepath.Join(root, files[i].Path)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.sample("stat-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
+	return nil
+}
+
+// readStorm: thread t reads its share of the small files whole.
+func (r *round) readStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
+	var elapsed time.Duration
+	var bytes atomic.Int64
+	err := r.measure("read-storm", params, true, func() error {
+		var err error
+		elapsed, err = parallel(threads, func(t int) error {
+			buf := make([]byte, 128<<10)
+			for i := t; i < len(files); i += threads {
+				n, err := readWhole(filepath.Join(root, files[i].Path), buf)
+				if err != nil {
+					return err
+				}
+				if n != files[i].Size {
+					return fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, files[i].Size)
+				}
+				bytes.Add(n)
+			}
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	r.sample("read-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
+	r.sample("read-storm", params, mMiBPerS, float64(bytes.Load())/(1<<20)/elapsed.Seconds())
+	return nil
+}
+
+// mixed: each thread does Ops operations of open+read+stat+close on files
+// drawn at random (seeded by round and thread, so both kernels draw the
+// same sequence), as filebench's line in the seed.
+func (r *round) mixed(root string, files []fsimage.File, threads int, params map[string]string) error {
+	ops := r.cfg.Params.Ops
+	lat := make([]latencies, threads)
+	var elapsed time.Duration
+	err := r.measure("mixed", params, true, func() error {
+		var err error
+		elapsed, err = parallel(threads, func(t int) error {
+			rng := rand.New(rand.NewPCG(uint64(r.n), uint64(t)))
+			buf := make([]byte, 128<<10)
+			l := make(latencies, 0, ops)
+			for k := 0; k < ops; k++ {
+				path := filepath.Join(root, files[rng.IntN(len(files))].Path)
+				t0 := time.Now()
+				f, err := os.Open(path)
+				if err != nil {
+					return err
+				}
+				for {
+					n, err := f.Read(buf)
+					if n == 0 || err != nil {
+						break
+					}
+				}
+				if _, err := os.Stat(path); err != nil {
+					f.Close()
+					return err
+				}
+				f.Close()
+				l = append(l, time.Since(t0))
+			}
+			lat[t] = l
+			return nil
+		})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	var all latencies
+	for _, l := range lat {
+		all = append(all, l...)
+	}
+	r.sample("mixed", params, mOpsPerS, float64(len(all))/elapsed.Seconds())
+	r.sample("mixed", params, mLatMean, ms(all.mean()))
+	r.sample("mixed", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("mixed", params, mLatP99, ms(all.quantile(0.99)))
+	return nil
+}

@@ -1,0 +1,163 @@
+package suites
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/images/fsimage"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+// needLocal skips when this machine cannot run a suite: the workloads
+// mount file systems and drop caches.
+func needLocal(t *testing.T, fstype string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("not root: the suites mount images and drop caches")
+	}
+	if fstype == "squashfs" {
+		if _, err := os.Stat("/dev/loop-control"); err != nil {
+			t.Skip("no /dev/loop-control: loop devices unavailable")
+		}
+		if _, err := exec.LookPath("mksquashfs"); err != nil {
+			t.Skip("mksquashfs not installed (squashfs-tools)")
+		}
+	}
+	if fstype == "fuse" {
+		if _, err := os.Stat("/dev/fuse"); err != nil {
+			t.Skip("no /dev/fuse")
+		}
+	}
+	if fstype != "" {
+		b, _ := os.ReadFile("/proc/filesystems")
+		if !strings.Contains(string(b), "\t"+fstype+"\n") {
+			t.Skipf("kernel has no %s file system", fstype)
+		}
+	}
+}
+
+// runLocal runs one round of suite's quick profile on this machine.
+func runLocal(t *testing.T, suite string) *Result {
+	t.Helper()
+	s, err := Lookup(suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	params := map[string]string{ParamKernel: "host"}
+	if cfg.Image != nil {
+		img, _, err := fsimage.Build(context.Background(), *cfg.Image, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		params[ParamImage] = img
+		t.Cleanup(func() {
+			if err := Release(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: suite, Profile: "quick", Round: 1, Params: params})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range res.Missing {
+		t.Logf("missing %s/%s: %s", m.Workload, m.Metric, m.Reason)
+	}
+	return res
+}
+
+// checkSamples asserts that every workload produced each metric, positive,
+// and that every counter is either a sample or Missing.
+func checkSamples(t *testing.T, res *Result, workloads []string, metrics ...string) {
+	t.Helper()
+	have := map[string]int{}
+	for _, s := range res.Samples {
+		have[s.Workload+"/"+s.Metric]++
+		if s.Round != 1 || s.Unit == "" || s.Suite != res.Suite {
+			t.Errorf("sample %+v: bad round, unit or suite", s)
+		}
+		if s.Value < 0 {
+			t.Errorf("sample %+v is negative", s)
+		}
+	}
+	missing := map[string]bool{}
+	for _, m := range res.Missing {
+		missing[m.Workload+"/"+m.Metric] = true
+	}
+	for _, w := range workloads {
+		for _, m := range metrics {
+			if have[w+"/"+m] == 0 {
+				t.Errorf("no %s sample for %s", m, w)
+			}
+		}
+		for _, c := range []string{"sched_wakeup", "context_switches", "ttwu"} {
+			if have[w+"/"+c] == 0 && !missing[w+"/"+c] {
+				t.Errorf("%s/%s is neither a sample nor missing", w, c)
+			}
+		}
+	}
+}
+
+func TestLocalCacheContention(t *testing.T) {
+	needLocal(t, "squashfs")
+	res := runLocal(t, "cache-contention")
+	checkSamples(t, res, []string{"stat-storm", "read-storm"}, "files_per_s")
+	checkSamples(t, res, []string{"read-storm"}, "mib_per_s")
+	checkSamples(t, res, []string{"mixed"}, "ops_per_s", "latency_mean", "latency_p50", "latency_p99")
+	for _, w := range []string{"stat-storm", "read-storm", "mixed"} {
+		found := false
+		for _, s := range res.Samples {
+			found = found || s.Workload == w && s.Metric == "cache_puts"
+		}
+		for _, m := range res.Missing {
+			found = found || m.Workload == w && m.Metric == "cache_puts"
+		}
+		if !found {
+			t.Errorf("%s: cache_puts neither measured nor missing", w)
+		}
+	}
+}
+
+func TestLocalReadahead(t *testing.T) {
+	needLocal(t, "squashfs")
+	res := runLocal(t, "readahead")
+	checkSamples(t, res, []string{"bucket-read"}, "elapsed", "mib_per_s")
+	// quick: 3 buckets × 2 reader counts, one elapsed sample per cell
+	cells := map[string]bool{}
+	for _, s := range res.Samples {
+		if s.Metric == "elapsed" {
+			cells[s.Params["bucket"]+"×"+s.Params["readers"]] = true
+		}
+	}
+	if len(cells) != 6 {
+		t.Errorf("cells = %v, want 6", cells)
+	}
+}
+
+func TestLocalLocks(t *testing.T) {
+	needLocal(t, "")
+	res := runLocal(t, "locks")
+	checkSamples(t, res, []string{"posix", "flock"}, "acquisitions_per_s")
+	n := 0
+	for _, s := range res.Samples {
+		if s.Metric == "acquisitions_per_s" {
+			n++
+			if s.Value == 0 {
+				t.Errorf("%s with %s contenders: no acquisitions", s.Workload, s.Params["contenders"])
+			}
+		}
+	}
+	if n != 8 {
+		t.Errorf("%d acquisitions_per_s samples, want 2 kinds × 4 contender counts", n)
+	}
+}

@@ -1,0 +1,199 @@
+package suites
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The locks suite needs N processes, not threads: POSIX locks belong to a
+// process, so threads of one process never contend. The contenders are this
+// same executable started again with childEnv set; the init function below
+// turns such a process into a contender before main runs, so the guest
+// agent, the CLI and test binaries all work without a separate program.
+const (
+	childEnv     = "PATCHBOT_SUITES_CHILD"
+	lockKindEnv  = "PATCHBOT_LOCK_KIND"
+	lockFileEnv  = "PATCHBOT_LOCK_FILE"
+	lockCountEnv = "PATCHBOT_LOCK_COUNTS" // file of one uint64 per contender
+	lockIndexEnv = "PATCHBOT_LOCK_INDEX"
+	lockTimeEnv  = "PATCHBOT_LOCK_DURATION"
+)
+
+func init() {
+	if os.Getenv(childEnv) == "locks" {
+		if err := lockContender(); err != nil {
+			fmt.Fprintln(os.Stderr, "lock contender:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+}
+
+// lockContender signals ready on stdout, waits for stdin to close (the
+// start), locks and unlocks for the duration, and stores its count.
+func lockContender() error {
+	kind := os.Getenv(lockKindEnv)
+	d, err := time.ParseDuration(os.Getenv(lockTimeEnv))
+	if err != nil {
+		return err
+	}
+	idx, err := strconv.Atoi(os.Getenv(lockIndexEnv))
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(os.Getenv(lockFileEnv), os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	fd := int(f.Fd())
+	lock, unlock := lockOps(kind, fd)
+	if lock == nil {
+		return fmt.Errorf("unknown lock kind %q", kind)
+	}
+	if _, err := os.Stdout.Write([]byte{1}); err != nil {
+		return err
+	}
+	io.Copy(io.Discard, os.Stdin) // returns when the parent closes the start pipe
+	var n uint64
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); n++ {
+		if err := lock(); err != nil {
+			return err
+		}
+		if err := unlock(); err != nil {
+			return err
+		}
+	}
+	counts, err := os.OpenFile(os.Getenv(lockCountEnv), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], n)
+	if _, err := counts.WriteAt(b[:], int64(idx)*8); err != nil {
+		return err
+	}
+	return counts.Close()
+}
+
+func lockOps(kind string, fd int) (lock, unlock func() error) {
+	switch kind {
+	case "posix":
+		wr := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
+		un := unix.Flock_t{Type: unix.F_UNLCK, Whence: 0}
+		return func() error { return unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &wr) },
+			func() error { return unix.FcntlFlock(uintptr(fd), unix.F_SETLK, &un) }
+	case "flock":
+		return func() error { return unix.Flock(fd, unix.LOCK_EX) },
+			func() error { return unix.Flock(fd, unix.LOCK_UN) }
+	}
+	return nil, nil
+}
+
+// runLocks measures acquisitions per second for each lock kind and number
+// of contenders.
+func runLocks(r *round) error {
+	dir, err := os.MkdirTemp("", "patchbot-locks-")
+	if err != nil {
+		return fmt.Errorf("creating lock dir: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	d := time.Duration(r.cfg.Params.Duration)
+	r.res.Notes["duration_per_cell"] = d.String()
+	for _, kind := range r.cfg.Workloads {
+		for _, n := range r.cfg.Params.Contenders {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			params := map[string]string{"contenders": strconv.Itoa(n)}
+			total, err := r.lockCell(dir, kind, n, d, params)
+			if err != nil {
+				return fmt.Errorf("%s, %d contenders: %w", kind, n, err)
+			}
+			r.sample(kind, params, mAcqPerS, float64(total)/d.Seconds())
+		}
+	}
+	return nil
+}
+
+func (r *round) lockCell(dir, kind string, n int, d time.Duration, params map[string]string) (uint64, error) {
+	lockFile := filepath.Join(dir, "lock")
+	countFile := filepath.Join(dir, "counts")
+	if err := os.WriteFile(lockFile, nil, 0o644); err != nil {
+		return 0, err
+	}
+	if err := os.WriteFile(countFile, make([]byte, 8*n), 0o644); err != nil {
+		return 0, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return 0, fmt.Errorf("finding this executable to start contenders: %w", err)
+	}
+	startR, startW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	var procs []*exec.Cmd
+	killAll := func() {
+		startW.Close()
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	}
+	for i := 0; i < n; i++ {
+		cmd := exec.CommandContext(r.ctx, self)
+		cmd.Env = append(os.Environ(), childEnv+"=locks", lockKindEnv+"="+kind, lockFileEnv+"="+lockFile,
+			lockCountEnv+"="+countFile, lockIndexEnv+"="+strconv.Itoa(i), lockTimeEnv+"="+d.String(),
+			"GOMAXPROCS=1")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = startR, readyW, os.Stderr
+		if err := cmd.Start(); err != nil {
+			killAll()
+			startR.Close()
+			readyR.Close()
+			readyW.Close()
+			return 0, fmt.Errorf("starting contender %d: %w", i, err)
+		}
+		procs = append(procs, cmd)
+	}
+	startR.Close()
+	readyW.Close()
+	defer readyR.Close()
+	if _, err := io.ReadFull(readyR, make([]byte, n)); err != nil {
+		killAll()
+		return 0, fmt.Errorf("waiting for %d contenders to be ready: %w", n, err)
+	}
+	err = r.measure(kind, params, false, func() error {
+		startW.Close() // every contender starts now
+		for i, p := range procs {
+			if err := p.Wait(); err != nil {
+				return fmt.Errorf("contender %d: %w", i, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		killAll()
+		return 0, err
+	}
+	b, err := os.ReadFile(countFile)
+	if err != nil {
+		return 0, err
+	}
+	var total uint64
+	for i := 0; i < n; i++ {
+		total += binary.LittleEndian.Uint64(b[i*8:])
+	}
+	return total, nil
+}

@@ -1,0 +1,311 @@
+package suites
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/patchbot/patchbot/images/fsimage"
+)
+
+// Suite is one suite definition, decoded from suites/<name>.yaml.
+type Suite struct {
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	// Seed names the mailing-list thread whose measurement the suite
+	// reproduces, e.g. "000 squashfs: avoid thundering-herd cache wakeups".
+	Seed string `yaml:"seed"`
+	// Paths select the suite for a series: an entry ending in "/" matches
+	// every file under that directory, any other entry matches one file.
+	Paths     []string      `yaml:"paths"`
+	Workloads []string      `yaml:"workloads"`
+	Image     *fsimage.Spec `yaml:"image"` // nil when the suite reads no squashfs image
+	Params    Params        `yaml:"params"`
+	// Profiles override Params and Image; "quick" is for CI, "full" for
+	// real runs. Kept as YAML so that each override decodes over a copy of
+	// the defaults with the same strictness as the file itself.
+	Profiles map[string]profileDef `yaml:"profiles"`
+}
+
+type profileDef struct {
+	Description string    `yaml:"description"`
+	Params      yaml.Node `yaml:"params"`
+	Image       yaml.Node `yaml:"image"`
+}
+
+// Params are the workload knobs of every suite; each suite uses the ones
+// its workloads name and Validate checks those.
+type Params struct {
+	Threads int `yaml:"threads"` // cache-contention: OS threads per workload
+	Ops     int `yaml:"ops"`     // cache-contention mixed: operations per thread
+	// Readers are the parallel reader counts of the readahead table.
+	Readers []int `yaml:"readers"`
+	// Contenders are the process counts of the locks curve; Duration is
+	// how long each cell runs.
+	Contenders []int    `yaml:"contenders"`
+	Duration   Duration `yaml:"duration"`
+	// FUSE small-file workload (bonnie++ -n files:max:min:dirs).
+	ServerThreads []int `yaml:"server_threads"`
+	Files         int   `yaml:"files"`
+	Dirs          int   `yaml:"dirs"`
+	MaxBytes      int   `yaml:"max_bytes"`
+	// Model shape for the wake-ups-per-release prediction (cache-contention).
+	CacheEntries int `yaml:"cache_entries"`
+}
+
+// Duration is a time.Duration written as "2s" in YAML.
+type Duration time.Duration
+
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil {
+		return fmt.Errorf("line %d: duration %q: %w", n.Line, n.Value, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) MarshalYAML() (any, error) { return time.Duration(d).String(), nil }
+
+// Config is a suite resolved for one profile: what a round runs.
+type Config struct {
+	Suite     string
+	Profile   string
+	Workloads []string
+	Image     *fsimage.Spec
+	Params    Params
+}
+
+//go:embed *.yaml
+var definitions embed.FS
+
+// All returns the embedded suite definitions sorted by name. They are
+// checked by the tests, so an error here is a build defect.
+func All() ([]*Suite, error) {
+	entries, err := definitions.ReadDir(".")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Suite
+	for _, e := range entries {
+		b, err := definitions.ReadFile(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		s, err := Decode(bytes.NewReader(b))
+		if err != nil {
+			return nil, fmt.Errorf("suites: %s: %w", e.Name(), err)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Lookup returns the embedded suite called name.
+func Lookup(name string) (*Suite, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range all {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return nil, fmt.Errorf("suites: no suite %q (have %s)", name, strings.Join(names, ", "))
+}
+
+// Decode reads one suite definition strictly: unknown keys are errors.
+func Decode(r io.Reader) (*Suite, error) {
+	dec := yaml.NewDecoder(r)
+	dec.KnownFields(true)
+	var s Suite
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("decoding suite: %w", err)
+	}
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// workloadsOf lists the workloads each suite kind implements.
+var workloadsOf = map[string][]string{
+	"cache-contention": {"stat-storm", "read-storm", "mixed"},
+	"readahead":        {"bucket-read"},
+	"locks":            {"posix", "flock"},
+	"fuse-waitq":       {"bonnie"},
+}
+
+func (s *Suite) validate() error {
+	if s.Name == "" {
+		return errors.New("suite has no name")
+	}
+	known, ok := workloadsOf[s.Name]
+	if !ok {
+		return fmt.Errorf("suite %q: no such suite is implemented", s.Name)
+	}
+	if len(s.Paths) == 0 {
+		return fmt.Errorf("suite %q: no paths select it", s.Name)
+	}
+	if len(s.Workloads) == 0 {
+		return fmt.Errorf("suite %q: no workloads", s.Name)
+	}
+	for _, w := range s.Workloads {
+		if !contains(known, w) {
+			return fmt.Errorf("suite %q: unknown workload %q (have %s)", s.Name, w, strings.Join(known, ", "))
+		}
+	}
+	if _, ok := s.Profiles["quick"]; !ok {
+		return fmt.Errorf("suite %q: no quick profile", s.Name)
+	}
+	for p := range s.Profiles {
+		if _, err := s.Resolve(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ProfileNames returns the suite's profile names, sorted.
+func (s *Suite) ProfileNames() []string {
+	var out []string
+	for p := range s.Profiles {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Resolve applies a profile's overrides to the suite's defaults. The empty
+// profile name means "quick".
+func (s *Suite) Resolve(profile string) (*Config, error) {
+	if profile == "" {
+		profile = "quick"
+	}
+	p, ok := s.Profiles[profile]
+	if !ok {
+		return nil, fmt.Errorf("suite %q: no profile %q (have %s)", s.Name, profile, strings.Join(s.ProfileNames(), ", "))
+	}
+	c := &Config{Suite: s.Name, Profile: profile, Workloads: s.Workloads, Params: s.Params}
+	c.Params.Readers = append([]int(nil), s.Params.Readers...)
+	if err := overlay(&p.Params, &c.Params); err != nil {
+		return nil, fmt.Errorf("suite %q profile %q: params: %w", s.Name, profile, err)
+	}
+	if s.Image != nil {
+		img := *s.Image
+		if err := overlay(&p.Image, &img); err != nil {
+			return nil, fmt.Errorf("suite %q profile %q: image: %w", s.Name, profile, err)
+		}
+		if err := img.Validate(); err != nil {
+			return nil, fmt.Errorf("suite %q profile %q: %w", s.Name, profile, err)
+		}
+		c.Image = &img
+	} else if !p.Image.IsZero() {
+		return nil, fmt.Errorf("suite %q profile %q: the suite reads no image", s.Name, profile)
+	}
+	if err := c.Params.check(s.Name); err != nil {
+		return nil, fmt.Errorf("suite %q profile %q: %w", s.Name, profile, err)
+	}
+	return c, nil
+}
+
+// overlay decodes an override node onto out, strictly. yaml.Node.Decode has
+// no KnownFields switch, so the node goes through bytes and a Decoder.
+func overlay(n *yaml.Node, out any) error {
+	if n.IsZero() {
+		return nil
+	}
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(out)
+}
+
+func (p Params) check(suite string) error {
+	positive := func(name string, v int) error {
+		if v < 1 {
+			return fmt.Errorf("%s = %d: want at least 1", name, v)
+		}
+		return nil
+	}
+	positives := func(name string, vs []int) error {
+		if len(vs) == 0 {
+			return fmt.Errorf("%s: want at least one value", name)
+		}
+		for _, v := range vs {
+			if v < 1 {
+				return fmt.Errorf("%s: %d: want at least 1", name, v)
+			}
+		}
+		return nil
+	}
+	var errs []error
+	switch suite {
+	case "cache-contention":
+		errs = append(errs, positive("threads", p.Threads), positive("ops", p.Ops), positive("cache_entries", p.CacheEntries))
+	case "readahead":
+		errs = append(errs, positives("readers", p.Readers))
+	case "locks":
+		errs = append(errs, positives("contenders", p.Contenders))
+		if p.Duration <= 0 {
+			errs = append(errs, errors.New("duration: want a positive duration"))
+		}
+	case "fuse-waitq":
+		errs = append(errs, positives("server_threads", p.ServerThreads), positive("files", p.Files), positive("dirs", p.Dirs))
+		if p.MaxBytes < 0 {
+			errs = append(errs, errors.New("max_bytes: want 0 or more"))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Selects reports whether a series touching paths selects the suite.
+func (s *Suite) Selects(paths []string) bool {
+	for _, p := range paths {
+		p = strings.TrimPrefix(p, "./")
+		for _, sel := range s.Paths {
+			if strings.HasSuffix(sel, "/") && strings.HasPrefix(p, sel) || p == sel {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Select returns the embedded suites that a series touching paths selects.
+func Select(paths []string) ([]*Suite, error) {
+	all, err := All()
+	if err != nil {
+		return nil, err
+	}
+	var out []*Suite
+	for _, s := range all {
+		if s.Selects(paths) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func contains[T comparable](xs []T, x T) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}

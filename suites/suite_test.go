@@ -1,0 +1,127 @@
+package suites
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEmbeddedSuites(t *testing.T) {
+	all, err := All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range all {
+		names = append(names, s.Name)
+		for _, p := range s.ProfileNames() {
+			c, err := s.Resolve(p)
+			if err != nil {
+				t.Errorf("%s/%s: %v", s.Name, p, err)
+				continue
+			}
+			if (s.Image == nil) != (c.Image == nil) {
+				t.Errorf("%s/%s: image resolved to %v", s.Name, p, c.Image)
+			}
+		}
+	}
+	if got := strings.Join(names, " "); got != "cache-contention fuse-waitq locks readahead" {
+		t.Fatalf("suites = %s", got)
+	}
+}
+
+func TestDecodeStrict(t *testing.T) {
+	base := `name: locks
+paths: [fs/locks.c]
+workloads: [posix]
+params: {contenders: [1, 2], duration: 1s}
+profiles:
+  quick: {params: {contenders: [3]}}
+`
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"ok", base, ""},
+		{"unknown top key", base + "colour: blue\n", "field colour not found"},
+		{"unknown param", strings.Replace(base, "duration: 1s", "duration: 1s, speed: 3", 1), "field speed not found"},
+		{"unknown profile param", strings.Replace(base, "contenders: [3]", "contendrs: [3]", 1), "field contendrs not found"},
+		{"unknown profile key", strings.Replace(base, "quick: {params", "quick: {colour: 1, params", 1), "field colour not found"},
+		{"bad duration", strings.Replace(base, "1s", "soon", 1), "duration"},
+		{"unknown suite", strings.Replace(base, "name: locks", "name: bogus", 1), "no such suite"},
+		{"unknown workload", strings.Replace(base, "[posix]", "[ofd]", 1), "unknown workload"},
+		{"no quick", strings.Replace(base, "quick:", "slow:", 1), "no quick profile"},
+		{"bad value", strings.Replace(base, "contenders: [3]", "contenders: [0]", 1), "want at least 1"},
+		{"image on imageless", strings.Replace(base, "quick: {params", "quick: {image: {seed: 2}, params", 1), "reads no image"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode(strings.NewReader(tt.yaml))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Decode() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestProfileOverrides(t *testing.T) {
+	s, err := Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full, err := s.Resolve("full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	quick, err := s.Resolve("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quick.Profile != "quick" {
+		t.Errorf("empty profile resolved to %q, want quick", quick.Profile)
+	}
+	if quick.Params.Ops >= full.Params.Ops || len(quick.Image.Files()) >= len(full.Image.Files()) {
+		t.Errorf("quick (ops %d, %d files) is not smaller than full (ops %d, %d files)",
+			quick.Params.Ops, len(quick.Image.Files()), full.Params.Ops, len(full.Image.Files()))
+	}
+	// Profiles overlay the defaults: quick keeps the suite's compressor.
+	if quick.Image.Compressor != "gzip" || quick.Params.CacheEntries != 3 {
+		t.Errorf("quick lost defaults: compressor %q, cache_entries %d", quick.Image.Compressor, quick.Params.CacheEntries)
+	}
+	if _, err := s.Resolve("nope"); err == nil || !strings.Contains(err.Error(), "quick") {
+		t.Errorf("unknown profile: %v, want an error listing the profiles", err)
+	}
+}
+
+func TestSelect(t *testing.T) {
+	tests := []struct {
+		paths []string
+		want  string
+	}{
+		{[]string{"fs/squashfs/cache.c"}, "cache-contention"},
+		{[]string{"fs/squashfs/file.c"}, "cache-contention readahead"},
+		{[]string{"mm/readahead.c"}, "readahead"},
+		{[]string{"fs/fuse/dev.c", "include/linux/fs.h"}, "fuse-waitq"},
+		{[]string{"fs/locks.c"}, "locks"},
+		{[]string{"fs/locks.c.orig", "fs/squashfsx/a.c"}, ""},
+		{[]string{"./fs/locks.c"}, "locks"},
+		{nil, ""},
+	}
+	for _, tt := range tests {
+		got, err := Select(tt.paths)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, s := range got {
+			names = append(names, s.Name)
+		}
+		if g := strings.Join(names, " "); g != tt.want {
+			t.Errorf("Select(%v) = %q, want %q", tt.paths, g, tt.want)
+		}
+	}
+}
