@@ -98,10 +98,17 @@ func classify(msgs []*Message) ([]*entry, map[string]*entry) {
 // sent without threading headers but numbered m/n (git send-email
 // --no-thread) are grouped by sender, version and count instead.
 func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry, []string) {
+	referenced := map[string]bool{}
+	for _, e := range entries {
+		for _, r := range e.msg.References {
+			referenced[r] = true
+		}
+		referenced[e.msg.InReplyTo] = true
+	}
 	threads := map[string][]*entry{}
 	var order []string
 	for _, e := range entries {
-		e.thread = threadKey(e, byID)
+		e.thread = threadKey(e, byID, referenced)
 		if _, ok := threads[e.thread]; !ok {
 			order = append(order, e.thread)
 		}
@@ -110,7 +117,7 @@ func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry
 	return threads, order
 }
 
-func threadKey(e *entry, byID map[string]*entry) string {
+func threadKey(e *entry, byID map[string]*entry, referenced map[string]bool) string {
 	m := e.msg
 	if len(m.References) > 0 {
 		return m.References[0]
@@ -133,7 +140,7 @@ func threadKey(e *entry, byID map[string]*entry) string {
 		}
 		return id
 	}
-	if e.subj.Total > 1 && e.kind != reply {
+	if e.subj.Total > 1 && e.kind != reply && !referenced[m.MessageID] {
 		return fmt.Sprintf("unthreaded:%s:v%d:%d", AddrOf(m.From), e.version, e.subj.Total)
 	}
 	if m.MessageID == "" {
@@ -231,7 +238,15 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 	s.Reason = strings.Join(reasons, "; ")
 
 	s.Cover = coverOf(vs, byID)
+	if s.Cover == nil && s.PartialReroll {
+		for v := newest - 1; v > 0 && s.Cover == nil; v-- {
+			if prev, ok := versions[v]; ok {
+				s.Cover = coverOf(prev, byID)
+			}
+		}
+	}
 	trailers, coverTrailers := collectTrailers(thread, byID, s.Cover)
+	carryTrailers(trailers, taken, versions, newest)
 	s.CoverTrailers = coverTrailers
 
 	idx := make([]int, 0, len(taken))
@@ -372,6 +387,46 @@ func collectTrailers(thread []*entry, byID map[string]*entry, coverMsg *Message)
 		}
 	}
 	return byPatch, coverTrailers
+}
+
+// carryTrailers gives a patch the trailers its earlier version got when the
+// diff did not change between versions (b4 compares patchwork hashes).
+func carryTrailers(trailers map[string][]Trailer, taken map[int]*entry, versions map[int]*versionSlots, newest int) {
+	for _, e := range taken {
+		key := ""
+		for v := e.version - 1; v > 0; v-- {
+			vs, ok := versions[v]
+			if !ok {
+				continue
+			}
+			old, ok := vs.patches[e.subj.Index]
+			if !ok || len(trailers[old.msg.MessageID]) == 0 {
+				continue
+			}
+			if key == "" {
+				key = diffKey(e.msg.Diff)
+			}
+			if diffKey(old.msg.Diff) == key {
+				id := e.msg.MessageID
+				trailers[id] = appendNew(trailers[id], trailers[old.msg.MessageID])
+			}
+		}
+	}
+}
+
+// diffKey is a diff reduced to what a reroll keeps when the change is the
+// same: file names and changed lines, without index hashes and line numbers.
+func diffKey(diff string) string {
+	var b strings.Builder
+	for line := range strings.Lines(diff) {
+		switch {
+		case strings.HasPrefix(line, "index "), strings.HasPrefix(line, "@@"):
+			continue
+		case strings.HasPrefix(line, "+"), strings.HasPrefix(line, "-"), strings.HasPrefix(line, "diff "):
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 func parentOf(e *entry, byID map[string]*entry) *entry {

@@ -71,14 +71,13 @@ func ParseBytes(raw []byte) (*Message, error) {
 		if ent == nil || !(message.IsUnknownCharset(err) || message.IsUnknownEncoding(err)) {
 			return nil, fmt.Errorf("parsing mail header: %w", err)
 		}
-		m.warn("%v", err)
 	}
 	if ent.Header.Len() == 0 {
 		return nil, ErrNotMail
 	}
 	h := gomail.Header{Header: ent.Header}
 	m.readHeader(h)
-	m.readBody(ent)
+	m.readBody(ent, err)
 	m.Author = m.From
 	if f := inBodyFrom(m.Body); f != "" {
 		m.Author = f
@@ -122,17 +121,16 @@ func (m *Message) readHeader(h gomail.Header) {
 
 // readBody walks the MIME tree: text/plain parts that are not attachments
 // make up Body; the first patch-looking attachment becomes Diff.
-func (m *Message) readBody(ent *message.Entity) {
+func (m *Message) readBody(ent *message.Entity, rootErr error) {
 	var body strings.Builder
 	var attached string
 	err := ent.Walk(func(path []int, part *message.Entity, err error) error {
-		if err != nil {
-			if message.IsUnknownCharset(err) || message.IsUnknownEncoding(err) {
-				m.warn("part %v: %v", path, err)
-			} else {
-				m.warn("part %v: %v", path, err)
-				return nil
-			}
+		if len(path) == 0 && err == nil {
+			err = rootErr // Walk does not repeat the top-level soft error
+		}
+		if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
+			m.warn("part %v: %v", path, err)
+			return nil
 		}
 		if part.MultipartReader() != nil {
 			return nil
@@ -151,8 +149,12 @@ func (m *Message) readBody(ent *message.Entity) {
 		if rerr != nil {
 			m.warn("part %v: reading body: %v", path, rerr)
 		}
-		if err != nil && message.IsUnknownCharset(err) {
-			text = fromLatin1(text, params["charset"])
+		if err != nil {
+			if conv, ok := fromLatin1(text, params["charset"]); ok && message.IsUnknownCharset(err) {
+				text = conv
+			} else {
+				m.warn("part %v: %v", path, err)
+			}
 		}
 		patchLike := mediaType == "text/x-patch" || mediaType == "text/x-diff" ||
 			strings.HasSuffix(name, ".patch") || strings.HasSuffix(name, ".diff")
@@ -185,20 +187,20 @@ func (m *Message) readBody(ent *message.Entity) {
 // fromLatin1 turns ISO-8859-1 and Windows-1252 text into UTF-8 (the two
 // charsets besides UTF-8 that kernel mail still uses). Any other unknown
 // charset is kept as raw bytes; the caller has already warned.
-func fromLatin1(b []byte, charset string) []byte {
+func fromLatin1(b []byte, charset string) ([]byte, bool) {
 	switch strings.ToLower(charset) {
 	case "iso-8859-1", "latin1", "iso_8859-1", "windows-1252", "cp1252", "iso-8859-15":
 	default:
-		return b
+		return b, false
 	}
 	if utf8.Valid(b) {
-		return b
+		return b, true
 	}
 	out := make([]rune, 0, len(b))
 	for _, c := range b {
 		out = append(out, rune(c))
 	}
-	return []byte(string(out))
+	return []byte(string(out)), true
 }
 
 func decodeAddr(m *Message, h gomail.Header, key string) string {
