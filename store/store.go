@@ -1,0 +1,111 @@
+// Package store keeps patchbot's durable state in one SQLite database
+// (modernc.org/sqlite, no cgo): the outbox of replies today, and the tables
+// of other components as they add migrations.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// migrations build the schema, one step each, applied in order and
+// recorded in PRAGMA user_version. Append only: a released step is never
+// edited, because databases in the field have already run it. A component
+// that needs tables (messages seen, series, jobs, results) adds a step.
+var migrations = []string{
+	// 1: the outbox. A reply is written here before any attempt to send it,
+	// and its state says how far sending got (see outbox.go).
+	`CREATE TABLE outbox (
+		id          INTEGER PRIMARY KEY,
+		message_id  TEXT NOT NULL UNIQUE,
+		sender      TEXT NOT NULL,
+		recipients  TEXT NOT NULL, -- JSON array of addresses
+		raw         BLOB NOT NULL,
+		state       TEXT NOT NULL,
+		attempts    INTEGER NOT NULL DEFAULT 0,
+		last_error  TEXT NOT NULL DEFAULT '',
+		created     TEXT NOT NULL,
+		updated     TEXT NOT NULL
+	);
+	CREATE INDEX outbox_state ON outbox(state);`,
+}
+
+// Store is an open database.
+type Store struct {
+	db *sql.DB
+}
+
+// Open opens (creating if needed) the database at path and brings its
+// schema up to date.
+func Open(path string) (*Store, error) {
+	// WAL with synchronous=FULL: a committed state change survives a crash
+	// of the process or the machine, which the outbox depends on.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(10000)")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous(FULL)")
+	q.Add("_pragma", "foreign_keys(ON)")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if err := s.migrate(context.Background(), migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// DB is the database, for components that keep their own tables here.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Version is the number of migrations applied.
+func (s *Store) Version(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+func (s *Store) migrate(ctx context.Context, steps []string) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// BEGIN IMMEDIATE takes the write lock first, so that two processes
+	// opening a fresh database do not both run step 1.
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("locking for migration: %w", err)
+	}
+	var version int
+	if err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	if version > len(steps) {
+		conn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("schema version %d is newer than this patchbot knows (%d)", version, len(steps))
+	}
+	for i := version; i < len(steps); i++ {
+		if _, err := conn.ExecContext(ctx, steps[i]); err != nil {
+			conn.ExecContext(ctx, "ROLLBACK")
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", len(steps))); err != nil {
+		conn.ExecContext(ctx, "ROLLBACK")
+		return fmt.Errorf("recording schema version: %w", err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("committing migration: %w", err)
+	}
+	return nil
+}
