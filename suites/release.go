@@ -49,6 +49,7 @@ type releaseTrace struct {
 
 	wakeCalls, wakeups   uint64 // attributed to the release path
 	wakingTotal          uint64 // every sched_waking event
+	cacheWakeups         uint64 // sched_waking from any squashfs waker site
 	dropped              uint64 // hist entries lost to a full map
 	tailCall             bool   // release sites were callers of squashfs_cache_put
 	sites                map[string]uint64
@@ -160,8 +161,12 @@ func (t *releaseTrace) stop() error {
 	}
 	for _, e := range kh.entries {
 		t.wakingTotal += e.hits
-		if _, ok := releaseSite(e.frames); ok {
+		site, ok := releaseSite(e.frames)
+		if ok {
 			t.wakeups += e.hits
+		}
+		if strings.HasPrefix(site, "squashfs_") {
+			t.cacheWakeups += e.hits
 		}
 	}
 	t.dropped = wh.dropped + kh.dropped
@@ -315,7 +320,7 @@ func containsWaitQueueWake(frames []string) bool {
 // recordRelease adds the release metrics to the round, or says why they
 // are missing.
 func (c *counters) recordRelease(r *round, workload string, params map[string]string) {
-	names := []string{"cache_puts", "release_wake_calls", "release_wakeups", "wakeups_per_release", "waking_events"}
+	names := []string{"cache_puts", "release_wake_calls", "release_wakeups", "wakeups_per_release", "waking_events", "cache_wakeups", "cache_wakeups_per_put"}
 	if c.releaseErr != nil || c.release == nil {
 		reason := "release tracing not set up"
 		if c.releaseErr != nil {
@@ -331,6 +336,12 @@ func (c *counters) recordRelease(r *round, workload string, params map[string]st
 	r.sample(workload, params, metric{"release_wake_calls", "count", false}, float64(t.wakeCalls))
 	r.sample(workload, params, metric{"release_wakeups", "count", false}, float64(t.wakeups))
 	r.sample(workload, params, metric{"waking_events", "count", false}, float64(t.wakingTotal))
+	r.sample(workload, params, metric{"cache_wakeups", "count", false}, float64(t.cacheWakeups))
+	if puts := t.puts1 - t.puts0; puts > 0 {
+		r.sample(workload, params, metric{"cache_wakeups_per_put", "wakeups/put", false}, float64(t.cacheWakeups)/float64(puts))
+	} else {
+		r.missing(workload, "cache_wakeups_per_put", "no squashfs_cache_put calls")
+	}
 	if t.wakeCalls > 0 {
 		r.sample(workload, params, metric{"wakeups_per_release", "wakeups/release", false}, float64(t.wakeups)/float64(t.wakeCalls))
 	} else {
