@@ -1,0 +1,124 @@
+package images
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Patched applies a series (raw mails, one patch each, in order) on a base
+// build's commit and builds it incrementally from the base's objects. The
+// result is cached by the base build's key and the series' bytes.
+//
+// A series that does not apply is an *ApplyError, one that does not build
+// a *BuildError; both are the patch's fault. Other errors are the
+// machine's (*InfraError, *ConfigError, context errors).
+func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*Build, error) {
+	start := time.Now()
+	if base == nil || base.Series != 0 {
+		return nil, errors.New("patched build: need a base build")
+	}
+	if len(patches) == 0 {
+		return nil, errors.New("patched build: empty series")
+	}
+	parts := [][]byte{[]byte("patched"), []byte(base.Key)}
+	bd := &Build{
+		Commit: base.Commit, Repo: base.Repo, Compiler: base.Compiler, ConfigHash: base.ConfigHash,
+		Series: len(patches),
+	}
+	bd.Key = hashKey(append(parts, patches...)...)
+	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
+	got, err := b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *os.File) error {
+		tree := filepath.Join(bd.Dir, treeDir)
+		if err := st.run("copy base tree", func() error { return copyTree(ctx, base, tree) }); err != nil {
+			return err
+		}
+		if err := st.run("git am -3", func() error { return applySeries(ctx, tree, patches) }); err != nil {
+			return err
+		}
+		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, tree, "bzImage") })
+	})
+	if err != nil {
+		return nil, err
+	}
+	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
+	if !got.Cached {
+		if err := saveBuild(got); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
+
+// copyTree makes tree a worktree of base's commit whose files are hard
+// links of the base build's sources, with the same mtimes, and whose object
+// tree is a copy of the base's. make then rebuilds only what git am
+// changes: git replaces a file it patches (new inode, new mtime) rather
+// than writing through the link, so the base tree stays as it was.
+func copyTree(ctx context.Context, base *Build, tree string) error {
+	baseTree := filepath.Join(base.Dir, treeDir)
+	if _, err := git(ctx, "", "--git-dir="+base.Repo, "worktree", "add", "--no-checkout", "--detach", tree, base.Commit); err != nil {
+		return infra("adding worktree", err)
+	}
+	entries, err := os.ReadDir(baseTree)
+	if err != nil {
+		return infra("reading base tree", err)
+	}
+	var srcs []string
+	for _, e := range entries {
+		if e.Name() == ".git" || e.Name() == outDir {
+			continue
+		}
+		srcs = append(srcs, filepath.Join(baseTree, e.Name()))
+	}
+	cp := func(args ...string) error {
+		out, err := exec.CommandContext(ctx, "cp", args...).CombinedOutput()
+		if err != nil {
+			return infra("copying base tree", fmt.Errorf("cp %s: %w: %s", args[0], err, out))
+		}
+		return nil
+	}
+	if err := cp(append([]string{"-al", "-t", tree}, srcs...)...); err != nil {
+		return err
+	}
+	// Objects are written in place (objtool edits .o files): a real copy.
+	if err := cp("-a", "--reflink=auto", filepath.Join(baseTree, outDir), filepath.Join(tree, outDir)); err != nil {
+		return err
+	}
+	// The base's index already describes these files; copy it instead of
+	// hashing the whole tree again.
+	baseIndex, err := gitPath(ctx, baseTree, "index")
+	if err != nil {
+		return err
+	}
+	index, err := gitPath(ctx, tree, "index")
+	if err != nil {
+		return err
+	}
+	if err := cp("-p", baseIndex, index); err != nil {
+		return err
+	}
+	args := append(append([]string{}, gitStat...), "update-index", "-q", "--refresh")
+	if _, err := git(ctx, tree, args...); err != nil {
+		return infra("refreshing index", err)
+	}
+	return nil
+}
+
+// gitPath is the path of a file in a worktree's git directory.
+func gitPath(ctx context.Context, tree, name string) (string, error) {
+	out, err := git(ctx, tree, "rev-parse", "--git-path", name)
+	if err != nil {
+		return "", infra("finding "+name, err)
+	}
+	p := strings.TrimSpace(string(out))
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(tree, p)
+	}
+	return p, nil
+}
