@@ -206,6 +206,7 @@ type sim struct {
 	pick       func() int
 
 	scheduled               []bool // in the event queue (a wake must not queue it twice)
+	lockHeld                []bool // has its cache->lock slot reserved
 	getStart                []int64
 	getNs                   int64
 	getsDone                int64
@@ -215,7 +216,7 @@ type sim struct {
 }
 
 func newSim(cfg Config) *sim {
-	s := &sim{cfg: cfg, w: newWorld(cfg.Policy, cfg.Threads, cfg.Entries, 1), getStart: make([]int64, cfg.Threads), scheduled: make([]bool, cfg.Threads)}
+	s := &sim{cfg: cfg, w: newWorld(cfg.Policy, cfg.Threads, cfg.Entries, 1), getStart: make([]int64, cfg.Threads), scheduled: make([]bool, cfg.Threads), lockHeld: make([]bool, cfg.Threads)}
 	s.w.woken = make([]int, 0, cfg.Threads)
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x5175a5f5))
 	switch cfg.Pattern {
@@ -253,10 +254,20 @@ func (s *sim) run() error {
 		t := int(ev.tid)
 		s.scheduled[t] = false
 		th := &w.th[t]
-		if needsLock(th.pc) && s.lockFreeAt > s.now {
-			s.schedule(s.lockFreeAt, t) // spin
-			continue
+		took := needsLock(th.pc)
+		if took && !s.lockHeld[t] {
+			// cache->lock is a queued spinlock: take the next free slot
+			// and spin until then. The slot is reserved now, so
+			// spinners are served in arrival order.
+			at := max(s.now, s.lockFreeAt)
+			s.lockFreeAt = at + lock
+			if at > s.now {
+				s.lockHeld[t] = true
+				s.schedule(at, t)
+				continue
+			}
 		}
+		s.lockHeld[t] = false
 		block := -1
 		if th.pc == pcIdle {
 			if s.started == cfg.Gets {
@@ -267,13 +278,11 @@ func (s *sim) run() error {
 			block = s.pick()
 			s.getStart[t] = s.now
 		}
-		took := needsLock(th.pc)
 		prev := th.pc
 		w.step(t, block)
 
 		next := s.now + step
 		if took {
-			s.lockFreeAt = s.now + lock
 			next = s.now + lock
 		}
 		if n := len(w.woken); n > 0 {
