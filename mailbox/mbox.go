@@ -29,13 +29,20 @@ func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 			return nil
 		}
 		// The blank line before the next separator belongs to the format.
-		msg := bytes.TrimSuffix(cur, []byte("\n"))
+		msg := cur
+		if bytes.HasSuffix(msg, []byte("\n\n")) {
+			msg = msg[:len(msg)-1]
+		} else if bytes.HasSuffix(msg, []byte("\r\n\r\n")) {
+			msg = msg[:len(msg)-2]
+		}
 		if len(bytes.TrimSpace(msg)) == 0 {
 			return nil
 		}
-		out := make([]byte, len(msg)+1)
+		out := make([]byte, len(msg), len(msg)+1)
 		copy(out, msg)
-		out[len(msg)] = '\n'
+		if !bytes.HasSuffix(out, []byte("\n")) {
+			out = append(out, '\n')
+		}
 		return fn(out, curStart)
 	}
 	for {
