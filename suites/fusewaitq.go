@@ -1,8 +1,223 @@
 package suites
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
 
-// runFuseWaitq is not implemented yet: see docs/suites.md.
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// The FUSE server runs in a child process of its own (this executable,
+// started with childEnv=fuse), as a FUSE daemon would: its GOMAXPROCS is
+// the number of server threads. go-fuse reads /dev/fuse with
+// max(2, min(16, GOMAXPROCS)) goroutines, so for one server thread the
+// file system is also wrapped single-threaded (MountOptions.SingleThreaded).
+const (
+	fuseBackingEnv = "PATCHBOT_FUSE_BACKING"
+	fuseMountEnv   = "PATCHBOT_FUSE_MOUNT"
+	fuseSingleEnv  = "PATCHBOT_FUSE_SINGLE"
+)
+
+// fuseServer serves a passthrough of the backing directory on the mount
+// point until it is unmounted; it writes one byte to stdout when mounted.
+func fuseServer() error {
+	root, err := fs.NewLoopbackRoot(os.Getenv(fuseBackingEnv))
+	if err != nil {
+		return err
+	}
+	srv, err := fs.Mount(os.Getenv(fuseMountEnv), root, &fs.Options{MountOptions: fuse.MountOptions{
+		DirectMountStrict: true, // no fusermount in the guest; root mounts directly
+		FsName:            "patchbot-passthrough",
+		Name:              "patchbot",
+		SingleThreaded:    os.Getenv(fuseSingleEnv) == "1",
+	}})
+	if err != nil {
+		return fmt.Errorf("mounting FUSE: %w", err)
+	}
+	if _, err := os.Stdout.Write([]byte{1}); err != nil {
+		return err
+	}
+	srv.Wait()
+	return nil
+}
+
+// bonniePhases are bonnie++'s small-file phases, in its order.
+var bonniePhases = []struct {
+	name   string
+	random bool
+	op     string // create, read, delete
+}{
+	{"seq-create", false, "create"}, {"seq-read", false, "read"}, {"seq-delete", false, "delete"},
+	{"rand-create", true, "create"}, {"rand-read", true, "read"}, {"rand-delete", true, "delete"},
+}
+
 func runFuseWaitq(r *round) error {
-	return errors.New("the fuse-waitq workload is not implemented yet")
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("no /dev/fuse (CONFIG_FUSE_FS?): %w", err)
+	}
+	for _, threads := range r.cfg.Params.ServerThreads {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.bonnieOnFuse(threads); err != nil {
+			return fmt.Errorf("%d server threads: %w", threads, err)
+		}
+	}
+	return nil
+}
+
+func (r *round) bonnieOnFuse(threads int) error {
+	work, err := os.MkdirTemp("", "patchbot-fuse-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	backing, mnt := filepath.Join(work, "backing"), filepath.Join(work, "mnt")
+	os.Mkdir(backing, 0o755)
+	os.Mkdir(mnt, 0o755)
+	// The passthrough's backing store is a tmpfs, so the server's cost is
+	// FUSE's, not a disk's.
+	if err := unix.Mount("tmpfs", backing, "tmpfs", 0, "mode=0755"); err != nil {
+		return fmt.Errorf("mounting tmpfs for the FUSE backing store: %w", err)
+	}
+	defer unix.Unmount(backing, unix.MNT_DETACH)
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self)
+	single := "0"
+	if threads == 1 {
+		single = "1"
+	}
+	cmd.Env = append(os.Environ(), childEnv+"=fuse", fuseBackingEnv+"="+backing, fuseMountEnv+"="+mnt,
+		fuseSingleEnv+"="+single, "GOMAXPROCS="+strconv.Itoa(threads))
+	ready, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the FUSE server: %w", err)
+	}
+	stop := func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	if _, err := io.ReadFull(ready, make([]byte, 1)); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return fmt.Errorf("the FUSE server did not mount: %w", err)
+	}
+	defer stop()
+
+	p := r.cfg.Params
+	files := make([]string, p.Files)
+	sizes := make([]int, p.Files)
+	rng := rand.New(rand.NewPCG(uint64(r.n), 2))
+	for d := 0; d < p.Dirs; d++ {
+		if err := os.Mkdir(filepath.Join(mnt, fmt.Sprintf("d%02d", d)), 0o755); err != nil {
+			return err
+		}
+	}
+	for i := range files {
+		files[i] = filepath.Join(mnt, fmt.Sprintf("d%02d", i%p.Dirs), fmt.Sprintf("%07d", i))
+		sizes[i] = rng.IntN(p.MaxBytes + 1)
+	}
+	order := make([]int, p.Files)
+	for i := range order {
+		order[i] = i
+	}
+	shuffled := append([]int(nil), order...)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	data := make([]byte, p.MaxBytes+1)
+	buf := make([]byte, p.MaxBytes+1)
+	for _, ph := range bonniePhases {
+		idx := order
+		if ph.random {
+			idx = shuffled
+		}
+		params := map[string]string{"server_threads": strconv.Itoa(threads), "phase": ph.name}
+		lat := make(latencies, 0, len(idx))
+		var elapsed time.Duration
+		err := r.measure("bonnie", params, false, func() error {
+			// bonnie++ is one client thread.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t0 := time.Now()
+			for _, i := range idx {
+				s := time.Now()
+				if err := bonnieOp(ph.op, files[i], data[:sizes[i]], buf); err != nil {
+					return fmt.Errorf("%s %s: %w", ph.name, files[i], err)
+				}
+				lat = append(lat, time.Since(s))
+			}
+			elapsed = time.Since(t0)
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		r.sample("bonnie", params, mOpsPerS, float64(len(idx))/elapsed.Seconds())
+		r.sample("bonnie", params, mLatMean, ms(lat.mean()))
+		r.sample("bonnie", params, mLatMax, ms(lat.max()))
+	}
+	return nil
+}
+
+// bonnieOp is one file of a phase: create (and write its bytes), read
+// (stat, and read the bytes if any), or delete.
+func bonnieOp(op, path string, data, buf []byte) error {
+	switch op {
+	case "create":
+		fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o644)
+		if err != nil {
+			return err
+		}
+		if len(data) > 0 {
+			if _, err := unix.Write(fd, data); err != nil {
+				unix.Close(fd)
+				return err
+			}
+		}
+		return unix.Close(fd)
+	case "read":
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			return err
+		}
+		if st.Size == 0 {
+			return nil
+		}
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		_, err = unix.Read(fd, buf)
+		unix.Close(fd)
+		return err
+	case "delete":
+		return unix.Unlink(path)
+	}
+	return errors.New("unknown bonnie op " + op)
 }

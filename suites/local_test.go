@@ -161,3 +161,18 @@ func TestLocalLocks(t *testing.T) {
 		t.Errorf("%d acquisitions_per_s samples, want 2 kinds × 4 contender counts", n)
 	}
 }
+
+func TestLocalFuseWaitq(t *testing.T) {
+	needLocal(t, "fuse")
+	res := runLocal(t, "fuse-waitq")
+	checkSamples(t, res, []string{"bonnie"}, "ops_per_s", "latency_mean", "latency_max")
+	cells := map[string]bool{}
+	for _, s := range res.Samples {
+		if s.Metric == "ops_per_s" {
+			cells[s.Params["server_threads"]+"/"+s.Params["phase"]] = true
+		}
+	}
+	if len(cells) != 12 {
+		t.Errorf("cells = %v, want 2 server thread counts × 6 phases", cells)
+	}
+}

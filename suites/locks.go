@@ -28,13 +28,23 @@ const (
 )
 
 func init() {
-	if os.Getenv(childEnv) == "locks" {
-		if err := lockContender(); err != nil {
-			fmt.Fprintln(os.Stderr, "lock contender:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	var run func() error
+	switch os.Getenv(childEnv) {
+	case "":
+		return
+	case "locks":
+		run = lockContender
+	case "fuse":
+		run = fuseServer
+	default:
+		fmt.Fprintf(os.Stderr, "%s=%q: unknown child role\n", childEnv, os.Getenv(childEnv))
+		os.Exit(2)
 	}
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "%s child: %v\n", os.Getenv(childEnv), err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // lockContender signals ready on stdout, waits for stdin to close (the

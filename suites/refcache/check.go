@@ -127,6 +127,7 @@ func (x *explorer) root() *world {
 }
 
 func (x *explorer) add(w *world, parent int32, tid, choice int) (int32, bool) {
+	w.canonicalize()
 	key := string(w.encode(nil))
 	if i, ok := x.index[key]; ok {
 		return i, false
@@ -166,8 +167,11 @@ func (x *explorer) run() {
 				pc := w.th[t].pc
 				w.step(t, b)
 				x.transitions++
+				issues := w.stepIssues(pc, t)
 				child, fresh := x.add(w, int32(head), t, b)
-				x.inspectStep(w, pc, int32(head), child, t, b)
+				for _, is := range issues {
+					x.note(is.kind, is.what, child, int32(head), t, b)
+				}
 				if fresh {
 					x.inspect(w, child)
 				}
@@ -185,21 +189,24 @@ func (x *explorer) note(kind, what string, state, parent int32, tid, choice int)
 	f.Count++
 }
 
-// inspectStep records the observations that are steps rather than states.
-func (x *explorer) inspectStep(w *world, from pc, parent, child int32, t, b int) {
+// stepIssues are the observations that are steps rather than states: what
+// thread t's step from pc from just did, judged from the step's counters.
+func (w *world) stepIssues(from pc, t int) []issue {
+	var out []issue
 	n := w.n
 	switch {
 	case n.requeues > 0:
-		x.note(ObsRequeue, fmt.Sprintf("T%d, woken for capacity, re-checks cache->unused in wait_event, finds 0 and sleeps again without rescanning the cache", t), child, parent, t, b)
+		out = append(out, issue{ObsRequeue, fmt.Sprintf("%s, woken for capacity, re-checks cache->unused in wait_event, finds 0 and sleeps again without rescanning the cache", w.tn(t))})
 	case n.spentCapacityWakes > 0:
-		x.note(ObsSpentWake, fmt.Sprintf("T%d, woken for capacity, finds its block cached and shares it, leaving the unused entry to others", t), child, parent, t, b)
+		out = append(out, issue{ObsSpentWake, fmt.Sprintf("%s, woken for capacity, finds its block cached and shares it, leaving the unused entry to others", w.tn(t))})
 	}
 	if n.handoffs > 0 {
-		x.note(ObsHandoff, fmt.Sprintf("T%d passes its capacity wake on to the next waiter", t), child, parent, t, b)
+		out = append(out, issue{ObsHandoff, fmt.Sprintf("%s passes its capacity wake on to the next waiter", w.tn(t))})
 	}
 	if from == pcPutWake && n.cacheWakeups >= 2 {
-		x.note(ObsHerd, fmt.Sprintf("one squashfs_cache_put by T%d made %d tasks runnable for one unused entry", t, n.cacheWakeups), child, parent, t, b)
+		out = append(out, issue{ObsHerd, fmt.Sprintf("one squashfs_cache_put by %s made %d tasks runnable for one unused entry", w.tn(t), n.cacheWakeups)})
 	}
+	return out
 }
 
 // inspect checks one new state for violations and observations.
@@ -252,7 +259,7 @@ func (w *world) check() []issue {
 			continue
 		}
 		if !w.pendingStep(pcWakeEntry, func(u *thread) bool { return u.entry == th.entry }) {
-			out = append(out, issue{KindLostWakeup, fmt.Sprintf("T%d sleeps on entry %d's wait_queue, the entry is filled, and no wake_up_all is pending", t, th.entry)})
+			out = append(out, issue{KindLostWakeup, fmt.Sprintf("%s sleeps on entry %d's wait_queue, the entry is filled, and no wake_up_all is pending", w.tn(t), th.entry)})
 		}
 	}
 
@@ -262,7 +269,7 @@ func (w *world) check() []issue {
 		if w.cached(th.block) < 0 || w.pendingStep(pcWakeBlock, func(u *thread) bool { return u.block == th.block }) {
 			continue
 		}
-		what := fmt.Sprintf("T%d sleeps for capacity while its blk %d is in entry %d", t, th.block, w.cached(th.block))
+		what := fmt.Sprintf("%s sleeps for capacity while its blk %d is in entry %d", w.tn(t), th.block, w.cached(th.block))
 		if w.policy == Keyed {
 			out = append(out, issue{KindLostWakeup, what + ", and no block wake for it is pending"})
 		}
@@ -281,9 +288,9 @@ func (w *world) check() []issue {
 			have = pendingPut + pendingHandoff + inFlight
 		}
 		if have < need {
-			out = append(out, issue{KindStrandedCapacity, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and %d wake(s) are pending", ids(capSleepers), c.unused, have)})
+			out = append(out, issue{KindStrandedCapacity, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and %d wake(s) are pending", w.ids(capSleepers), c.unused, have)})
 		} else if w.policy != WakeAll && pendingPut+pendingHandoff < need && inFlight > 0 {
-			out = append(out, issue{ObsBlockedBehindWakee, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and the only wake for them is held by %s, woken but not yet run", ids(capSleepers), c.unused, ids(inFlightIDs))})
+			out = append(out, issue{ObsBlockedBehindWakee, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and the only wake for them is held by %s, woken but not yet run", w.ids(capSleepers), c.unused, w.ids(inFlightIDs))})
 		}
 	}
 	return out
@@ -310,25 +317,17 @@ func (w *world) cached(block int) int {
 	return -1
 }
 
-func ids(ts []int) string {
-	s := make([]string, len(ts))
-	for i, t := range ts {
-		s[i] = fmt.Sprintf("T%d", t)
-	}
-	return strings.Join(s, ",")
-}
-
 func (w *world) sleepers() string {
 	var s []string
 	for t := range w.th {
 		th := &w.th[t]
 		switch {
 		case th.pc == pcDone:
-			s = append(s, fmt.Sprintf("T%d done", t))
+			s = append(s, fmt.Sprintf("%s done", w.tn(t)))
 		case w.asleep(t) && th.pc == pcEntrySleep:
-			s = append(s, fmt.Sprintf("T%d asleep on entry %d", t, th.entry))
+			s = append(s, fmt.Sprintf("%s asleep on entry %d", w.tn(t), th.entry))
 		case w.asleep(t):
-			s = append(s, fmt.Sprintf("T%d asleep for capacity (blk %d)", t, th.block))
+			s = append(s, fmt.Sprintf("%s asleep for capacity (blk %d)", w.tn(t), th.block))
 		}
 	}
 	return strings.Join(s, ", ")
@@ -346,17 +345,37 @@ func (x *explorer) trace(f *Finding) []string {
 		path = append(path, s)
 	}
 	w := x.root()
+	w.names = make([]int, len(w.th))
+	for t := range w.names {
+		w.names[t] = t
+	}
 	var lines []string
-	w.log = &lines
 	lines = append(lines, "start: "+w.describe())
+	step := func(t, b int) []issue {
+		w.log = &lines
+		w.n = counters{}
+		from := w.th[t].pc
+		w.step(t, b)
+		w.log = nil
+		lines = append(lines, "        "+w.describe())
+		is := w.stepIssues(from, t)
+		w.canonicalize() // the stored steps name threads in canonical order
+		return is
+	}
 	for i := len(path) - 1; i >= 0; i-- {
 		v := x.via[path[i]]
-		w.step(int(v[0]), int(v[1]))
-		lines = append(lines, "        "+w.describe())
+		step(int(v[0]), int(v[1]))
 	}
+	is := w.check()
 	if f.parent >= 0 {
-		w.step(int(f.tid), int(f.choice))
-		lines = append(lines, "        "+w.describe())
+		is = step(int(f.tid), int(f.choice))
+	}
+	// Say it again with the trace's thread names.
+	for _, i := range is {
+		if i.kind == f.Kind {
+			f.What = i.what
+			break
+		}
 	}
 	lines = append(lines, "=> "+f.What)
 	return lines
@@ -381,12 +400,12 @@ func (w *world) describe() string {
 			b.WriteString(" pending")
 		}
 		if len(e.waitq) > 0 {
-			fmt.Fprintf(&b, " wq=%s", ids(e.waitq))
+			fmt.Fprintf(&b, " wq=%s", w.ids(e.waitq))
 		}
 	}
 	b.WriteString("]")
 	if len(c.waitq) > 0 {
-		fmt.Fprintf(&b, " cache_wq=%s", ids(c.waitq))
+		fmt.Fprintf(&b, " cache_wq=%s", w.ids(c.waitq))
 	}
 	var asleep []int
 	for t := range w.th {
@@ -395,7 +414,7 @@ func (w *world) describe() string {
 		}
 	}
 	if len(asleep) > 0 {
-		fmt.Fprintf(&b, " asleep=%s", ids(asleep))
+		fmt.Fprintf(&b, " asleep=%s", w.ids(asleep))
 	}
 	return b.String()
 }
@@ -467,5 +486,73 @@ func (w *world) decode(s string, cfg Config) {
 		th.sleeping, th.capWoken, th.capacityWake, th.pending = f&1 != 0, f&2 != 0, f&4 != 0, f&8 != 0
 		th.gets = next()
 		th.woke = false
+	}
+}
+
+// canonicalize renumbers the threads into a canonical order, so that states
+// that differ only in which thread is which are explored once. Threads are
+// interchangeable: same code, and in Check each chooses any block. The
+// order sorts threads by their own state and their place in the wait
+// queues; two threads that tie are in the same state and on no queue, so
+// either order gives the same encoding.
+func (w *world) canonicalize() {
+	n := len(w.th)
+	var sig [8][8]byte
+	for t := range w.th {
+		th := &w.th[t]
+		flags := bit(th.sleeping) | bit(th.capWoken)<<1 | bit(th.capacityWake)<<2 | bit(th.pending)<<3
+		sig[t] = [8]byte{byte(th.pc), byte(th.block + 1), byte(th.entry + 1), flags, byte(th.gets), 255, 255}
+	}
+	for i, t := range w.c.waitq {
+		sig[t][5] = byte(i)
+	}
+	for k := range w.c.entries {
+		for i, t := range w.c.entries[k].waitq {
+			sig[t][6] = byte(i)
+		}
+	}
+	var perm [8]int // perm[new] = old
+	for i := range n {
+		perm[i] = i
+	}
+	// Insertion sort: at most 8 threads.
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && string(sig[perm[j]][:]) < string(sig[perm[j-1]][:]); j-- {
+			perm[j], perm[j-1] = perm[j-1], perm[j]
+		}
+	}
+	identity := true
+	for i := range n {
+		if perm[i] != i {
+			identity = false
+			break
+		}
+	}
+	if identity {
+		return
+	}
+	var inv [8]int // inv[old] = new
+	for i := range n {
+		inv[perm[i]] = i
+	}
+	old := make([]thread, n)
+	copy(old, w.th)
+	for i := range n {
+		w.th[i] = old[perm[i]]
+	}
+	if w.names != nil {
+		names := append([]int(nil), w.names...)
+		for i := range n {
+			w.names[i] = names[perm[i]]
+		}
+	}
+	for i, t := range w.c.waitq {
+		w.c.waitq[i] = inv[t]
+	}
+	for k := range w.c.entries {
+		q := w.c.entries[k].waitq
+		for i, t := range q {
+			q[i] = inv[t]
+		}
 	}
 }

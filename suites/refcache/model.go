@@ -1,6 +1,9 @@
 package refcache
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // This file is the cache itself: fs/squashfs/cache.c of Linux 6.1
 // (squashfs_cache_get and squashfs_cache_put) as a state machine, one
@@ -96,6 +99,9 @@ type world struct {
 	n      counters
 	woken  []int     // threads the last step made runnable
 	log    *[]string // when set, steps describe themselves (for traces)
+	// names are the threads' names in traces: Check relabels threads to
+	// a canonical order, and names keeps each thread's own name through it.
+	names []int
 }
 
 func newWorld(p Policy, threads, entries, getsPerThread int) *world {
@@ -230,7 +236,7 @@ func (w *world) step(t, block int) {
 	case pcWakeBlock:
 		w.wakeCache(0, th.block)
 		if w.log != nil {
-			w.logf(t, "squashfs_cache_wake_block(blk %d): woke %v", th.block, w.woken)
+			w.logf(t, "squashfs_cache_wake_block(blk %d): woke %s", th.block, w.ids(w.woken))
 		}
 		th.pc = pcFill
 
@@ -252,7 +258,7 @@ func (w *world) step(t, block int) {
 	case pcWakeEntry:
 		w.wakeEntry(th.entry)
 		if w.log != nil {
-			w.logf(t, "wake_up_all(entry %d wait_queue): woke %v", th.entry, w.woken)
+			w.logf(t, "wake_up_all(entry %d wait_queue): woke %s", th.entry, w.ids(w.woken))
 		}
 		th.pc = pcHold
 
@@ -260,7 +266,7 @@ func (w *world) step(t, block int) {
 		w.wakeCache(1, -1)
 		w.n.handoffs++
 		if w.log != nil {
-			w.logf(t, "hand-off: wake_up(cache->wait_queue): woke %v", w.woken)
+			w.logf(t, "hand-off: wake_up(cache->wait_queue): woke %s", w.ids(w.woken))
 		}
 		if th.pending {
 			th.pc = pcEntryCheck0
@@ -344,7 +350,7 @@ func (w *world) step(t, block int) {
 		w.n.releaseWakeCalls++
 		w.wakeCache(1, -1)
 		if w.log != nil {
-			w.logf(t, "wake_up(cache->wait_queue): woke %v", w.woken)
+			w.logf(t, "wake_up(cache->wait_queue): woke %s", w.ids(w.woken))
 		}
 		w.endGet(t)
 
@@ -596,5 +602,25 @@ func handoffNote(wakeNext bool) string {
 
 // logf appends one line to the trace: the thread, then what it did.
 func (w *world) logf(t int, format string, args ...any) {
-	*w.log = append(*w.log, fmt.Sprintf("T%d: ", t)+fmt.Sprintf(format, args...))
+	*w.log = append(*w.log, w.tn(t)+": "+fmt.Sprintf(format, args...))
+}
+
+// tn is thread t's name in traces.
+func (w *world) tn(t int) string {
+	if w.names != nil {
+		t = w.names[t]
+	}
+	return fmt.Sprintf("T%d", t)
+}
+
+// ids names a list of threads.
+func (w *world) ids(ts []int) string {
+	if len(ts) == 0 {
+		return "none"
+	}
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = w.tn(t)
+	}
+	return strings.Join(s, ",")
 }
