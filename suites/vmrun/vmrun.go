@@ -20,6 +20,9 @@ import (
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
+// A booted vmrunner.Instance is what suites.RunAB drives.
+var _ suites.Guest = vmrunner.Instance(nil)
+
 // Kernel is one side of a comparison.
 type Kernel struct {
 	Label   string // "base", "patched"
