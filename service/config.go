@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/patchbot/patchbot/mailbox/sender"
+	"github.com/patchbot/patchbot/reports"
 )
 
 // Config is the daemon's configuration (patchbot.yaml). It is decoded
@@ -29,8 +32,10 @@ type Config struct {
 	Kernel KernelConfig `yaml:"kernel"`
 	VM     VMConfig     `yaml:"vm"`
 	Suites SuitesConfig `yaml:"suites"`
-	SMTP   SMTPConfig   `yaml:"smtp"`
-	Reply  ReplyConfig  `yaml:"reply"`
+	// SMTP says how replies leave; sending is off by default (replies go
+	// to the outbox and are printed).
+	SMTP  sender.Config        `yaml:"smtp"`
+	Reply reports.ReplyOptions `yaml:"reply"`
 	// Commands controls who may ask for a run with "#patchbot test".
 	Commands CommandsConfig `yaml:"commands"`
 	// HTTP serves /healthz and /metrics; empty disables it.
@@ -78,22 +83,6 @@ type SuitesConfig struct {
 	Runs    int    `yaml:"runs"`
 }
 
-// SMTPConfig says how replies leave. Send is off by default: replies go to
-// the outbox and are printed.
-type SMTPConfig struct {
-	Send     bool   `yaml:"send"`
-	Addr     string `yaml:"addr"`
-	User     string `yaml:"user"`
-	Password string `yaml:"password"`
-	From     string `yaml:"from"`
-}
-
-// ReplyConfig says whom a reply goes to.
-type ReplyConfig struct {
-	CcLists bool     `yaml:"cc_lists"`
-	ExtraCc []string `yaml:"extra_cc"`
-}
-
 // CommandsConfig controls email commands.
 type CommandsConfig struct {
 	AllowAuthor bool     `yaml:"allow_author"`
@@ -118,8 +107,7 @@ func DefaultConfig() Config {
 		Paths:    []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
 		VM:       VMConfig{Backend: "qemu", CPUs: 4, MemMiB: 1024, Concurrency: 1},
 		Suites:   SuitesConfig{Profile: "quick", Runs: 3},
-		SMTP:     SMTPConfig{From: "patchbot <patchbot@localhost>"},
-		Reply:    ReplyConfig{CcLists: true},
+		Reply:    reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
 		Commands: CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
 	}
 }
@@ -187,8 +175,8 @@ func (c *Config) Validate() error {
 	if c.Suites.Runs < 1 || c.Suites.Runs > 100 {
 		errs = append(errs, fmt.Sprintf("suites.runs %d: want 1..100", c.Suites.Runs))
 	}
-	if c.SMTP.Send && c.SMTP.Addr == "" {
-		errs = append(errs, "smtp.send is on but smtp.addr is empty")
+	if c.SMTP.Enabled && c.SMTP.Addr == "" {
+		errs = append(errs, "smtp.enabled is on but smtp.addr is empty")
 	}
 	if c.Commands.PerSenderPerHour < 0 {
 		errs = append(errs, "commands.per_sender_per_hour: negative")

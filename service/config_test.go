@@ -13,14 +13,14 @@ func TestDecodeConfig(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "empty keeps defaults", yaml: "", check: func(t *testing.T, c Config) {
-			if c.VM.Backend != "qemu" || c.Suites.Profile != "quick" || c.SMTP.Send {
+			if c.VM.Backend != "qemu" || c.Suites.Profile != "quick" || c.SMTP.Enabled {
 				t.Errorf("defaults not kept: %+v", c)
 			}
 		}},
 		{name: "unknown key", yaml: "vm:\n  backnd: qemu\n", wantErr: "field backnd not found"},
 		{name: "bad backend", yaml: "vm:\n  backend: xen\n", wantErr: `vm.backend "xen"`},
 		{name: "two kinds in one source", yaml: "sources:\n- mbox: a\n  maildir: b\n", wantErr: "exactly one of"},
-		{name: "send without addr", yaml: "smtp:\n  send: true\n", wantErr: "smtp.addr is empty"},
+		{name: "send without addr", yaml: "smtp:\n  enabled: true\n", wantErr: "smtp.addr is empty"},
 		{name: "imap source", yaml: "sources:\n- name: fsdevel\n  imap: {addr: 127.0.0.1:1143, user: bot, mailbox: INBOX}\n  poll: 30s\n",
 			check: func(t *testing.T, c Config) {
 				if len(c.Sources) != 1 || c.Sources[0].IMAP.Mailbox != "INBOX" || c.Sources[0].Poll.Seconds() != 30 {

@@ -1,0 +1,486 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/store"
+)
+
+// Daemon watches sources, queues jobs, runs them one at a time, and puts
+// the replies in the outbox. All of its state is in the store, so a
+// restart (or kill -9) resumes where it was.
+type Daemon struct {
+	Config   Config
+	Store    *store.Store
+	Pipeline *Pipeline
+	// Sources by name; the name keys the stored cursor.
+	Sources map[string]mailbox.Source
+	// Flush sends what the outbox holds; nil when sending is off.
+	Flush   func(ctx context.Context) error
+	Log     *slog.Logger
+	Metrics *Metrics
+	// Poll is how often sources without a push mechanism are read and the
+	// queue is looked at; default 30 s.
+	Poll time.Duration
+	// Backoff is the wait before an infrastructure failure is retried, per
+	// attempt; MaxAttempts gives up.
+	Backoff     time.Duration
+	MaxAttempts int
+
+	wake chan struct{}
+}
+
+// Run works until ctx ends: on SIGTERM the caller cancels ctx; the running
+// job's stage is abandoned and the job put back in the queue (builds are
+// cached, so the retry costs only the stage that was running).
+func (d *Daemon) Run(ctx context.Context) error {
+	d.defaults()
+	n, err := d.Store.RequeueInterrupted(ctx)
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		d.Log.Info("requeued jobs interrupted by a restart", "jobs", n)
+	}
+	var wg sync.WaitGroup
+	for name, src := range d.Sources {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.watch(ctx, name, src)
+		}()
+	}
+	d.work(ctx)
+	wg.Wait()
+	d.Log.Info("stopped")
+	return nil
+}
+
+func (d *Daemon) defaults() {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.Poll == 0 {
+		d.Poll = 30 * time.Second
+	}
+	if d.Backoff == 0 {
+		d.Backoff = time.Minute
+	}
+	if d.MaxAttempts == 0 {
+		d.MaxAttempts = 5
+	}
+	if d.Metrics == nil {
+		d.Metrics = NewMetrics()
+	}
+	d.wake = make(chan struct{}, 1)
+}
+
+// watch reads one source until ctx ends, logging and retrying failures.
+func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
+	log := d.Log.With("source", name)
+	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
+	for ctx.Err() == nil {
+		cur, err := d.Store.Cursor(ctx, name)
+		if err != nil {
+			log.Error("reading cursor", "err", err)
+		} else if w, ok := src.(mailbox.Watcher); ok {
+			err = w.Watch(ctx, cur, fn)
+		} else {
+			_, err = src.Poll(ctx, cur, fn)
+		}
+		if err != nil && ctx.Err() == nil {
+			d.Metrics.SourceErrors.WithLabelValues(name).Inc()
+			log.Warn("source failed; retrying", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(d.Poll):
+		}
+	}
+}
+
+// Ingest keeps one mail and acts on it: a complete series that touches the
+// watched paths becomes a job, an email command is answered. The mail and
+// the source's cursor are stored together first, so a crash after this
+// point does not lose the mail and a restart does not read it again.
+func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, cur string) error {
+	if d.wake == nil {
+		d.defaults()
+	}
+	d.Metrics.Messages.Inc()
+	thread := threadOf(m)
+	if err := d.Store.SaveMessage(ctx, source, cur, m.MessageID, thread, m.Raw); err != nil {
+		return err
+	}
+	if cmds := mailbox.ParseCommands(m); len(cmds) > 0 {
+		return d.commands(ctx, m, thread, cmds)
+	}
+	if m.Diff == "" {
+		return nil
+	}
+	series, err := d.thread(ctx, thread, "")
+	if err != nil {
+		return err
+	}
+	for _, s := range series {
+		log := d.Log.With("series", s.Subject, "version", s.Version)
+		if !s.Complete {
+			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason)
+			continue
+		}
+		if !touches(s.Files(), d.Config.Paths) {
+			log.Info("series touches no watched path; not tested", "files", s.Files())
+			continue
+		}
+		req := d.request(s, s.Patches[0].MessageID)
+		if s.Cover != nil {
+			req.Thread.MessageID = s.Cover.MessageID
+			req.Thread.References = s.Cover.References
+		}
+		if err := d.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version), req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// thread assembles the series of a stored thread, leaving out one mail
+// (the command being answered).
+func (d *Daemon) thread(ctx context.Context, thread, skip string) ([]*mailbox.Series, error) {
+	raws, err := d.Store.ThreadMessages(ctx, thread)
+	if err != nil {
+		return nil, err
+	}
+	var msgs []*mailbox.Message
+	for _, raw := range raws {
+		m, err := mailbox.ParseBytes(raw)
+		if err != nil || m.MessageID == skip {
+			continue // it was parsed once already; a stored mail that no longer parses is skipped
+		}
+		msgs = append(msgs, m)
+	}
+	return mailbox.Assemble(msgs), nil
+}
+
+// request describes the test of a series, answering the mail replyTo.
+func (d *Daemon) request(s *mailbox.Series, replyTo string) *Request {
+	req := &Request{Title: s.Subject, Files: s.Files(), Base: s.Base,
+		Profile: d.Config.Suites.Profile, Runs: d.Config.Suites.Runs}
+	for _, p := range s.Patches {
+		req.Patches = append(req.Patches, p.Raw)
+	}
+	p0 := s.Patches[0]
+	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
+		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
+	return req
+}
+
+func (d *Daemon) enqueue(ctx context.Context, trigger, dedupe string, req *Request) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	id, added, err := d.Store.AddJob(ctx, store.Job{Dedupe: dedupe, Trigger: trigger, Title: req.Title, Request: data})
+	if err != nil {
+		return err
+	}
+	if added {
+		d.Log.Info("job queued", "job", id, "trigger", trigger, "title", req.Title)
+		select {
+		case d.wake <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+// commands answers the email commands of one mail.
+func (d *Daemon) commands(ctx context.Context, m *mailbox.Message, thread string, cmds []mailbox.Command) error {
+	series, err := d.thread(ctx, thread, m.MessageID)
+	if err != nil {
+		return err
+	}
+	var target *mailbox.Series
+	for _, s := range series {
+		if len(s.Patches) > 0 && (target == nil || s.Version > target.Version) {
+			target = s
+		}
+	}
+	for i, c := range cmds {
+		key := fmt.Sprintf("%s#%d", m.MessageID, i)
+		log := d.Log.With("command", c.Line, "from", m.From)
+		var answer string
+		switch {
+		case c.Err != "":
+			answer = fmt.Sprintf("patchbot could not understand this command:\n\n> %s\n\n%s\n\n%s", c.Line, c.Err, helpText)
+		case c.Name == "help":
+			answer = "> " + c.Line + "\n\n" + helpText
+		case target == nil:
+			answer = fmt.Sprintf("> %s\n\nThere is no patch series in this thread that patchbot could test.", c.Line)
+		default:
+			ok, reason, err := Authorize(d.Config.Commands, d.Store, time.Now(), m.From, target.Author)
+			if err != nil {
+				return err
+			}
+			if _, err := d.Store.LogCommand(ctx, key, mailbox.AddrOf(m.From), time.Now(), ok); err != nil {
+				return err
+			}
+			if !ok {
+				d.Metrics.Commands.WithLabelValues("refused").Inc()
+				log.Info("command refused", "reason", reason)
+				if !d.Config.Commands.AnswerRefused {
+					continue
+				}
+				answer = fmt.Sprintf("> %s\n\npatchbot did not run this command: %s.", c.Line, reason)
+				break
+			}
+			d.Metrics.Commands.WithLabelValues("accepted").Inc()
+			req := d.request(target, m.MessageID)
+			req.Thread.Subject = m.Subject
+			req.Thread.References = append(append([]string{}, m.References...), m.MessageID)
+			req.Thread.Author = m.From
+			req.Command = c.Line
+			if len(c.Suites) > 0 {
+				req.Suites = c.Suites
+			}
+			if c.Profile != "" {
+				req.Profile = c.Profile
+			}
+			if err := d.enqueue(ctx, "command", "command:"+key, req); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.answer(ctx, m, key, answer); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const helpText = `patchbot understands these commands, one per line, in a reply to a
+patch or a cover letter:
+
+  #patchbot test [SUITE ...] [profile=quick|full]
+      build the kernel with and without the series, run the suites
+      (by default those that fit the files the series touches), and
+      answer with the comparison
+  #patchbot help
+      this text
+
+Commands are taken from the series' author and from the addresses this
+instance allows.`
+
+// answer puts a short reply to m in the outbox.
+func (d *Daemon) answer(ctx context.Context, m *mailbox.Message, key, body string) error {
+	r := &reports.Reply{Header: reports.Header{
+		From: d.Config.Reply.From, To: []string{m.From}, Subject: reSubject(m.Subject), Date: time.Now(),
+		MessageID:  fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key)),
+		InReplyTo:  m.MessageID,
+		References: append(append([]string{}, m.References...), m.MessageID),
+	}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"}
+	return d.queueReply(ctx, r)
+}
+
+func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
+	raw, err := r.Bytes()
+	if err != nil {
+		return err
+	}
+	rcpt, err := r.Recipients()
+	if err != nil {
+		return err
+	}
+	_, added, err := d.Store.Enqueue(ctx, store.OutboxMessage{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(d.Config.Reply.From), Recipients: rcpt, Raw: raw})
+	if err != nil {
+		return fmt.Errorf("writing the reply to the outbox: %w", err)
+	}
+	if added {
+		d.Metrics.Replies.Inc()
+		d.Log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+	}
+	if d.Flush != nil {
+		if err := d.Flush(ctx); err != nil {
+			d.Log.Warn("sending the outbox", "err", err)
+		}
+	}
+	return nil
+}
+
+// work runs queued jobs until ctx ends.
+func (d *Daemon) work(ctx context.Context) {
+	for ctx.Err() == nil {
+		ran, err := d.RunOnce(ctx)
+		if err != nil {
+			d.Log.Error("claiming a job", "err", err)
+		}
+		if !ran {
+			d.updateGauges(ctx)
+			select {
+			case <-ctx.Done():
+			case <-d.wake:
+			case <-time.After(d.Poll):
+			}
+		}
+	}
+}
+
+// RunOnce runs the next job that is due, if any, and says whether it ran
+// one.
+func (d *Daemon) RunOnce(ctx context.Context) (bool, error) {
+	if d.wake == nil {
+		d.defaults()
+	}
+	j, err := d.Store.ClaimJob(ctx, time.Now())
+	if errors.Is(err, store.ErrNoJob) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	d.runJob(ctx, j)
+	return true, nil
+}
+
+func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
+	log := d.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
+	var req Request
+	if err := json.Unmarshal(j.Request, &req); err != nil {
+		j.State, j.Blame, j.Error = store.JobFailed, string(BlameInfra), "undecodable request: "+err.Error()
+		d.Store.UpdateJob(ctx, j)
+		return
+	}
+	j.RunDir = filepath.Join(d.Config.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
+	j.Stage = "running"
+	d.Store.UpdateJob(ctx, j)
+	log.Info("job started")
+	start := time.Now()
+	out, err := d.Pipeline.Execute(ctx, &req, j.RunDir)
+	d.Metrics.JobSeconds.Observe(time.Since(start).Seconds())
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case ctx.Err() != nil:
+		// Shutting down: the job goes back to the queue, and the restart
+		// runs it again.
+		j.State, j.Stage = store.JobQueued, "interrupted"
+		log.Info("job interrupted by shutdown; it will run again after restart")
+	case err != nil:
+		d.Metrics.Failures.WithLabelValues(string(BlameInfra)).Inc()
+		j.Blame, j.Error = string(BlameInfra), err.Error()
+		if j.Attempts >= d.MaxAttempts {
+			j.State = store.JobFailed
+			log.Error("job failed for good (infrastructure)", "err", err)
+		} else {
+			j.State, j.NotBefore = store.JobQueued, time.Now().Add(d.Backoff*time.Duration(1<<(j.Attempts-1)))
+			log.Warn("job failed (infrastructure); retrying later", "err", err, "not_before", j.NotBefore)
+		}
+	default:
+		if out.Run.Failure != nil {
+			d.Metrics.Failures.WithLabelValues(string(BlamePatch)).Inc()
+			j.Blame, j.Error = string(BlamePatch), string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
+		}
+		if req.Command != "" {
+			out.Reply.Body = "> " + req.Command + "\n\n" + out.Reply.Body
+		}
+		// One Message-ID per job, whatever run of it produced the reply: a
+		// job re-run after a crash finds its reply already in the outbox.
+		out.Reply.Header.MessageID = fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID,
+			shortHash(j.Dedupe), domainOf(d.Config.Reply.From))
+		if raw, err := out.Reply.Bytes(); err == nil {
+			os.WriteFile(filepath.Join(j.RunDir, reports.ReplyFile), raw, 0o644)
+		}
+		if err := d.queueReply(bg, out.Reply); err != nil {
+			j.State, j.Blame, j.Error = store.JobQueued, string(BlameInfra), err.Error()
+			break
+		}
+		j.State, j.Stage = store.JobDone, "done"
+		log.Info("job done", "failure", j.Error, "seconds", time.Since(start).Round(time.Second).Seconds())
+	}
+	if err := d.Store.UpdateJob(bg, j); err != nil {
+		log.Error("recording the job's end", "err", err)
+	}
+}
+
+func (d *Daemon) updateGauges(ctx context.Context) {
+	counts, err := d.Store.JobCounts(ctx)
+	if err != nil {
+		return
+	}
+	for _, st := range []store.JobState{store.JobQueued, store.JobRunning, store.JobDone, store.JobFailed} {
+		d.Metrics.Jobs.WithLabelValues(string(st)).Set(float64(counts[st]))
+	}
+}
+
+// threadOf is the Message-ID that starts m's thread.
+func threadOf(m *mailbox.Message) string {
+	if len(m.References) > 0 {
+		return m.References[0]
+	}
+	if m.InReplyTo != "" {
+		return m.InReplyTo
+	}
+	return m.MessageID
+}
+
+// touches says whether any file is under one of the path prefixes (all
+// files count when no prefix is configured).
+func touches(files, prefixes []string) bool {
+	if len(prefixes) == 0 {
+		return len(files) > 0
+	}
+	for _, f := range files {
+		for _, p := range prefixes {
+			if strings.HasPrefix(f, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func shortHash(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:6])
+}
+
+func domainOf(from string) string {
+	a := mailbox.AddrOf(from)
+	if i := strings.LastIndex(a, "@"); i >= 0 {
+		return a[i+1:]
+	}
+	return "patchbot.invalid"
+}
+
+func reSubject(s string) string {
+	if strings.HasPrefix(strings.ToLower(s), "re:") {
+		return s
+	}
+	return "Re: " + s
+}
+
+func sanitize(s string) string {
+	var b bytes.Buffer
+	for _, r := range s {
+		if r < 128 && (r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}

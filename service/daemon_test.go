@@ -1,0 +1,285 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner"
+)
+
+// fakeBuilder builds nothing: it returns kernels, or the error it is told.
+type fakeBuilder struct {
+	patchedErr error
+	builds     int
+}
+
+func (f *fakeBuilder) Base(ctx context.Context) (*images.Build, error) {
+	return &images.Build{BzImage: "/nonexistent/base", Commit: "1111111111111111111111111111111111111111",
+		ConfigHash: "cafe", Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
+}
+
+func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error) {
+	f.builds++
+	if f.patchedErr != nil {
+		return nil, f.patchedErr
+	}
+	return &images.Build{BzImage: "/nonexistent/patched", Commit: "2222222222222222222222222222222222222222",
+		ConfigHash: base.ConfigHash, Compiler: base.Compiler, Series: len(patches)}, nil
+}
+
+// fakeTester returns fixed samples: the patched kernel wakes far fewer
+// tasks per release, with a little noise.
+type fakeTester struct {
+	err   error
+	tests []TestSpec
+}
+
+func (f *fakeTester) Test(ctx context.Context, t TestSpec) (*TestOutcome, error) {
+	f.tests = append(f.tests, t)
+	if f.err != nil {
+		return nil, f.err
+	}
+	mk := func(label string, wpr, fps float64) *suites.Result {
+		r := &suites.Result{Suite: t.Suite, Profile: t.Profile, Kernel: label, Accel: "tcg", CPUs: 4, MemMiB: 1024}
+		for i := 0; i < 4; i++ {
+			noise := float64(i%3-1) * 0.02
+			r.Samples = append(r.Samples,
+				suites.Sample{Suite: t.Suite, Workload: "small-file-read", Metric: "wakeups_per_release", Unit: "count",
+					Round: i + 1, Value: wpr * (1 + noise)},
+				suites.Sample{Suite: t.Suite, Workload: "small-file-read", Metric: "files_per_s", Unit: "files/s",
+					HigherIsBetter: true, Round: i + 1, Value: fps * (1 - noise)})
+		}
+		return r
+	}
+	return &TestOutcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
+		Info: vmrunner.Info{Backend: "fake", Accel: "tcg"}, CPUs: 4, MemMiB: 1024}, nil
+}
+
+type testDaemon struct {
+	*Daemon
+	builder *fakeBuilder
+	tester  *fakeTester
+	dbPath  string
+}
+
+func newTestDaemon(t *testing.T, dir string) *testDaemon {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.StateDir = dir
+	cfg.Commands.Allow = []string{"maintainer@example.org"}
+	dbPath := filepath.Join(dir, "state.db")
+	st, err := store.Open(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	b, te := &fakeBuilder{}, &fakeTester{}
+	d := &Daemon{Config: cfg, Store: st, Pipeline: &Pipeline{Builder: b, Tester: te, Reply: cfg.Reply}}
+	return &testDaemon{Daemon: d, builder: b, tester: te, dbPath: dbPath}
+}
+
+// ingestFile feeds every mail of an mbox to the daemon as a source would.
+func (d *testDaemon) ingestFile(t *testing.T, source, path string) {
+	t.Helper()
+	src := &mailbox.Mbox{Path: path}
+	ctx := context.Background()
+	cur, _ := d.Store.Cursor(ctx, source)
+	if _, err := src.Poll(ctx, cur, func(m *mailbox.Message, cur string) error {
+		return d.Ingest(ctx, source, m, cur)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (d *testDaemon) outbox(t *testing.T) []store.OutboxMessage {
+	t.Helper()
+	msgs, err := d.Store.Pending(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msgs
+}
+
+func TestDaemonSeedSeriesOneJobOneReply(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	jobs, _ := d.Store.Jobs(ctx)
+	if len(jobs) != 1 {
+		t.Fatalf("jobs = %d, want 1 (the patch; the ping and the review are not patches)", len(jobs))
+	}
+	if ran, err := d.RunOnce(ctx); !ran || err != nil {
+		t.Fatalf("RunOnce = %v, %v", ran, err)
+	}
+	if ran, _ := d.RunOnce(ctx); ran {
+		t.Error("a second job ran")
+	}
+	j, _ := d.Store.Job(ctx, jobs[0].ID)
+	if j.State != store.JobDone || j.Blame != "" {
+		t.Fatalf("job = %+v", j)
+	}
+	if len(d.tester.tests) != 1 || d.tester.tests[0].Suite != "cache-contention" {
+		t.Errorf("suites run = %+v, want cache-contention chosen by fs/squashfs/cache.c", d.tester.tests)
+	}
+	out := d.outbox(t)
+	if len(out) != 1 {
+		t.Fatalf("outbox = %d, want 1", len(out))
+	}
+	raw := string(out[0].Raw)
+	for _, want := range []string{
+		"In-Reply-To: <20260724190556.1950693-1-usama.arif@linux.dev>",
+		"Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups",
+		"wakeups_per_release",
+	} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("reply lacks %q:\n%s", want, raw)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(j.RunDir, "run.json")); err != nil {
+		t.Errorf("run directory: %v", err)
+	}
+
+	// The same mail again (a restarted source re-reading from scratch):
+	// no new job.
+	d.Store.SaveMessage(ctx, "list", "", "", "", nil)
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 1 {
+		t.Errorf("jobs after reading the list again = %d, want 1", len(jobs))
+	}
+}
+
+func TestDaemonCrashAfterReplySendsOnce(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	d.RunOnce(ctx)
+	// Simulate a kill -9 after the reply was queued but before the job was
+	// marked done: the job is running again in the store.
+	jobs, _ := d.Store.Jobs(ctx)
+	j := jobs[0]
+	j.State = store.JobRunning
+	d.Store.UpdateJob(ctx, j)
+	d.Store.Close()
+
+	d2 := newTestDaemon(t, dir)
+	if n, _ := d2.Store.RequeueInterrupted(ctx); n != 1 {
+		t.Fatalf("requeued %d jobs, want 1", n)
+	}
+	if ran, _ := d2.RunOnce(ctx); !ran {
+		t.Fatal("the interrupted job did not run again")
+	}
+	if out := d2.outbox(t); len(out) != 1 {
+		t.Errorf("outbox after the re-run = %d, want still 1", len(out))
+	}
+}
+
+func TestDaemonPatchFailureIsAnswered(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.builder.patchedErr = &images.BuildError{Lines: []string{
+		"fs/fuse/dev.c:1240:17: error: 'expires' undeclared (first use in this function)"}}
+	d.ingestFile(t, "list", "../testdata/mbox/fuse-waitq-rfc.mbox")
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("no job for the FUSE RFC")
+	}
+	jobs, _ := d.Store.Jobs(ctx)
+	if jobs[0].State != store.JobDone || jobs[0].Blame != "patch" {
+		t.Errorf("job = %+v, want done with the patch to blame", jobs[0])
+	}
+	out := d.outbox(t)
+	if len(out) != 1 || !strings.Contains(string(out[0].Raw), "'expires' undeclared") {
+		t.Fatalf("reply does not quote the compiler error: %d mails", len(out))
+	}
+	if len(d.tester.tests) != 0 {
+		t.Error("a kernel that does not build was tested")
+	}
+}
+
+func TestDaemonInfraFailureIsRetriedNotMailed(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.tester.err = &vmrunner.InfraError{Op: "starting QEMU", Err: errors.New("qemu-system-x86_64: not found")}
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	d.RunOnce(ctx)
+	jobs, _ := d.Store.Jobs(ctx)
+	j := jobs[0]
+	if j.State != store.JobQueued || j.Blame != "infra" || !j.NotBefore.After(j.Updated.Add(-1)) {
+		t.Errorf("job = %+v, want queued again, blamed on the infrastructure, with a backoff", j)
+	}
+	if ran, _ := d.RunOnce(ctx); ran {
+		t.Error("the job ran again before its backoff")
+	}
+	if out := d.outbox(t); len(out) != 0 {
+		t.Errorf("an infrastructure failure was mailed: %d mails", len(out))
+	}
+}
+
+func TestDaemonEmailCommands(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	d.RunOnce(ctx)
+
+	cmd := func(id, from, line string) string {
+		path := filepath.Join(dir, id+".mbox")
+		os.WriteFile(path, []byte(fmt.Sprintf(`From x Mon Aug  3 12:00:00 2026
+From: %s
+To: linux-fsdevel@vger.kernel.org
+Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups
+Date: Mon, 3 Aug 2026 12:00:00 +0100
+Message-ID: <%s@example.org>
+In-Reply-To: <20260724190556.1950693-1-usama.arif@linux.dev>
+References: <20260724190556.1950693-1-usama.arif@linux.dev>
+
+> some quoted text
+> #patchbot test locks
+%s
+
+`, from, id, line)), 0o644)
+		return path
+	}
+	d.ingestFile(t, "cmd1", cmd("cmd1", "Maintainer <maintainer@example.org>", "#patchbot test cache-contention profile=quick"))
+	d.ingestFile(t, "cmd2", cmd("cmd2", "Stranger <stranger@example.net>", "#patchbot test"))
+	d.ingestFile(t, "cmd3", cmd("cmd3", "Stranger <stranger@example.net>", "#patchbot help"))
+	jobs, _ := d.Store.Jobs(ctx)
+	if len(jobs) != 2 || jobs[1].Trigger != "command" {
+		t.Fatalf("jobs = %d, want the list's and the maintainer's command", len(jobs))
+	}
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("command job did not run")
+	}
+	out := d.outbox(t)
+	var replyToCmd, refusal, help string
+	for _, m := range out {
+		raw := string(m.Raw)
+		switch {
+		case strings.Contains(raw, "In-Reply-To: <cmd1@example.org>"):
+			replyToCmd = raw
+		case strings.Contains(raw, "In-Reply-To: <cmd2@example.org>"):
+			refusal = raw
+		case strings.Contains(raw, "In-Reply-To: <cmd3@example.org>"):
+			help = raw
+		}
+	}
+	if !strings.Contains(replyToCmd, "> #patchbot test cache-contention profile=quick") {
+		t.Errorf("the command's reply does not quote it:\n%s", replyToCmd)
+	}
+	if !strings.Contains(refusal, "neither the series' author") {
+		t.Errorf("the stranger's command was not refused with the reason:\n%s", refusal)
+	}
+	if !strings.Contains(help, "#patchbot test [SUITE ...]") {
+		t.Errorf("help was not answered:\n%s", help)
+	}
+}

@@ -1,0 +1,65 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Metrics are the daemon's Prometheus metrics, in a registry of their own.
+type Metrics struct {
+	Registry     *prometheus.Registry
+	Jobs         *prometheus.GaugeVec   // by state
+	JobSeconds   prometheus.Histogram   // whole job
+	Failures     *prometheus.CounterVec // by blame
+	Messages     prometheus.Counter
+	Replies      prometheus.Counter
+	Commands     *prometheus.CounterVec // accepted, refused
+	SourceErrors *prometheus.CounterVec // by source
+}
+
+// NewMetrics makes the metrics and registers them.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_jobs",
+			Help: "Jobs by state."}, []string{"state"}),
+		JobSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "patchbot_job_seconds",
+			Help: "Time from a job's start to its reply.", Buckets: prometheus.ExponentialBuckets(10, 2, 10)}),
+		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_failures_total",
+			Help: "Failed jobs by blame: the patch's (answered) or the infrastructure's (retried)."}, []string{"blame"}),
+		Messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_messages_total",
+			Help: "Mails read from the sources."}),
+		Replies: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_total",
+			Help: "Replies written to the outbox."}),
+		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_commands_total",
+			Help: "Email commands by outcome."}, []string{"outcome"}),
+		SourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_source_errors_total",
+			Help: "Failures reading a source."}, []string{"source"}),
+	}
+	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
+		prometheus.NewGoCollector())
+	return m
+}
+
+// Serve answers /healthz and /metrics on addr until ctx ends.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	log.Info("serving /healthz and /metrics", "addr", addr)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
