@@ -146,11 +146,11 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 			log.Info("series touches no watched path; not tested", "files", s.Files())
 			continue
 		}
-		req := d.request(s, s.Patches[0].MessageID)
+		replyTo := s.Patches[0].MessageID
 		if s.Cover != nil {
-			req.Thread.MessageID = s.Cover.MessageID
-			req.Thread.References = s.Cover.References
+			replyTo = s.Cover.MessageID
 		}
+		req := d.request(s, replyTo)
 		if err := d.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version), req); err != nil {
 			return err
 		}
@@ -178,14 +178,22 @@ func (d *Daemon) thread(ctx context.Context, thread, skip string) ([]*mailbox.Se
 
 // request describes the test of a series, answering the mail replyTo.
 func (d *Daemon) request(s *mailbox.Series, replyTo string) *Request {
-	req := &Request{Title: s.Subject, Files: s.Files(), Base: s.Base,
-		Profile: d.Config.Suites.Profile, Runs: d.Config.Suites.Runs}
+	return NewRequest(s, d.Config.Suites.Profile, d.Config.Suites.Runs, replyTo)
+}
+
+// NewRequest describes the test of a complete series, answering the mail
+// replyTo (the patch, the cover letter, or an email command).
+func NewRequest(s *mailbox.Series, profile string, runs int, replyTo string) *Request {
+	req := &Request{Title: s.Subject, Files: s.Files(), Base: s.Base, Profile: profile, Runs: runs}
 	for _, p := range s.Patches {
 		req.Patches = append(req.Patches, p.Raw)
 	}
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
 		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
+	if s.Cover != nil && replyTo == s.Cover.MessageID {
+		req.Thread.Subject, req.Thread.References = s.Cover.Subject, s.Cover.References
+	}
 	return req
 }
 

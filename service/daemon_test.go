@@ -23,7 +23,7 @@ type fakeBuilder struct {
 	builds     int
 }
 
-func (f *fakeBuilder) Base(ctx context.Context) (*images.Build, error) {
+func (f *fakeBuilder) Base(ctx context.Context, baseCommit string) (*images.Build, error) {
 	return &images.Build{BzImage: "/nonexistent/base", Commit: "1111111111111111111111111111111111111111",
 		ConfigHash: "cafe", Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
 }

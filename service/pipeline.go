@@ -34,9 +34,10 @@ type Request struct {
 	Command string `json:"command,omitempty"`
 }
 
-// Builder builds the base and patched kernels (images.Builder).
+// Builder builds the base and patched kernels (images.Builder). Base gets
+// the series' base-commit, if it gave one, to use when the tree has it.
 type Builder interface {
-	Base(ctx context.Context) (*images.Build, error)
+	Base(ctx context.Context, baseCommit string) (*images.Build, error)
 	Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error)
 }
 
@@ -104,13 +105,16 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs}
+	if err := writeSeries(filepath.Join(runDir, "series.mbox"), req.Patches); err != nil {
+		return nil, err
+	}
 	if p.Commands != nil {
 		run.Commands = p.Commands(req, runDir)
 	}
 	stage := p.stage
 
 	stage("build base")
-	base, err := p.Builder.Base(ctx)
+	base, err := p.Builder.Base(ctx, req.Base)
 	if err != nil {
 		return nil, fmt.Errorf("building the base kernel: %w", err)
 	}
@@ -206,6 +210,29 @@ func (p *Pipeline) stage(name string) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "== %s\n", name)
 	}
+}
+
+// writeSeries keeps the patch mails as an mbox that git am (and patchbot
+// run --mbox) accepts.
+func writeSeries(path string, patches [][]byte) error {
+	var b strings.Builder
+	for _, p := range patches {
+		b.WriteString("From patchbot Thu Jan  1 00:00:00 1970\n")
+		for _, line := range strings.SplitAfter(string(p), "\n") {
+			if strings.HasPrefix(strings.TrimLeft(line, ">"), "From ") {
+				b.WriteString(">") // mboxrd escaping
+			}
+			b.WriteString(line)
+		}
+		if !strings.HasSuffix(b.String(), "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("writing the series into the run directory: %w", err)
+	}
+	return nil
 }
 
 // firstLine is the first non-empty line of s, or def.
