@@ -46,3 +46,13 @@ func TestDecodeConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestExampleConfigDecodes(t *testing.T) {
+	c, err := LoadConfig("../patchbot.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Sources) != 2 || c.Sources[0].IMAP == nil || c.Sources[1].Lore == "" || c.HTTP == "" {
+		t.Errorf("example config decoded as %+v", c)
+	}
+}

@@ -1,0 +1,290 @@
+// Package e2e tests patchbot as its users run it: the daemon watches a
+// real Dovecot mailbox, builds and boots real kernels under QEMU, and
+// answers through a real Postfix into the same mailbox, where the test
+// reads the replies over IMAP.
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/imaptest"
+	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
+)
+
+const botAddr = "patchbot@patchbot.test"
+
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end: builds and boots kernels; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("end-to-end: needs root (Postfix, mounts in the build sandbox)")
+	}
+	for _, bin := range []string{"qemu-system-x86_64", "mksquashfs", "dovecot", "postfix"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("end-to-end: %s is not installed (scripts/install-deps.sh installs it)", bin)
+		}
+	}
+	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
+		t.Skip("end-to-end: Debian's linux-source-6.1 is not installed")
+	}
+
+	imap := imaptest.Start(t)
+	pf := smtptest.StartPostfix(t, imap.MaildirPath)
+	bin := buildPatchbot(t)
+	dir := t.TempDir()
+	httpAddr := freeAddr(t)
+	cfgPath := filepath.Join(dir, "patchbot.yaml")
+	writeFile(t, cfgPath, fmt.Sprintf(`state_dir: %s
+sources:
+  - name: fsdevel
+    imap: {addr: %q, user: %q, password: %q, mailbox: INBOX}
+    poll: 2s
+vm: {backend: qemu, cpus: 2, mem_mib: 1024}
+suites: {profile: quick, runs: 3}
+smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
+reply: {from: "patchbot <%s>"}
+commands: {allow: [maintainer@example.org], answer_refused: true}
+http: %s
+`, filepath.Join(dir, "state"), imap.Addr, imap.User, imap.Password, pf.Addr, botAddr,
+		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, httpAddr))
+
+	d := startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon.log"))
+	deliverMbox(t, imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
+
+	// The seed patch: one reply, threaded under the patch, with fewer
+	// wake-ups on the patched kernel.
+	const seedID = "20260724190556.1950693-1-usama.arif@linux.dev"
+	reply := waitReply(t, imap, d, seedID, 40*time.Minute)
+	for _, h := range []string{"In-Reply-To: <" + seedID + ">", "References: <" + seedID + ">",
+		"Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups"} {
+		if !strings.Contains(reply.Raw, h) {
+			t.Errorf("seed reply lacks %q", h)
+		}
+	}
+	rows := tableRows(reply.Body, "sched_wakeup")
+	if len(rows) == 0 {
+		t.Fatalf("seed reply has no sched_wakeup row:\n%s", reply.Body)
+	}
+	for _, r := range rows {
+		if !(r.patched < r.base) {
+			t.Errorf("sched_wakeup: patched %.0f not below base %.0f in %q", r.patched, r.base, r.line)
+		}
+	}
+
+	// kill -9 and restart: the thread still has exactly one reply.
+	d.kill(t)
+	d = startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon2.log"))
+	time.Sleep(10 * time.Second) // several poll rounds of the source and the queue
+	if n := len(repliesTo(t, imap, seedID)); n != 1 {
+		t.Fatalf("after kill -9 and restart the seed thread has %d replies, want 1", n)
+	}
+
+	// The FUSE RFC as posted does not build: one reply quoting the error.
+	deliverMbox(t, imap, "../testdata/mbox/fuse-waitq-rfc.mbox")
+	const rfcID = "6ba14287-336d-cdcd-0d39-680f288ca776@ddn.com"
+	reply = waitReply(t, imap, d, rfcID, 20*time.Minute)
+	if !strings.Contains(reply.Body, "'expires' undeclared") || !strings.Contains(strings.ToLower(reply.Body), "build") {
+		t.Errorf("FUSE RFC reply does not say that the build failed with 'expires' undeclared:\n%s", reply.Body)
+	}
+
+	// An email command from an allowed sender starts a new run; the same
+	// from a stranger is refused.
+	imap.Deliver(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention"))
+	imap.Deliver(t, command("cmd-stranger", "Stranger <stranger@example.net>", seedID, "#patchbot test cache-contention"))
+	refusal := waitReply(t, imap, d, "cmd-stranger@example.org", 5*time.Minute)
+	if !strings.Contains(refusal.Body, "did not run") {
+		t.Errorf("the stranger's command was not refused:\n%s", refusal.Body)
+	}
+	accepted := waitReply(t, imap, d, "cmd-allowed@example.org", 30*time.Minute)
+	if !strings.Contains(accepted.Body, "> #patchbot test cache-contention") || len(tableRows(accepted.Body, "sched_wakeup")) == 0 {
+		t.Errorf("the allowed command's reply does not quote it or has no comparison:\n%s", accepted.Body)
+	}
+	if n := len(repliesTo(t, imap, seedID)); n != 1 {
+		t.Errorf("seed thread has %d direct replies, want 1", n)
+	}
+	metrics := httpGet(t, "http://"+httpAddr+"/metrics")
+	if !strings.Contains(metrics, `patchbot_failures_total{blame="patch"} 1`) {
+		t.Errorf("/metrics does not count the FUSE RFC's build failure as the patch's:\n%s", grepLines(metrics, "patchbot_"))
+	}
+}
+
+type daemon struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan error
+}
+
+func startDaemon(t *testing.T, bin, cfg, logPath string) *daemon {
+	t.Helper()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "watch", "--config", cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{cmd: cmd, log: logPath, done: make(chan error, 1)}
+	go func() { d.done <- cmd.Wait(); logf.Close() }()
+	t.Cleanup(func() { d.kill(t) })
+	return d
+}
+
+// kill ends the daemon and everything it started (QEMU, builds) at once,
+// as kill -9 of its process group.
+func (d *daemon) kill(t *testing.T) {
+	if d.cmd.ProcessState != nil {
+		return
+	}
+	syscall.Kill(-d.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-d.done:
+	case <-time.After(30 * time.Second):
+		t.Errorf("daemon did not die after SIGKILL")
+	}
+}
+
+func (d *daemon) logTail() string {
+	data, _ := os.ReadFile(d.log)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func buildPatchbot(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "patchbot")
+	out, err := exec.Command("go", "build", "-o", bin, "../cmd/patchbot").CombinedOutput()
+	if err != nil {
+		t.Fatalf("building patchbot: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// deliverMbox drops each mail of an mbox into the watched mailbox.
+func deliverMbox(t *testing.T, s *imaptest.Server, path string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := mailbox.ReadMbox(f, func(raw []byte, _ int64) error {
+		s.Deliver(t, append([]byte(nil), raw...))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func command(id, from, inReplyTo, line string) []byte {
+	return []byte(fmt.Sprintf("From: %s\r\nTo: linux-fsdevel@vger.kernel.org\r\n"+
+		"Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups\r\n"+
+		"Date: %s\r\nMessage-ID: <%s@example.org>\r\nIn-Reply-To: <%s>\r\nReferences: <%s>\r\n\r\n"+
+		"Please measure this again.\r\n\r\n%s\r\n", from, time.Now().Format(time.RFC1123Z), id, inReplyTo, inReplyTo, line))
+}
+
+type mail struct {
+	Raw, Body string
+}
+
+// repliesTo reads the mailbox over IMAP and returns patchbot's replies to
+// one Message-ID.
+func repliesTo(t *testing.T, s *imaptest.Server, msgid string) []mail {
+	t.Helper()
+	src := &mailbox.IMAP{Addr: s.Addr, User: s.User, Password: s.Password, Mailbox: "INBOX"}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out []mail
+	_, err := src.Poll(ctx, "", func(m *mailbox.Message, _ string) error {
+		if m.InReplyTo == msgid && strings.Contains(m.From, botAddr) {
+			out = append(out, mail{Raw: string(m.Raw), Body: m.Body})
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading the mailbox over IMAP: %v\n%s", err, s.Logs())
+	}
+	return out
+}
+
+func waitReply(t *testing.T, s *imaptest.Server, d *daemon, msgid string, timeout time.Duration) mail {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if rs := repliesTo(t, s, msgid); len(rs) > 0 {
+			return rs[0]
+		}
+		select {
+		case err := <-d.done:
+			t.Fatalf("daemon exited (%v) before replying to %s:\n%s", err, msgid, d.logTail())
+		case <-time.After(5 * time.Second):
+		}
+	}
+	t.Fatalf("no reply to %s within %s; daemon log:\n%s", msgid, timeout, d.logTail())
+	return mail{}
+}
+
+type row struct {
+	base, patched float64
+	line          string
+}
+
+// rowRE reads a comparison row: "base [± N%]  %change [ns]  patched [± N%]  metric (unit)".
+var rowRE = regexp.MustCompile(`^\s*([\d.]+)\s*(?:±\s*\d+%)?\s+[+-][\d.]+%(?:\s+ns|\s+\?)?\s+([\d.]+)\s*(?:±\s*\d+%)?\s+(\S+)`)
+
+func tableRows(body, metric string) []row {
+	var out []row
+	for _, l := range strings.Split(body, "\n") {
+		m := rowRE.FindStringSubmatch(l)
+		if m == nil || m[3] != metric {
+			continue
+		}
+		b, _ := strconv.ParseFloat(m[1], 64)
+		p, _ := strconv.ParseFloat(m[2], 64)
+		out = append(out, row{base: b, patched: p, line: l})
+	}
+	return out
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func writeFile(t *testing.T, path, s string) {
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
