@@ -181,6 +181,10 @@ func quoteTitle(title string) string {
 	return "(\"" + title + "\")"
 }
 
+// Wrap breaks text into lines of at most width runes at spaces, as the
+// reply does.
+func Wrap(text string, width int) string { return wrap(text, width) }
+
 // wrap breaks text into lines of at most width runes at spaces. A word
 // longer than width is cut.
 func wrap(text string, width int) string {
