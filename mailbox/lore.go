@@ -171,7 +171,16 @@ func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, strin
 		return cur, err
 	}
 	var feed atomFeed
-	err = xml.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&feed)
+	dec := xml.NewDecoder(io.LimitReader(resp.Body, 64<<20))
+	// public-inbox declares us-ascii (non-ASCII is escaped as entities).
+	dec.CharsetReader = func(charset string, in io.Reader) (io.Reader, error) {
+		switch strings.ToLower(charset) {
+		case "us-ascii", "ascii", "utf-8":
+			return in, nil
+		}
+		return nil, fmt.Errorf("Atom feed in unsupported charset %q", charset)
+	}
+	err = dec.Decode(&feed)
 	resp.Body.Close()
 	if err != nil {
 		return cur, fmt.Errorf("reading Atom feed of %s: %w", l.List, err)

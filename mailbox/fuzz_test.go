@@ -1,0 +1,83 @@
+package mailbox
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// fixtureMails returns every mail of the fixtures, as a fuzz seed corpus.
+func fixtureMails(t testing.TB) [][]byte {
+	var files []string
+	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox", "../testdata/seeds/*"} {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	var out [][]byte
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ReadMbox(bytes.NewReader(data), func(raw []byte, _ int64) error {
+			out = append(out, raw)
+			return nil
+		})
+	}
+	return out
+}
+
+// FuzzParse: no input makes the parser panic or hang, and what it returns
+// is usable by assembly.
+func FuzzParse(f *testing.F) {
+	for _, raw := range fixtureMails(f) {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := ParseBytes(raw)
+		if err != nil {
+			return
+		}
+		Assemble([]*Message{m})
+		ParseCommands(m)
+		DiffFiles(m.Diff)
+	})
+}
+
+// FuzzAssemble cuts an mbox of fixtures at fuzzed points and shuffles the
+// subjects and threading so that assembly sees odd combinations.
+func FuzzAssemble(f *testing.F) {
+	var all bytes.Buffer
+	for _, raw := range fixtureMails(f) {
+		writeMboxEntry(&all, raw)
+	}
+	f.Add(all.Bytes())
+	f.Add([]byte("From x\nSubject: [PATCH 0/0] a\n\nFrom y\nSubject: [PATCH 2/1] b\nIn-Reply-To: <a>\nMessage-ID: <a>\n\n"))
+	f.Fuzz(func(t *testing.T, mbox []byte) {
+		var msgs []*Message
+		ReadMbox(bytes.NewReader(mbox), func(raw []byte, _ int64) error {
+			if m, err := ParseBytes(raw); err == nil {
+				msgs = append(msgs, m)
+			}
+			return nil
+		})
+		for _, s := range Assemble(msgs) {
+			if len(s.Patches) == 0 {
+				t.Fatalf("series without patches: %+v", s)
+			}
+			for _, p := range s.Patches {
+				if p.Index < 1 || p.Index > s.Total {
+					t.Fatalf("patch index %d outside 1..%d", p.Index, s.Total)
+				}
+			}
+			if s.Complete != (len(s.Missing) == 0) {
+				t.Fatalf("complete %v with missing %v", s.Complete, s.Missing)
+			}
+			var buf bytes.Buffer
+			if err := s.WriteMbox(&buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
