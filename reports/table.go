@@ -36,11 +36,13 @@ const (
 // grouped by suite and workload, and a legend saying how changes were judged.
 func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 	tw := &lineWriter{w: w}
-	tw.line("commit:")
-	tw.line("  %s  %s", short(commits.Base), quoteTitle(commits.BaseTitle))
-	tw.line("  %s  %s", short(commits.Patched), quoteTitle(commits.PatchedTitle))
-	tw.line("")
-	tw.line("%s%s", pad(short(commits.Base), 20, false), short(commits.Patched))
+	if commits.Base != "" || commits.Patched != "" {
+		tw.line("commit:")
+		tw.line("  %s  %s", short(commits.Base), quoteTitle(commits.BaseTitle))
+		tw.line("  %s  %s", short(commits.Patched), quoteTitle(commits.PatchedTitle))
+		tw.line("")
+		tw.line("%s%s", pad(short(commits.Base), 20, false), short(commits.Patched))
+	}
 	tw.line("----------------  --------------------------------")
 	tw.line("         %%stddev     %%change         %%stddev")
 	tw.line("             \\          |                \\")
@@ -86,9 +88,11 @@ func (t *lineWriter) row(r Row, noise float64) {
 		pad(change, 8, true) + pad(mark, 3, false) + " " +
 		pad(side(r.Patched), 12, true) + " " + pad(spread(r.Patched, noise), 5, false) + "  "
 	if utf8.RuneCountInString(prefix+name) > MaxColumns {
-		// A long name goes on a line of its own, indented to its column.
+		// A long name goes on lines of its own below the numbers.
 		t.line("%s", prefix)
-		t.line("%s%s", strings.Repeat(" ", utf8.RuneCountInString(prefix)), name)
+		for _, l := range strings.Split(wrap(name, MaxColumns-4), "\n") {
+			t.line("    %s", l)
+		}
 		return
 	}
 	t.line("%s%s", prefix, name)

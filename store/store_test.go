@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 )
@@ -88,5 +89,23 @@ func TestEnqueueRejectsIncomplete(t *testing.T) {
 	s, _ := open(t)
 	if _, _, err := s.Enqueue(context.Background(), OutboxMessage{MessageID: "a@x"}); err == nil {
 		t.Error("an outbox message without recipients or body was accepted")
+	}
+}
+
+// Each Enqueue is one durable commit (WAL, synchronous=FULL).
+func BenchmarkEnqueue(b *testing.B) {
+	s, err := Open(filepath.Join(b.TempDir(), "patchbot.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	raw := make([]byte, 8<<10) // a reply is a few KiB
+	i := 0
+	for b.Loop() {
+		i++
+		m := OutboxMessage{MessageID: fmt.Sprintf("bench-%d@x", i), From: "bot@x", Recipients: []string{"a@y"}, Raw: raw}
+		if _, _, err := s.Enqueue(context.Background(), m); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -1,0 +1,170 @@
+package reports
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/suites"
+)
+
+// samples makes one Result of a metric with the given values per round.
+func samples(kernel, suite, workload, metric string, higher bool, params map[string]string, values ...float64) suites.Result {
+	r := suites.Result{Suite: suite, Kernel: kernel}
+	for i, v := range values {
+		r.Samples = append(r.Samples, suites.Sample{Suite: suite, Workload: workload, Params: params,
+			Metric: metric, Unit: "u", HigherIsBetter: higher, Round: i, Value: v})
+	}
+	return r
+}
+
+func mustCompare(t *testing.T, base, patched []suites.Result) *Comparison {
+	c, err := Compare(base, patched, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCompareJudgesOnlyWithThreeRuns(t *testing.T) {
+	base := []suites.Result{
+		samples("base", "s", "w", "big", true, nil, 100, 101, 99),
+		samples("base", "s", "w", "few", true, nil, 100, 101),
+	}
+	patched := []suites.Result{
+		samples("patched", "s", "w", "big", true, nil, 200, 201, 199),
+		samples("patched", "s", "w", "few", true, nil, 500, 501),
+	}
+	c := mustCompare(t, base, patched)
+	if len(c.Rows) != 2 || !c.Rows[0].Judged || c.Rows[1].Judged || c.Rows[1].Significant {
+		t.Fatalf("rows %+v", c.Rows)
+	}
+	v := Verdict(c)
+	if !strings.Contains(v, "big") || strings.Contains(v, "few") {
+		t.Errorf("verdict %q must cite the judged change only", v)
+	}
+	var buf bytes.Buffer
+	WriteTable(&buf, c, Commits{})
+	if !strings.Contains(buf.String(), "+398.0% ?") {
+		t.Errorf("the unjudged row is not marked:\n%s", buf.String())
+	}
+}
+
+func TestCompareRejectsEmpty(t *testing.T) {
+	full := []suites.Result{samples("base", "s", "w", "m", true, nil, 1, 2, 3)}
+	for _, tt := range []struct{ base, patched []suites.Result }{{nil, full}, {full, nil}} {
+		if _, err := Compare(tt.base, tt.patched, Options{}); err == nil {
+			t.Error("a comparison with an empty side was accepted")
+		}
+	}
+	if _, err := Compare(full, full, Options{Alpha: 2}); err == nil {
+		t.Error("alpha 2 was accepted")
+	}
+}
+
+func TestStddevShownOnlyWhenItMatters(t *testing.T) {
+	c := mustCompare(t,
+		[]suites.Result{samples("base", "s", "w", "quiet", true, nil, 1000, 1001, 999), samples("base", "s", "w", "noisy", true, nil, 1000, 1200, 800)},
+		[]suites.Result{samples("p", "s", "w", "quiet", true, nil, 1000, 1001, 999), samples("p", "s", "w", "noisy", true, nil, 1000, 1200, 800)})
+	var buf bytes.Buffer
+	WriteTable(&buf, c, Commits{})
+	for _, line := range strings.Split(buf.String(), "\n") {
+		switch {
+		case strings.HasSuffix(line, "quiet (u)") && strings.Contains(line, "±"):
+			t.Errorf("0.1%% noise shown: %q", line)
+		case strings.HasSuffix(line, "noisy (u)") && !strings.Contains(line, "± 20%"):
+			t.Errorf("20%% noise not shown: %q", line)
+		}
+	}
+}
+
+func TestLocksCurve(t *testing.T) {
+	var base, patched []suites.Result
+	// The seed's shape: without the patch acquisitions fall off steeply
+	// with contenders; with it they stay level, a little lower at first.
+	for _, n := range []int{1, 20, 100, 1000} {
+		p := map[string]string{"contenders": strconv.Itoa(n)}
+		b := 1.8e6 / (1 + float64(n)/60)
+		base = append(base, samples("base", "locks", "flock", "acquisitions_per_s", true, p, b*0.99, b, b*1.01))
+		patched = append(patched, samples("patched", "locks", "flock", "acquisitions_per_s", true, p, 1.39e6, 1.4e6, 1.41e6))
+	}
+	c := mustCompare(t, base, patched)
+	var buf bytes.Buffer
+	if err := WriteCurves(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("curve has %d lines, want a title, a heading and 4 points:\n%s", len(lines), out)
+	}
+	// Ordered by contenders numerically (1, 20, 100, 1000, not as text).
+	for i, n := range []string{"1", "20", "100", "1000"} {
+		if f := strings.Fields(lines[2+i]); f[0] != n {
+			t.Errorf("point %d is for %s contenders, want %s", i, f[0], n)
+		}
+	}
+	if !strings.Contains(lines[5], "+") || !strings.Contains(lines[5], "#") {
+		t.Errorf("1000 contenders should show a large gain with a bar: %q", lines[5])
+	}
+	checkWidth(t, out)
+}
+
+func TestReadaheadGridLayout(t *testing.T) {
+	var base, patched []suites.Result
+	for _, b := range []string{"lt256K", "gt5M"} {
+		for _, rd := range []string{"16", "1", "4"} {
+			p := map[string]string{"bucket": b, "readers": rd}
+			base = append(base, samples("base", "readahead", "bucket-read", "elapsed", false, p, 1, 1.01, 0.99))
+			patched = append(patched, samples("patched", "readahead", "bucket-read", "elapsed", false, p, 2, 2.02, 1.98))
+		}
+	}
+	c := mustCompare(t, base, patched)
+	var buf bytes.Buffer
+	if err := WriteGrids(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(buf.String(), "\n")
+	head := strings.Fields(lines[1])
+	if strings.Join(head, " ") != "bucket readers=1 readers=4 readers=16" {
+		t.Errorf("heading %q: readers must be in numeric order", lines[1])
+	}
+	if f := strings.Fields(lines[2]); f[0] != "lt256K" || f[1] != "+100.0%" {
+		t.Errorf("first row %q", lines[2])
+	}
+	checkWidth(t, buf.String())
+}
+
+func checkWidth(t *testing.T, s string) {
+	for _, line := range strings.Split(s, "\n") {
+		if utf8.RuneCountInString(line) > MaxColumns {
+			t.Errorf("line of %d columns: %q", utf8.RuneCountInString(line), line)
+		}
+	}
+}
+
+func TestTableWidthWithLongNames(t *testing.T) {
+	long := "a_metric_with_a_name_long_enough_to_push_the_row_past_eighty_columns"
+	c := mustCompare(t, []suites.Result{samples("base", "s", "w", long, true, nil, 1, 2, 3)},
+		[]suites.Result{samples("p", "s", "w", long, true, nil, 1, 2, 3)})
+	var buf bytes.Buffer
+	WriteTable(&buf, c, Commits{})
+	checkWidth(t, buf.String())
+	if !strings.Contains(buf.String(), long) {
+		t.Error("the long name was lost")
+	}
+}
+
+func BenchmarkCompareAndRender(b *testing.B) {
+	run, err := LoadRun("testdata/runs/squashfs-improvement")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := Render(run, testOptions); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
