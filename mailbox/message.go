@@ -77,7 +77,9 @@ func ParseBytes(raw []byte) (*Message, error) {
 	}
 	h := gomail.Header{Header: ent.Header}
 	m.readHeader(h)
-	m.readBody(ent, err)
+	if !m.readPlainBody(ent, raw) {
+		m.readBody(ent, err)
+	}
 	m.Author = m.From
 	if f := inBodyFrom(m.Body); f != "" {
 		m.Author = f
@@ -110,13 +112,48 @@ func (m *Message) readHeader(h gomail.Header) {
 	m.Subject = collapseSpace(subj)
 
 	m.From = decodeAddr(m, h, "From")
-	if d, err := h.Date(); err == nil {
+	if d, err := time.Parse(time.RFC1123Z, h.Get("Date")); err == nil {
+		m.Date = d // the common form, without net/mail's many layouts
+	} else if d, err := h.Date(); err == nil {
 		m.Date = d
 	} else if h.Has("Date") {
 		m.warn("Date: %v", err)
 	}
 	m.To = decodeAddrList(m, h, "To")
 	m.Cc = decodeAddrList(m, h, "Cc")
+}
+
+// readPlainBody is the fast path for most kernel mail: a single text/plain
+// part in UTF-8 or ASCII without transfer encoding, where the body is the
+// raw bytes after the header.
+func (m *Message) readPlainBody(ent *message.Entity, raw []byte) bool {
+	h := ent.Header
+	if v := strings.ToLower(h.Get("Content-Transfer-Encoding")); v != "" && v != "7bit" && v != "8bit" {
+		return false
+	}
+	if ct := h.Get("Content-Type"); ct != "" {
+		mediaType, params, err := h.ContentType()
+		if err != nil || mediaType != "text/plain" {
+			return false
+		}
+		if cs := strings.ToLower(params["charset"]); cs != "" && cs != "utf-8" && cs != "us-ascii" {
+			return false
+		}
+	}
+	if d, _, _ := h.ContentDisposition(); d == "attachment" {
+		return false
+	}
+	i := bytes.Index(raw, []byte("\n\n"))
+	if j := bytes.Index(raw, []byte("\r\n\r\n")); j >= 0 && (i < 0 || j < i) {
+		i = j + 2
+	}
+	if i < 0 {
+		m.Body = ""
+	} else {
+		m.Body = strings.ReplaceAll(string(raw[i+2:]), "\r\n", "\n")
+	}
+	m.Diff = findDiff(m.Body)
+	return true
 }
 
 // readBody walks the MIME tree: text/plain parts that are not attachments
