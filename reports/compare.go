@@ -19,7 +19,7 @@ type Options struct {
 	// Alpha is the family-wise error rate of one comparison (default 0.05).
 	Alpha float64 `json:"alpha" yaml:"alpha"`
 	// Test is the two-sample test (default Welch).
-	Test stats.Test `json:"test" yaml:"-"`
+	Test stats.Test `json:"test" yaml:"test"`
 	// NoiseShown is the relative stddev from which "±N%" is printed
 	// (default 0.02): below it the spread does not change a reading.
 	NoiseShown float64 `json:"noise_shown" yaml:"noise_shown"`

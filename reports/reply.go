@@ -25,6 +25,7 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"short":  short,
 	"join":   strings.Join,
 	"shell":  shellLines,
+	"url":    shortURL,
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.
@@ -118,7 +119,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 	text := tidy(body.String())
 	for i, line := range strings.Split(text, "\n") {
-		if n := utf8.RuneCountInString(line); n > MaxColumns {
+		if n := utf8.RuneCountInString(line); n > MaxColumns && !isURLLine(line) {
 			return nil, fmt.Errorf("rendering reply: line %d is %d columns wide: %q", i+1, n, line)
 		}
 	}
@@ -302,6 +303,27 @@ func indent(prefix, s string) string {
 		out = append(out, strings.TrimRight(prefix+string(r), " "))
 	}
 	return strings.Join(out, "\n")
+}
+
+// shortURL shortens a full commit hash at the end of a URL to 12 digits,
+// which GitHub resolves as well, so that the link fits a mail line.
+func shortURL(u string) string {
+	i := strings.LastIndex(u, "/commit/")
+	if i < 0 {
+		return u
+	}
+	sha := u[i+len("/commit/"):]
+	if len(sha) == 40 && strings.Trim(sha, "0123456789abcdef") == "" {
+		return u[:i+len("/commit/")+12]
+	}
+	return u
+}
+
+// isURLLine reports whether a line ends in a URL: a URL cannot be broken,
+// so it may pass MaxColumns.
+func isURLLine(line string) bool {
+	f := strings.Fields(line)
+	return len(f) > 0 && strings.Contains(f[len(f)-1], "://")
 }
 
 // shellLines writes a command as "  $ cmd", continued with backslashes

@@ -191,3 +191,19 @@ func BenchmarkMannWhitneyU(b *testing.B) {
 		MannWhitneyU(x, y)
 	}
 }
+
+func TestTestNames(t *testing.T) {
+	for _, tt := range []Test{Welch, MannWhitney} {
+		b, err := tt.MarshalText()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Test
+		if err := back.UnmarshalText(b); err != nil || back != tt {
+			t.Errorf("%v -> %s -> %v, %v", tt, b, back, err)
+		}
+	}
+	if _, err := ParseTest("bootstrap"); err == nil {
+		t.Error("an unknown test name was accepted")
+	}
+}

@@ -41,6 +41,24 @@ func ParseTest(s string) (Test, error) {
 	return 0, fmt.Errorf("unknown significance test %q (want welch or mann-whitney)", s)
 }
 
+// MarshalText writes the test as its config name ("welch").
+func (t Test) MarshalText() ([]byte, error) {
+	switch t {
+	case Welch:
+		return []byte("welch"), nil
+	case MannWhitney:
+		return []byte("mann-whitney"), nil
+	}
+	return nil, fmt.Errorf("invalid significance test %d", int(t))
+}
+
+// UnmarshalText accepts what ParseTest accepts.
+func (t *Test) UnmarshalText(b []byte) error {
+	v, err := ParseTest(string(b))
+	*t = v
+	return err
+}
+
 // PValue is the two-sided p-value of the test on samples a and b.
 func (t Test) PValue(a, b []float64) float64 {
 	if t == MannWhitney {

@@ -57,9 +57,9 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 
 // StartPostfix starts a Postfix instance delivering into maildir (created
 // if missing, with cur/new/tmp) and stops it when the test ends. Delivery
-// runs as the owner of maildir's parent directory when that is not root
-// (e.g. the dovecot user, so that Dovecot can serve the mail), else as
-// nobody. It skips the test when Postfix is not installed or the test does
+// runs as the owner of maildir, or of its parent directory, when that is
+// not root (e.g. the dovecot user, so that Dovecot can serve the mail),
+// else as nobody. It skips the test when Postfix is not installed or the test does
 // not run as root (Postfix starts only as root).
 //
 // As Debian's Postfix requires, the instance's config directory is listed
@@ -79,7 +79,7 @@ func StartPostfix(t testing.TB, maildir string) *Postfix {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uid, gid := mailOwner(t, filepath.Dir(maildir))
+	uid, gid := mailOwner(t, maildir)
 	for _, sub := range []string{"cur", "new", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(maildir, sub), 0o700); err != nil {
 			t.Fatal(err)
@@ -245,18 +245,21 @@ func ReadMaildir(maildir string) ([][]byte, error) {
 	return out, nil
 }
 
-// mailOwner picks the uid and gid that deliver into the Maildir.
-func mailOwner(t testing.TB, parent string) (int, int) {
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+// mailOwner picks the uid and gid that deliver into the Maildir: its
+// owner, or its parent's, when not root (Postfix's virtual agent refuses
+// root); else nobody.
+func mailOwner(t testing.TB, maildir string) (int, int) {
+	if err := os.MkdirAll(filepath.Dir(maildir), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	fi, err := os.Stat(parent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := fi.Sys().(*syscall.Stat_t)
-	if st.Uid != 0 {
-		return int(st.Uid), int(st.Gid)
+	for _, p := range []string{maildir, filepath.Dir(maildir)} {
+		fi, err := os.Stat(p)
+		if err != nil {
+			continue
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 0 {
+			return int(st.Uid), int(st.Gid)
+		}
 	}
 	return 65534, 65534 // nobody, nogroup
 }
