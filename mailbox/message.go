@@ -6,6 +6,7 @@
 package mailbox
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -13,11 +14,13 @@ import (
 	"mime"
 	"net/mail"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/emersion/go-message"
 	gomail "github.com/emersion/go-message/mail"
+	"github.com/emersion/go-message/textproto"
 )
 
 // Message is one parsed mail.
@@ -63,21 +66,33 @@ func Parse(r io.Reader) (*Message, error) {
 	return ParseBytes(raw)
 }
 
+// readers are reused across mails: a bufio.Reader is a 4 KiB buffer, and
+// a 50,000-mail mbox would otherwise allocate that much per mail.
+var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
 // ParseBytes is Parse for a mail already in memory; m.Raw aliases raw.
 func ParseBytes(raw []byte) (*Message, error) {
-	ent, err := message.Read(bytes.NewReader(raw))
-	m := &Message{Raw: raw}
+	src := bytes.NewReader(raw)
+	br := readers.Get().(*bufio.Reader)
+	br.Reset(src)
+	defer func() { br.Reset(nil); readers.Put(br) }()
+
+	th, err := textproto.ReadHeader(br)
 	if err != nil {
-		if ent == nil || !(message.IsUnknownCharset(err) || message.IsUnknownEncoding(err)) {
-			return nil, fmt.Errorf("parsing mail header: %w", err)
-		}
+		return nil, fmt.Errorf("parsing mail header: %w", err)
 	}
-	if ent.Header.Len() == 0 {
+	if th.Len() == 0 {
 		return nil, ErrNotMail
 	}
-	h := gomail.Header{Header: ent.Header}
-	m.readHeader(h)
-	if !m.readPlainBody(ent, raw) {
+	header := message.Header{Header: th}
+	m := &Message{Raw: raw}
+	m.readHeader(gomail.Header{Header: header})
+	bodyStart := len(raw) - src.Len() - br.Buffered()
+	if !m.readPlainBody(header, raw[bodyStart:]) {
+		ent, err := message.New(header, br)
+		if ent == nil {
+			return nil, fmt.Errorf("parsing mail body: %w", err)
+		}
 		m.readBody(ent, err)
 	}
 	m.Author = m.From
@@ -91,6 +106,10 @@ func ParseBytes(raw []byte) (*Message, error) {
 func (m *Message) warn(format string, args ...any) {
 	m.Warnings = append(m.Warnings, fmt.Sprintf(format, args...))
 }
+
+// dateLayout is what git send-email and most mailers write; other forms go
+// through net/mail's slower list of layouts.
+const dateLayout = "Mon, 2 Jan 2006 15:04:05 -0700"
 
 func (m *Message) readHeader(h gomail.Header) {
 	if id, err := h.MessageID(); err == nil {
@@ -112,7 +131,7 @@ func (m *Message) readHeader(h gomail.Header) {
 	m.Subject = collapseSpace(subj)
 
 	m.From = decodeAddr(m, h, "From")
-	if d, err := time.Parse(time.RFC1123Z, h.Get("Date")); err == nil {
+	if d, err := time.Parse(dateLayout, h.Get("Date")); err == nil {
 		m.Date = d // the common form, without net/mail's many layouts
 	} else if d, err := h.Date(); err == nil {
 		m.Date = d
@@ -126,9 +145,8 @@ func (m *Message) readHeader(h gomail.Header) {
 // readPlainBody is the fast path for most kernel mail: a single text/plain
 // part in UTF-8 or ASCII without transfer encoding, where the body is the
 // raw bytes after the header.
-func (m *Message) readPlainBody(ent *message.Entity, raw []byte) bool {
-	h := ent.Header
-	if v := strings.ToLower(h.Get("Content-Transfer-Encoding")); v != "" && v != "7bit" && v != "8bit" {
+func (m *Message) readPlainBody(h message.Header, body []byte) bool {
+	if v := h.Get("Content-Transfer-Encoding"); v != "" && !strings.EqualFold(v, "7bit") && !strings.EqualFold(v, "8bit") {
 		return false
 	}
 	if ct := h.Get("Content-Type"); ct != "" {
@@ -140,17 +158,14 @@ func (m *Message) readPlainBody(ent *message.Entity, raw []byte) bool {
 			return false
 		}
 	}
-	if d, _, _ := h.ContentDisposition(); d == "attachment" {
-		return false
+	if d := h.Get("Content-Disposition"); d != "" {
+		if disp, _, _ := h.ContentDisposition(); disp == "attachment" {
+			return false
+		}
 	}
-	i := bytes.Index(raw, []byte("\n\n"))
-	if j := bytes.Index(raw, []byte("\r\n\r\n")); j >= 0 && (i < 0 || j < i) {
-		i = j + 2
-	}
-	if i < 0 {
-		m.Body = ""
-	} else {
-		m.Body = strings.ReplaceAll(string(raw[i+2:]), "\r\n", "\n")
+	m.Body = string(body)
+	if bytes.IndexByte(body, '\r') >= 0 {
+		m.Body = strings.ReplaceAll(m.Body, "\r\n", "\n")
 	}
 	m.Diff = findDiff(m.Body)
 	return true

@@ -150,6 +150,7 @@ func amMail(m *Message, sub Subject, version, index, total int, trailers []Trail
 		tag += fmt.Sprintf(" %d/%d", index, total)
 	}
 	var b strings.Builder
+	b.Grow(len(body) + 512)
 	b.WriteString("From: " + encodeAddr(m.Author) + "\n")
 	if !m.Date.IsZero() {
 		b.WriteString("Date: " + m.Date.Format(time.RFC1123Z) + "\n")
