@@ -102,7 +102,7 @@ type Fake struct {
 func StartFake(t testing.TB, opt FakeOptions) *Fake {
 	f := &Fake{opt: opt}
 	s := smtp.NewServer(smtp.BackendFunc(func(c *smtp.Conn) (smtp.Session, error) {
-		return &session{fake: f, conn: c}, nil
+		return &fakeConn{fake: f, conn: c}, nil
 	}))
 	s.Domain = "localhost"
 	s.AllowInsecureAuth = true // loopback only
@@ -140,21 +140,21 @@ func (f *Fake) Count(id string) int {
 	return n
 }
 
-type session struct {
+type fakeConn struct {
 	fake *Fake
 	conn *smtp.Conn
 	auth bool
 	msg  Message
 }
 
-func (s *session) AuthMechanisms() []string {
+func (s *fakeConn) AuthMechanisms() []string {
 	if s.fake.opt.Username == "" {
 		return nil
 	}
 	return []string{sasl.Plain}
 }
 
-func (s *session) Auth(mech string) (sasl.Server, error) {
+func (s *fakeConn) Auth(mech string) (sasl.Server, error) {
 	return sasl.NewPlainServer(func(identity, username, password string) error {
 		if username != s.fake.opt.Username || password != s.fake.opt.Password {
 			return errors.New("invalid credentials")
@@ -164,7 +164,7 @@ func (s *session) Auth(mech string) (sasl.Server, error) {
 	}), nil
 }
 
-func (s *session) Mail(from string, _ *smtp.MailOptions) error {
+func (s *fakeConn) Mail(from string, _ *smtp.MailOptions) error {
 	if s.fake.opt.Username != "" && !s.auth {
 		return &smtp.SMTPError{Code: 530, EnhancedCode: smtp.EnhancedCode{5, 7, 0}, Message: "authentication required"}
 	}
@@ -173,12 +173,12 @@ func (s *session) Mail(from string, _ *smtp.MailOptions) error {
 	return nil
 }
 
-func (s *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+func (s *fakeConn) Rcpt(to string, _ *smtp.RcptOptions) error {
 	s.msg.To = append(s.msg.To, to)
 	return nil
 }
 
-func (s *session) Data(r io.Reader) error {
+func (s *fakeConn) Data(r io.Reader) error {
 	raw, err := io.ReadAll(r)
 	if err != nil {
 		return err // the client went away before the final "."
@@ -193,5 +193,5 @@ func (s *session) Data(r io.Reader) error {
 	return nil
 }
 
-func (s *session) Reset()        { s.msg = Message{} }
-func (s *session) Logout() error { return nil }
+func (s *fakeConn) Reset()        { s.msg = Message{} }
+func (s *fakeConn) Logout() error { return nil }
