@@ -213,3 +213,31 @@ func TestListCcConfigurable(t *testing.T) {
 		t.Errorf("Cc = %s, want no lists and the extra Cc", cc)
 	}
 }
+
+func TestSaveLoadRun(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "squashfs-improvement"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "run")
+	if err := SaveRun(dir, run); err != nil {
+		t.Fatal(err)
+	}
+	back, err := LoadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := Render(run, testOptions)
+	b, err := Render(back, testOptions)
+	if err != nil || a.Body != b.Body || a.Header.MessageID != b.Header.MessageID {
+		t.Errorf("a saved and loaded run renders differently (%v)", err)
+	}
+	os.Remove(filepath.Join(dir, BaseFile))
+	if _, err := LoadRun(dir); err == nil {
+		t.Error("a run without failure and without base results loaded")
+	}
+	os.WriteFile(filepath.Join(dir, RunFile), []byte(`{"thred": {}}`), 0o644)
+	if _, err := LoadRun(dir); err == nil || !strings.Contains(err.Error(), "thred") {
+		t.Errorf("a misspelt key: %v", err)
+	}
+}

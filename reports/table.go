@@ -60,7 +60,28 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 	}
 	tw.line("")
 	tw.legend(c)
+	tw.missing(c)
 	return tw.err
+}
+
+// missing lists the counters a kernel could not provide: they are absent
+// from the table, and a reader must not take their absence for zero.
+func (t *lineWriter) missing(c *Comparison) {
+	seen := map[string]bool{}
+	first := true
+	for _, m := range c.Missing {
+		line := fmt.Sprintf("%s / %s %s: %s", m.Suite, m.Workload, m.Metric, m.Reason)
+		if seen[line] {
+			continue
+		}
+		seen[line] = true
+		if first {
+			t.line("")
+			t.line("Not measured (missing, not zero):")
+			first = false
+		}
+		t.line("%s", indent("  ", wrap(line, MaxColumns-4)))
+	}
 }
 
 // lineWriter writes lines and remembers the first error, so that table code

@@ -168,3 +168,17 @@ func BenchmarkCompareAndRender(b *testing.B) {
 		}
 	}
 }
+
+func TestMissingCountersAreListed(t *testing.T) {
+	base := samples("base", "cache-contention", "stat-storm", "files_per_s", true, nil, 1, 2, 3)
+	base.Missing = []suites.Missing{{Suite: "cache-contention", Workload: "stat-storm", Metric: "cache_releases",
+		Reason: "kprobe on squashfs_cache_put: no such symbol"}}
+	patched := samples("patched", "cache-contention", "stat-storm", "files_per_s", true, nil, 1, 2, 3)
+	patched.Missing = base.Missing
+	c := mustCompare(t, []suites.Result{base}, []suites.Result{patched})
+	var buf bytes.Buffer
+	WriteTable(&buf, c, Commits{})
+	if n := strings.Count(buf.String(), "cache_releases: kprobe on squashfs_cache_put"); n != 1 {
+		t.Errorf("the missing counter is listed %d times, want once:\n%s", n, buf.String())
+	}
+}

@@ -47,6 +47,9 @@ func describe(r Row) string {
 func claim(r Row) string {
 	name := describe(r)
 	from, to := short3(r.Base.Mean), short3(r.Patched.Mean)
+	if r.Unit != "" && r.Unit != "count" {
+		from, to = from+" "+r.Unit, to+" "+r.Unit
+	}
 	up := r.Patched.Mean > r.Base.Mean
 	switch {
 	case r.HigherIsBetter && up:
