@@ -78,9 +78,14 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 		return Info{}, fmt.Errorf("boot %s: already booted", m.spec.Name)
 	}
 	info, err := m.boot(ctx)
-	if errors.Is(err, errNoProgress) {
-		fb, ok := m.hv.(fallbacker)
+	if errors.Is(err, errNoProgress) || IsInfra(err) {
+		// KVM that hangs the guest or fails to start: retry once with a
+		// slower accelerator, if the backend has one.
 		reason := fmt.Sprintf("under %s the kernel printed nothing within the probe time", info.Accel)
+		if IsInfra(err) {
+			reason = err.Error()
+		}
+		fb, ok := m.hv.(fallbacker)
 		if ok && fb.fallback(reason) {
 			m.hv.destroy()
 			os.Remove(m.con.path)

@@ -7,6 +7,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"flag"
 	"fmt"
@@ -18,11 +19,15 @@ import (
 )
 
 func main() {
-	// -exit gives tests of the exec op a command with a known status in a
-	// guest that has no other binaries.
+	// -exit and -head give tests of the exec op commands with known
+	// output in a guest that has no other binaries.
 	exit := flag.Int("exit", -1, "print the arguments and exit with this status (for testing exec)")
+	head := flag.String("head", "", "with -exit: first print the text at the start of this file, up to a NUL byte")
 	flag.Parse()
 	if *exit >= 0 {
+		if *head != "" {
+			printHead(*head)
+		}
 		fmt.Println(flag.Args())
 		os.Exit(*exit)
 	}
@@ -35,4 +40,20 @@ func main() {
 
 func runSuite(ctx context.Context, req proto.Request) (any, error) {
 	return suites.RunRound(ctx, req)
+}
+
+func printHead(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	defer f.Close()
+	b := make([]byte, 256)
+	n, _ := f.Read(b)
+	b = b[:n]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	fmt.Printf("%s\n", b)
 }

@@ -33,6 +33,7 @@ type Options struct {
 	// the working directory.
 	ModuleRoot string
 	// Agent is a prebuilt static agent binary; when set, nothing is built.
+	// Default: $PATCHBOT_AGENT.
 	Agent string
 	// CacheDir holds built archives. Default: $PATCHBOT_CACHE/initramfs,
 	// else the user's cache directory + patchbot/initramfs.
@@ -70,6 +71,9 @@ var VMModules = []string{"virtio_pci", "virtio_console", "virtio_blk", "squashfs
 // if needed.
 func Build(ctx context.Context, opts Options) (string, error) {
 	agentPath := opts.Agent
+	if agentPath == "" {
+		agentPath = os.Getenv("PATCHBOT_AGENT")
+	}
 	if agentPath == "" {
 		var err error
 		if agentPath, err = BuildAgent(ctx, opts.ModuleRoot); err != nil {

@@ -1,0 +1,72 @@
+package vmrunner
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/patchbot/patchbot/images/initramfs"
+)
+
+// kernel is a kernel to boot in tests, with an initramfs that fits it.
+type kernel struct {
+	name      string
+	bzImage   string
+	initramfs string
+}
+
+// debianKernel is the distribution kernel at /boot (linux-image-amd64),
+// whose virtio drivers are modules packed into its initramfs.
+func debianKernel(t *testing.T) kernel {
+	t.Helper()
+	ks, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(ks) == 0 {
+		t.Skip("no /boot/vmlinuz-*: scripts/install-deps.sh installs linux-image-amd64")
+	}
+	k := ks[len(ks)-1]
+	rd, err := initramfs.ForKernel(context.Background(), k, initramfs.Options{})
+	if err != nil {
+		t.Fatalf("initramfs for %s: %v", k, err)
+	}
+	return kernel{name: "debian", bzImage: k, initramfs: rd}
+}
+
+func needQEMU(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed (qemu-system-x86)")
+	}
+}
+
+// rawDisk makes a small raw image holding text at its start, to find it
+// again in the guest.
+func rawDisk(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), text+".img")
+	b := make([]byte, 1<<20)
+	copy(b, text)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// alive reports whether a process exists (and is not a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ..."; Z is a zombie: dead, not yet reaped.
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] == ')' && i+2 < len(b) {
+			return b[i+2] != 'Z'
+		}
+	}
+	return true
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
