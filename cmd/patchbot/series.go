@@ -18,12 +18,15 @@ func init() {
 	register(command{
 		name:  "series",
 		usage: "print the patch series found in mail (--mbox, --maildir, --imap, --lore)",
-		run:   runSeries,
+		run: func(ctx context.Context, args []string) error {
+			return runSeries(ctx, args, os.Stdout, os.Stderr)
+		},
 	})
 }
 
-func runSeries(ctx context.Context, args []string) error {
+func runSeries(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("series", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	mboxPath := fs.String("mbox", "", "read an mbox `file` (- for stdin)")
 	maildir := fs.String("maildir", "", "read a Maildir `dir`")
 	imapURL := fs.String("imap", "", "read an IMAP mailbox: imap://user:password@host:port (imaps:// for TLS)")
@@ -33,9 +36,9 @@ func runSeries(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
-	src, err := seriesSource(*mboxPath, *maildir, *imapURL, *imapBox, *loreURL)
+	src, err := seriesSourceLog(stderr, *mboxPath, *maildir, *imapURL, *imapBox, *loreURL)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "patchbot series:", err)
+		fmt.Fprintln(stderr, "patchbot series:", err)
 		fs.Usage()
 		return exitError{2}
 	}
@@ -48,14 +51,20 @@ func runSeries(ctx context.Context, args []string) error {
 	}
 	series := mailbox.Assemble(msgs)
 	if *asJSON {
-		return writeSeriesJSON(os.Stdout, series)
+		return writeSeriesJSON(stdout, series)
 	}
-	writeSeriesText(os.Stdout, series)
+	writeSeriesText(stdout, series)
 	return nil
 }
 
+// seriesSource makes the mail source the flags name (exactly one of them),
+// logging skipped mail to standard error. "patchbot run" shares it.
 func seriesSource(mboxPath, maildir, imapURL, imapBox, loreURL string) (mailbox.Source, error) {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	return seriesSourceLog(os.Stderr, mboxPath, maildir, imapURL, imapBox, loreURL)
+}
+
+func seriesSourceLog(stderr io.Writer, mboxPath, maildir, imapURL, imapBox, loreURL string) (mailbox.Source, error) {
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	var srcs []mailbox.Source
 	if mboxPath != "" {
 		srcs = append(srcs, &mailbox.Mbox{Path: mboxPath, Logger: logger})
