@@ -13,10 +13,10 @@ import (
 	"github.com/patchbot/patchbot/store"
 )
 
-const runs = "../../reports/testdata/runs"
+const replyTestRuns = "../../reports/testdata/runs"
 
 func TestCompareCommand(t *testing.T) {
-	dir := filepath.Join(runs, "squashfs-improvement")
+	dir := filepath.Join(replyTestRuns, "squashfs-improvement")
 	var out bytes.Buffer
 	if err := runCompare([]string{filepath.Join(dir, "base.json"), filepath.Join(dir, "patched.json")}, &out); err != nil {
 		t.Fatal(err)
@@ -46,15 +46,15 @@ func TestCompareCommand(t *testing.T) {
 	}
 }
 
-func copyRun(t *testing.T, name string) string {
+func copyReplyTestRun(t *testing.T, name string) string {
 	dst := filepath.Join(t.TempDir(), name)
 	os.MkdirAll(dst, 0o755)
-	ents, err := os.ReadDir(filepath.Join(runs, name))
+	ents, err := os.ReadDir(filepath.Join(replyTestRuns, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		b, _ := os.ReadFile(filepath.Join(runs, name, e.Name()))
+		b, _ := os.ReadFile(filepath.Join(replyTestRuns, name, e.Name()))
 		os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644)
 	}
 	return dst
@@ -65,7 +65,7 @@ func TestReplyCommandQueuesAndSendsOnlyWhenEnabled(t *testing.T) {
 	fake := smtptest.StartFake(t, smtptest.FakeOptions{})
 	tmp := t.TempDir()
 	db := filepath.Join(tmp, "patchbot.db")
-	dir := copyRun(t, "fuse-rfc-build-failure")
+	dir := copyReplyTestRun(t, "fuse-rfc-build-failure")
 
 	// Default: printed, kept in the run directory, queued, not sent.
 	var out bytes.Buffer
