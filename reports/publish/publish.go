@@ -76,11 +76,26 @@ func New(cfg Config, httpClient *http.Client) (*Publisher, error) {
 
 // Publish commits every file of runDir under runs/name/ on the branch and
 // returns the commit's web address. The first publish to an empty
-// repository creates the branch.
+// repository creates the branch. If another run moved the branch meanwhile,
+// it starts again on top of that run, a few times.
 func (p *Publisher) Publish(ctx context.Context, runDir, name, message string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "/\\") || name == "." || name == ".." {
 		return "", fmt.Errorf("publish: run name %q must be one path element", name)
 	}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var url string
+		var raced bool
+		url, raced, err = p.publishOnce(ctx, runDir, name, message)
+		if !raced {
+			return url, err
+		}
+	}
+	return "", err
+}
+
+// publishOnce makes the commit; raced reports that the branch moved under it.
+func (p *Publisher) publishOnce(ctx context.Context, runDir, name, message string) (url string, raced bool, err error) {
 	o, r, g := p.cfg.Owner, p.cfg.Repo, p.client.Git
 	ref := "refs/heads/" + p.cfg.Branch
 
@@ -91,13 +106,13 @@ func (p *Publisher) Publish(ctx context.Context, runDir, name, message string) (
 		parent = head.GetObject().GetSHA()
 		c, _, err := g.GetCommit(ctx, o, r, parent)
 		if err != nil {
-			return "", fmt.Errorf("publish: reading %s: %w", parent, err)
+			return "", false, fmt.Errorf("publish: reading %s: %w", parent, err)
 		}
 		baseTree = c.GetTree().GetSHA()
 	case resp != nil && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusConflict):
 		// No branch yet (409 is GitHub's answer for an empty repository).
 	default:
-		return "", fmt.Errorf("publish: reading branch %s of %s/%s: %w", p.cfg.Branch, o, r, err)
+		return "", false, fmt.Errorf("publish: reading branch %s of %s/%s: %w", p.cfg.Branch, o, r, err)
 	}
 
 	var entries []*github.TreeEntry
@@ -128,14 +143,14 @@ func (p *Publisher) Publish(ctx context.Context, runDir, name, message string) (
 		return nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("publish: %w", err)
+		return "", false, fmt.Errorf("publish: %w", err)
 	}
 	if len(entries) == 0 {
-		return "", fmt.Errorf("publish: %s holds no files", runDir)
+		return "", false, fmt.Errorf("publish: %s holds no files", runDir)
 	}
 	tree, _, err := g.CreateTree(ctx, o, r, baseTree, entries)
 	if err != nil {
-		return "", fmt.Errorf("publish: creating tree: %w", err)
+		return "", false, fmt.Errorf("publish: creating tree: %w", err)
 	}
 	commit := &github.Commit{Message: github.String(message), Tree: &github.Tree{SHA: tree.SHA}}
 	if parent != "" {
@@ -143,21 +158,22 @@ func (p *Publisher) Publish(ctx context.Context, runDir, name, message string) (
 	}
 	created, _, err := g.CreateCommit(ctx, o, r, commit, nil)
 	if err != nil {
-		return "", fmt.Errorf("publish: creating commit: %w", err)
+		return "", false, fmt.Errorf("publish: creating commit: %w", err)
 	}
 	newRef := &github.Reference{Ref: github.String(ref), Object: &github.GitObject{SHA: created.SHA}}
 	if parent == "" {
-		_, _, err = g.CreateRef(ctx, o, r, newRef)
+		_, resp, err = g.CreateRef(ctx, o, r, newRef)
 	} else {
 		// Not forced: if another run was published meanwhile, this fails
-		// rather than dropping that run's commit.
-		_, _, err = g.UpdateRef(ctx, o, r, newRef, false)
+		// (422, not a fast forward) rather than dropping that run's commit.
+		_, resp, err = g.UpdateRef(ctx, o, r, newRef, false)
 	}
 	if err != nil {
-		return "", fmt.Errorf("publish: moving %s to %s: %w", p.cfg.Branch, created.GetSHA(), err)
+		raced = resp != nil && resp.StatusCode == http.StatusUnprocessableEntity
+		return "", raced, fmt.Errorf("publish: moving %s to %s: %w", p.cfg.Branch, created.GetSHA(), err)
 	}
 	if u := created.GetHTMLURL(); u != "" {
-		return u, nil
+		return u, false, nil
 	}
-	return fmt.Sprintf("https://github.com/%s/%s/commit/%s", o, r, created.GetSHA()), nil
+	return fmt.Sprintf("https://github.com/%s/%s/commit/%s", o, r, created.GetSHA()), false, nil
 }

@@ -25,6 +25,9 @@ type fakeGitHub struct {
 	trees   map[string]map[string]string // sha -> path -> blob sha
 	commits map[string]fakeCommit
 	refs    map[string]string
+	// raceOnce, if set, runs once before the next ref update: another
+	// publisher moving the branch in between.
+	raceOnce func()
 }
 
 type fakeCommit struct {
@@ -132,6 +135,10 @@ func (f *fakeGitHub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reply(201, refJSON(str("ref")))
 	case r.Method == "PATCH" && strings.HasPrefix(p, "refs/"):
 		ref := "refs/" + strings.TrimPrefix(p, "refs/")
+		if race := f.raceOnce; race != nil {
+			f.raceOnce = nil
+			race()
+		}
 		sha := str("sha")
 		force, _ := body["force"].(bool)
 		if !force && !contains(f.commits[sha].parents, f.refs[ref]) {
@@ -232,5 +239,40 @@ func TestPublishErrors(t *testing.T) {
 	}
 	if _, err := New(Config{Owner: "lab", Repo: "results"}, nil); err == nil {
 		t.Error("a config without a token was accepted")
+	}
+}
+
+func TestPublishRetriesWhenTheBranchMoved(t *testing.T) {
+	gh := newFakeGitHub("t0ken")
+	srv := httptest.NewServer(gh)
+	defer srv.Close()
+	p, _ := New(Config{Owner: "lab", Repo: "results", Token: "t0ken", APIURL: srv.URL}, srv.Client())
+	ctx := context.Background()
+	if _, err := p.Publish(ctx, writeRun(t, map[string]string{"run.json": "1"}), "first", "first"); err != nil {
+		t.Fatal(err)
+	}
+	// Another publisher commits on top of "first" while we work.
+	gh.raceOnce = func() {
+		head := gh.refs["refs/heads/main"]
+		tree := map[string]string{}
+		for k, v := range gh.trees[gh.commits[head].tree] {
+			tree[k] = v
+		}
+		gh.blobs[hash("blob", "other")] = []byte("other")
+		tree["runs/other/run.json"] = hash("blob", "other")
+		gh.trees[hash("tree", tree)] = tree
+		c := fakeCommit{tree: hash("tree", tree), message: "other", parents: []string{head}}
+		sha := hash("commit", c.tree, c.message, c.parents)
+		gh.commits[sha] = c
+		gh.refs["refs/heads/main"] = sha
+	}
+	if _, err := p.Publish(ctx, writeRun(t, map[string]string{"run.json": "2"}), "second", "second"); err != nil {
+		t.Fatal(err)
+	}
+	tree := gh.trees[gh.commits[gh.refs["refs/heads/main"]].tree]
+	for _, f := range []string{"runs/first/run.json", "runs/other/run.json", "runs/second/run.json"} {
+		if _, ok := tree[f]; !ok {
+			t.Errorf("%s lost after a concurrent publish: %v", f, tree)
+		}
 	}
 }
