@@ -1,6 +1,7 @@
 package mailbox
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,7 +80,10 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 	if patches == nil {
 		patches = []*Patch{}
 	}
-	return json.Marshal(struct {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // keep "Name <addr>" readable
+	err := enc.Encode(struct {
 		Subject  string   `json:"subject"`
 		Title    string   `json:"title"`
 		Version  int      `json:"version"`
@@ -96,6 +100,7 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 		Base     string   `json:"base_commit,omitempty"`
 	}{s.Subject, s.Title, s.Version, s.Total, s.Complete, missing, cover, patches,
 		s.Reason, s.Author, s.ThreadID, s.To, s.Cc, s.Base})
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), err
 }
 
 // Files lists every file the series touches, sorted, each once.

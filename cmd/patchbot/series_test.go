@@ -48,7 +48,10 @@ func TestSeriesCommand(t *testing.T) {
 			!reflect.DeepEqual(got[0].Patches[0].Files, tt.files) || got[0].Patches[0].Trailers == nil {
 			t.Errorf("%s: got %+v", tt.file, got)
 		}
-		// Keys are spelled as documented, with <> not escaped.
+		if !strings.Contains(out.String(), `"author": "`) || strings.Contains(out.String(), `\u003c`) {
+			t.Errorf("%s: addresses are escaped:\n%s", tt.file, out.String())
+		}
+		// Keys are spelled as documented.
 		for _, key := range []string{`"subject"`, `"version"`, `"total"`, `"complete"`, `"missing"`, `"cover"`,
 			`"patches"`, `"index"`, `"message_id"`, `"author"`, `"files"`, `"trailers"`} {
 			if !strings.Contains(out.String(), key) {
