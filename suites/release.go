@@ -88,7 +88,9 @@ func startReleaseTrace() (*releaseTrace, error) {
 		return nil, err
 	}
 	t := &releaseTrace{}
-	// Remove probes left by an interrupted run: adding an existing name fails.
+	// Remove what an interrupted run left: adding an existing probe or
+	// trigger fails, and a probe with a trigger cannot be removed.
+	tracefsWrite("events/sched/sched_waking/trigger", "!"+histTrigger, 0)
 	t.removeProbes()
 	for _, p := range []string{
 		fmt.Sprintf("p:%s/%s squashfs_cache_put", kprobeGroup, putEvent),
@@ -204,6 +206,7 @@ func (t *releaseTrace) close() {
 }
 
 func (t *releaseTrace) removeProbes() {
+	tracefsWrite("events/"+kprobeGroup+"/"+wakeUpEvent+"/trigger", "!"+histTrigger, 0)
 	for _, ev := range []string{putEvent, wakeUpEvent} {
 		tracefsWrite("events/"+kprobeGroup+"/"+ev+"/enable", "0", 0)
 		tracefsWrite("kprobe_events", fmt.Sprintf("-:%s/%s\n", kprobeGroup, ev), os.O_APPEND)
