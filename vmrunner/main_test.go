@@ -1,0 +1,67 @@
+package vmrunner
+
+import (
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// libvirtSocket is where the local libvirtd listens.
+const libvirtSocket = "/run/libvirt/libvirt-sock"
+
+var (
+	daemonsOnce sync.Once
+	daemons     []*exec.Cmd // started by these tests, stopped in TestMain
+	daemonsErr  string
+)
+
+// needLibvirtd makes sure a local libvirtd runs: scripts/test.sh starts
+// one; when it did not (go test run by hand), start virtlogd and libvirtd
+// in the foreground as our children and stop them after the tests.
+func needLibvirtd(t *testing.T) {
+	t.Helper()
+	daemonsOnce.Do(func() {
+		if _, err := os.Stat(libvirtSocket); err == nil {
+			return
+		}
+		if _, err := exec.LookPath("libvirtd"); err != nil {
+			daemonsErr = "libvirtd not installed (libvirt-daemon-system)"
+			return
+		}
+		if os.Geteuid() != 0 {
+			daemonsErr = "no libvirtd running and not root to start one"
+			return
+		}
+		for _, name := range []string{"virtlogd", "libvirtd"} {
+			cmd := exec.Command(name)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+			if err := cmd.Start(); err != nil {
+				daemonsErr = "start " + name + ": " + err.Error()
+				return
+			}
+			daemons = append(daemons, cmd)
+		}
+		for i := 0; i < 100; i++ {
+			if _, err := os.Stat(libvirtSocket); err == nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		daemonsErr = "libvirtd started but " + libvirtSocket + " did not appear in 10s"
+	})
+	if daemonsErr != "" {
+		t.Skip(daemonsErr)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	for i := len(daemons) - 1; i >= 0; i-- {
+		daemons[i].Process.Signal(syscall.SIGTERM)
+		daemons[i].Wait()
+	}
+	os.Exit(code)
+}
