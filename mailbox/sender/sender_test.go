@@ -1,14 +1,17 @@
 package sender
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"net/mail"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,9 +170,9 @@ func TestOutboxRetriesTransientAndFailsRejected(t *testing.T) {
 }
 
 // The crash test runs the sender in a child process (this test binary,
-// re-executed) that exits at one step of delivery, then "restarts" it here
+// re-executed) that is killed at one step of delivery, then "restarts" it here
 // and checks that the server holds the reply exactly once.
-const crashEnv = "PATCHBOT_SENDER_CRASH" // "step db addr"
+const crashEnv = "PATCHBOT_SENDER_CRASH" // "step db addr message-id [ca-file]"
 
 // stepQueued stops the child right after the reply is written to the outbox.
 const stepQueued Step = 0
@@ -190,20 +193,30 @@ func crashChild(spec string) int {
 		return 1
 	}
 	ctx := context.Background()
-	if _, _, err := st.Enqueue(ctx, testMessage("crash@patchbot.test")); err != nil {
+	if _, _, err := st.Enqueue(ctx, testMessage(f[3])); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	kill := func() {
+		// SIGKILL, as a crash or an OOM kill would: no deferred code, no
+		// buffered writes, the sockets closed by the kernel.
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
 	if Step(step) == stepQueued {
-		os.Exit(3)
+		kill()
 	}
 	stepHook = func(s Step) error {
 		if s == Step(step) {
-			os.Exit(3) // no deferred code, no cleanup: as if killed
+			kill()
 		}
 		return nil
 	}
-	smtpc, err := NewSMTP(Config{Addr: f[2], From: "bot@patchbot.test"})
+	cfg := Config{Addr: f[2], From: "bot@patchbot.test"}
+	if len(f) > 4 {
+		cfg.CAFile = f[4]
+	}
+	smtpc, err := NewSMTP(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -216,58 +229,99 @@ func crashChild(spec string) int {
 	return 0 // not reached when the step exists
 }
 
-func TestOutboxCrashAtEachStepSendsOnce(t *testing.T) {
-	steps := []struct {
-		name      string
-		step      Step
-		wantState store.OutboxState
-	}{
-		{"queued", stepQueued, store.Sent},
-		{"claimed", StepClaimed, store.Sent},
-		{"connected", StepConnected, store.Sent},
-		{"body written", StepBodyWritten, store.Sent},
-		// The server has the mail; the restart must not send it again,
-		// and leaves it for a person to confirm.
-		{"accepted", StepAccepted, store.Delivering},
-		{"recorded", StepRecorded, store.Sent},
+// crashSteps are the points the sender is killed at, and the state the
+// reply must end in after a restart.
+var crashSteps = []struct {
+	name      string
+	step      Step
+	wantState store.OutboxState
+}{
+	{"queued", stepQueued, store.Sent},
+	{"claimed", StepClaimed, store.Sent},
+	{"connected", StepConnected, store.Sent},
+	{"body written", StepBodyWritten, store.Sent},
+	// The server has the mail; the restart must not send it again, and
+	// leaves it for a person to confirm.
+	{"accepted", StepAccepted, store.Delivering},
+	{"recorded", StepRecorded, store.Sent},
+}
+
+// crashAndRestart kills a sender child at step, restarts the sender in
+// this process (twice) and checks the reply's final state.
+func crashAndRestart(t *testing.T, step Step, wantState store.OutboxState, addr, id, caFile string, smtpc *SMTP) {
+	db := filepath.Join(t.TempDir(), "patchbot.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s %s %s %s", crashEnv, step, db, addr, id, caFile))
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child was not killed at step %d: %v\n%s", step, err, out)
 	}
-	for _, tt := range steps {
+	st := openStore(t, db)
+	o := &Outbox{Store: st, Transport: smtpc}
+	for i := 0; i < 2; i++ { // a second restart changes nothing
+		if _, err := o.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ms, err := st.Pending(context.Background()); err != nil || len(ms) != 0 {
+		t.Errorf("pending after restart: %d, %v", len(ms), err)
+	}
+	un, _ := st.Uncertain(context.Background())
+	got := store.Sent
+	if len(un) == 1 {
+		got = store.Delivering
+	}
+	if got != wantState {
+		t.Errorf("state after restart %s, want %s", got, wantState)
+	}
+}
+
+func TestOutboxCrashAtEachStepSendsOnce(t *testing.T) {
+	for _, tt := range crashSteps {
 		t.Run(tt.name, func(t *testing.T) {
 			fake := smtptest.StartFake(t, smtptest.FakeOptions{})
-			db := filepath.Join(t.TempDir(), "patchbot.db")
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d %s %s", crashEnv, tt.step, db, fake.Addr))
-			out, err := cmd.CombinedOutput()
-			var exit *exec.ExitError
-			if !errors.As(err, &exit) || exit.ExitCode() != 3 {
-				t.Fatalf("child did not stop at step %s: %v\n%s", tt.name, err, out)
-			}
-
-			// Restart: a fresh process would open the store and flush.
-			st := openStore(t, db)
-			o := &Outbox{Store: st, Transport: newSMTP(t, Config{Addr: fake.Addr})}
-			for i := 0; i < 2; i++ { // a second restart changes nothing
-				if _, err := o.Flush(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
+			crashAndRestart(t, tt.step, tt.wantState, fake.Addr, "crash@patchbot.test", "", newSMTP(t, Config{Addr: fake.Addr}))
 			// The server may still be reading a dead child's connection.
 			time.Sleep(50 * time.Millisecond)
 			if n := fake.Count("crash@patchbot.test"); n != 1 {
-				t.Errorf("after a crash at %s the reply was delivered %d times, want once", tt.name, n)
-			}
-			ms, err := st.Pending(context.Background())
-			if err != nil || len(ms) != 0 {
-				t.Errorf("pending after restart: %d, %v", len(ms), err)
-			}
-			un, _ := st.Uncertain(context.Background())
-			got := store.Sent
-			if len(un) == 1 {
-				got = store.Delivering
-			}
-			if got != tt.wantState {
-				t.Errorf("state after restart %s, want %s", got, tt.wantState)
+				t.Errorf("after a kill at %s the reply was delivered %d times, want once", tt.name, n)
 			}
 		})
+	}
+}
+
+// The same against Postfix: a real MTA must deliver nothing for a
+// transaction cut before the final ".", and the restart must not repeat
+// one it accepted.
+func TestOutboxCrashAtEachStepThroughPostfix(t *testing.T) {
+	pf := smtptest.StartPostfix(t, filepath.Join(t.TempDir(), "Maildir"))
+	caFile := filepath.Join(pf.ConfigDir, "cert.pem")
+	smtpc := newSMTP(t, Config{Addr: pf.Addr, RequireTLS: true}).WithRoots(pf.Roots)
+	var ids []string
+	for i, tt := range crashSteps {
+		id := fmt.Sprintf("crash-%d@patchbot.test", i)
+		ids = append(ids, id)
+		t.Run(tt.name, func(t *testing.T) {
+			crashAndRestart(t, tt.step, tt.wantState, pf.Addr, id, caFile, smtpc)
+		})
+	}
+	// Every reply goes to two recipients: two copies each, once.
+	pf.WaitForMail(t, 2*len(ids), 30*time.Second)
+	time.Sleep(time.Second) // room for a copy too many to arrive
+	msgs, err := smtptest.ReadMaildir(pf.Maildir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, raw := range msgs {
+		if m, err := mail.ReadMessage(bytes.NewReader(raw)); err == nil {
+			count[strings.Trim(m.Header.Get("Message-Id"), "<>")]++
+		}
+	}
+	for i, id := range ids {
+		if count[id] != 2 {
+			t.Errorf("killed at %s: %d copies delivered, want 2 (one per recipient)", crashSteps[i].name, count[id])
+		}
 	}
 }
