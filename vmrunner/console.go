@@ -38,6 +38,9 @@ func scanTrouble(out []byte) (reason string, at int) {
 func excerpt(out []byte, at int) []byte {
 	const before, after, tail = 10, 60, 40
 	lines := bytes.SplitAfter(out, []byte("\n"))
+	if len(lines) > 0 && len(lines[len(lines)-1]) == 0 {
+		lines = lines[:len(lines)-1]
+	}
 	if at < 0 {
 		if len(lines) > tail {
 			lines = lines[len(lines)-tail:]

@@ -20,6 +20,7 @@ import (
 //	fake.panic   the "kernel" panics at boot (a *BootError)
 //	fake.hang    the agent never reports ready (a *BootError at BootTimeout)
 //	fake.nostart the hypervisor fails to start (an *InfraError)
+//	fake.silent  the console stays empty and the agent silent
 //
 // The kernel release it reports is "fake".
 func init() {
@@ -52,6 +53,9 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 		return l, &InfraError{Op: "start fake VM", Err: errors.New("scripted start failure")}
 	}
 	con := "Linux version fake (fake backend)\n"
+	if f.has("fake.silent") {
+		con = ""
+	}
 	if f.has("fake.panic") {
 		con += "Run /init as init process\nKernel panic - not syncing: scripted panic\nCPU: 0 PID: 1 Comm: init\n"
 	}
@@ -61,7 +65,7 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 	f.mu.Lock()
 	f.guest, f.host = net.Pipe()
 	f.mu.Unlock()
-	if f.has("fake.panic") || f.has("fake.hang") {
+	if f.has("fake.panic") || f.has("fake.hang") || f.has("fake.silent") {
 		return l, nil
 	}
 	h := agent.Handler{RunSuite: f.runSuite, KernelRelease: "fake", PowerOff: f.stop}

@@ -88,6 +88,7 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 		fb, ok := m.hv.(fallbacker)
 		if ok && fb.fallback(reason) {
 			m.hv.destroy()
+			m.closeChannel()
 			os.Remove(m.con.path)
 			m.con = &console{path: m.con.path}
 			info, err = m.boot(ctx)
@@ -96,6 +97,7 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 	if err != nil {
 		// A failed boot leaves nothing running; Close stays safe to call.
 		m.hv.destroy()
+		m.closeChannel()
 		if errors.Is(err, errNoProgress) {
 			err = &InfraError{Op: "boot " + m.spec.Name, Err: err}
 		}
@@ -279,6 +281,13 @@ func (m *machine) blameRun(ctx context.Context, cause error, req proto.Request) 
 		be.Reason = fmt.Sprintf("hang: no answer to %s within %s", req.Op, m.spec.RunTimeout)
 	}
 	return err
+}
+
+func (m *machine) closeChannel() {
+	if m.ch != nil {
+		m.ch.Close()
+		m.ch = nil
+	}
 }
 
 // Close destroys the VM, closes the channel and removes the work directory.

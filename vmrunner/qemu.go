@@ -44,11 +44,23 @@ type accelState struct {
 	log  func(msg string, args ...any)
 }
 
+// kvmVerdictFile remembers, until the host reboots, that KVM hangs guests
+// here, so that later processes (each "patchbot vm boot") skip the probe.
+func kvmVerdictFile() string {
+	id, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return filepath.Join(os.TempDir(), "patchbot-kvm-hangs-"+strings.TrimSpace(string(id)))
+}
+
 func (a *accelState) pick() (accel string, probe time.Duration) {
 	switch {
 	case a.mode == "kvm":
 		return "kvm", 0
 	case a.mode == "tcg" || kvmBroken.Load():
+		return "tcg", 0
+	}
+	if _, err := os.Stat(kvmVerdictFile()); err == nil {
+		kvmBroken.Store(true)
+		a.log("KVM hangs guests on this host (found "+kvmVerdictFile()+"), using TCG", "reason", "an earlier probe")
 		return "tcg", 0
 	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
@@ -67,6 +79,7 @@ func (a *accelState) markBad(reason string) bool {
 	}
 	if !kvmBroken.Swap(true) {
 		a.log("KVM does not work here, falling back to TCG (multi-threaded)", "reason", reason)
+		os.WriteFile(kvmVerdictFile(), []byte(reason+"\n"), 0o644)
 	}
 	return true
 }
