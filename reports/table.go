@@ -42,8 +42,8 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 		tw.line("  %s  %s", short(commits.Patched), quoteTitle(commits.PatchedTitle))
 		tw.line("")
 		tw.line("%s%s", pad(short(commits.Base), 20, false), short(commits.Patched))
+		tw.line("----------------  --------------------------------")
 	}
-	tw.line("----------------  --------------------------------")
 	tw.line("         %%stddev     %%change         %%stddev")
 	tw.line("             \\          |                \\")
 	group := ""
@@ -121,10 +121,18 @@ func (t *lineWriter) row(r Row, noise float64) {
 
 func (t *lineWriter) legend(c *Comparison) {
 	t.line("%s", wrap(fmt.Sprintf("%%change: patched vs base mean; judged by %s, two-sided, "+
-		"Holm-Bonferroni across the %d judged metrics, alpha %g. "+
+		"Holm-Bonferroni across the %s, alpha %g. "+
 		"\"%s\": not significant. \"%s\": fewer than 3 runs a side, not judged. "+
 		"±N%%: stddev, shown from %g%% of the mean.",
-		c.Test, c.Judged(), c.Alpha, markNotSignificant, markNotJudged, c.Options.NoiseShown*100), MaxColumns))
+		c.Test, plural(c.Judged(), "judged metric"), c.Alpha, markNotSignificant, markNotJudged, c.Options.NoiseShown*100), MaxColumns))
+}
+
+// plural is "1 judged metric" or "16 judged metrics".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func changeColumn(r Row) (change, mark string) {

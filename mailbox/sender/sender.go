@@ -201,7 +201,7 @@ func (s *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
 	if ok, _ := c.Extension("STARTTLS"); ok {
 		// go-smtp upgrades only on a fresh client: reconnect and
 		// STARTTLS right after the greeting.
-		c.Close()
+		c.Quit()
 		if conn, err = connect(); err != nil {
 			return nil, err
 		}
