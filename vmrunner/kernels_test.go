@@ -6,8 +6,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 
+	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/initramfs"
 )
 
@@ -20,7 +22,7 @@ type kernel struct {
 
 // debianKernel is the distribution kernel at /boot (linux-image-amd64),
 // whose virtio drivers are modules packed into its initramfs.
-func debianKernel(t *testing.T) kernel {
+func debianKernel(t testing.TB) kernel {
 	t.Helper()
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	if len(ks) == 0 {
@@ -34,7 +36,51 @@ func debianKernel(t *testing.T) kernel {
 	return kernel{name: "debian", bzImage: k, initramfs: rd}
 }
 
-func needQEMU(t *testing.T) {
+var (
+	minimalOnce sync.Once
+	minimal     kernel
+	minimalSkip string
+	minimalErr  error
+)
+
+// minimalKernel is images' default kernel (tinyconfig plus the VM and
+// suite fragments, everything built in). A cold build takes about ten
+// minutes; it is cached and shared with images' own tests through a lock.
+func minimalKernel(t testing.TB) kernel {
+	t.Helper()
+	minimalOnce.Do(func() {
+		for _, tool := range []string{"make", "gcc", "ccache", "flex", "bison", "bc", "unshare", "setpriv"} {
+			if _, err := exec.LookPath(tool); err != nil {
+				minimalSkip = tool + " not installed (scripts/install-deps.sh installs it)"
+				return
+			}
+		}
+		if _, err := os.Stat(filepath.Join("/usr/src", images.DebianSource+".tar.xz")); err != nil {
+			minimalSkip = images.DebianSource + " not installed (scripts/install-deps.sh installs it)"
+			return
+		}
+		b, err := images.DefaultKernel(context.Background(), nil)
+		if err != nil {
+			minimalErr = err
+			return
+		}
+		rd, err := initramfs.ForKernel(context.Background(), b.BzImage, initramfs.Options{})
+		if err != nil {
+			minimalErr = err
+			return
+		}
+		minimal = kernel{name: "minimal", bzImage: b.BzImage, initramfs: rd}
+	})
+	if minimalSkip != "" {
+		t.Skip(minimalSkip)
+	}
+	if minimalErr != nil {
+		t.Fatalf("default kernel: %v", minimalErr)
+	}
+	return minimal
+}
+
+func needQEMU(t testing.TB) {
 	t.Helper()
 	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
 		t.Skip("qemu-system-x86_64 not installed (qemu-system-x86)")

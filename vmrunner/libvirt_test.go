@@ -108,3 +108,8 @@ func TestLibvirtBadURIIsInfra(t *testing.T) {
 		t.Errorf("New with an unreachable URI: err = %v, want an InfraError", err)
 	}
 }
+
+func TestLibvirtBootMinimalKernel(t *testing.T) {
+	p := libvirtTestPool(t)
+	bootAndCheck(t, p, minimalKernel(t))
+}

@@ -21,7 +21,7 @@ var (
 // needLibvirtd makes sure a local libvirtd runs: scripts/test.sh starts
 // one; when it did not (go test run by hand), start virtlogd and libvirtd
 // in the foreground as our children and stop them after the tests.
-func needLibvirtd(t *testing.T) {
+func needLibvirtd(t testing.TB) {
 	t.Helper()
 	daemonsOnce.Do(func() {
 		if _, err := os.Stat(libvirtSocket); err == nil {

@@ -178,3 +178,8 @@ func TestQEMUStartFailureIsInfra(t *testing.T) {
 		t.Fatalf("Boot with 1 PiB of memory: err = %v (%T), want an InfraError", err, err)
 	}
 }
+
+func TestQEMUBootMinimalKernel(t *testing.T) {
+	p := qemuTestPool(t)
+	bootAndCheck(t, p, minimalKernel(t))
+}
