@@ -72,6 +72,9 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	if run.Thread.Author == "" {
 		return nil, errors.New("rendering reply: the run names no author")
 	}
+	if run.Finished.IsZero() {
+		return nil, errors.New("rendering reply: the run has no finish time (it dates the reply)")
+	}
 	if opt.From == "" {
 		return nil, errors.New("rendering reply: no From address configured")
 	}
@@ -119,7 +122,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 	text := tidy(body.String())
 	for i, line := range strings.Split(text, "\n") {
-		if n := utf8.RuneCountInString(line); n > MaxColumns && !isURLLine(line) {
+		if n := utf8.RuneCountInString(line); n > MaxColumns && !unbreakable(line) {
 			return nil, fmt.Errorf("rendering reply: line %d is %d columns wide: %q", i+1, n, line)
 		}
 	}
@@ -210,6 +213,11 @@ func modelLines(m *Model, c *Comparison) string {
 				pred = short3(v)
 			}
 			label := fmt.Sprintf("%s, %s (%s)", name, s.kernel, s.policy)
+			if utf8.RuneCountInString(label) > 28 {
+				// A long label gets lines of its own above its numbers.
+				b.WriteString(wrap(label, MaxColumns) + "\n")
+				label = ""
+			}
 			fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(s.mean), pred)
 		}
 	}
@@ -319,11 +327,11 @@ func shortURL(u string) string {
 	return u
 }
 
-// isURLLine reports whether a line ends in a URL: a URL cannot be broken,
-// so it may pass MaxColumns.
-func isURLLine(line string) bool {
-	f := strings.Fields(line)
-	return len(f) > 0 && strings.Contains(f[len(f)-1], "://")
+// unbreakable reports whether a line may pass MaxColumns because it ends in
+// something that cannot be broken: a URL, or a single word (a path).
+func unbreakable(line string) bool {
+	f := strings.Fields(strings.TrimSuffix(line, " \\")) // a shell continuation
+	return len(f) == 1 || (len(f) > 0 && strings.Contains(f[len(f)-1], "://"))
 }
 
 // shellLines writes a command as "  $ cmd", continued with backslashes

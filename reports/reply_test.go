@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/emersion/go-message/mail"
@@ -239,5 +240,50 @@ func TestSaveLoadRun(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, RunFile), []byte(`{"thred": {}}`), 0o644)
 	if _, err := LoadRun(dir); err == nil || !strings.Contains(err.Error(), "thred") {
 		t.Errorf("a misspelt key: %v", err)
+	}
+}
+
+// Real runs carry long subjects, paths and names: the reply must still be
+// rendered, wrapped to 80 columns wherever a line can be broken.
+func TestRenderLongFields(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "squashfs-improvement"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Thread.Subject = "[PATCH v12 07/23] squashfs: make the fragment cache wake exactly the waiters that can use a published block"
+	run.ConfigPath = "/var/cache/patchbot/builds/3c5f1a9e7b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f/linux-6.1.192/.config"
+	run.Commands = []string{"patchbot run --mbox /var/lib/patchbot/runs/2026-11-29T10:20:00Z-squashfs-make-the-fragment-cache/series.mbox --suite cache-contention"}
+	for i := range run.Patched {
+		for j := range run.Patched[i].Samples {
+			run.Patched[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"
+		}
+	}
+	for i := range run.Base {
+		for j := range run.Base[i].Samples {
+			run.Base[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"
+		}
+	}
+	reply, err := Render(run, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(reply.Body, "\n") {
+		if utf8.RuneCountInString(line) > MaxColumns && !unbreakable(line) {
+			t.Errorf("line of %d columns: %q", utf8.RuneCountInString(line), line)
+		}
+	}
+	if !strings.Contains(reply.Body, run.ConfigPath) {
+		t.Error("the config path was cut")
+	}
+}
+
+func TestRenderNeedsFinishTime(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "boot-panic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Finished = time.Time{}
+	if _, err := Render(run, testOptions); err == nil {
+		t.Error("a run without a finish time was rendered")
 	}
 }

@@ -53,7 +53,7 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 			g += " (" + cell + ")"
 		}
 		if g != group {
-			tw.line("%s", g)
+			tw.text(g)
 			group = g
 		}
 		tw.row(r, c.Options.NoiseShown)
@@ -97,6 +97,13 @@ func (t *lineWriter) line(format string, args ...any) {
 	}
 	s := strings.TrimRight(fmt.Sprintf(format, args...), " ")
 	_, t.err = io.WriteString(t.w, s+"\n")
+}
+
+// text writes s wrapped to MaxColumns.
+func (t *lineWriter) text(s string) {
+	for _, l := range strings.Split(wrap(s, MaxColumns), "\n") {
+		t.line("%s", l)
+	}
 }
 
 func (t *lineWriter) row(r Row, noise float64) {
@@ -207,9 +214,15 @@ func short(commit string) string {
 	return commit
 }
 
+// quoteTitle quotes a commit title for the heading, shortened to fit the
+// line beside its commit id.
 func quoteTitle(title string) string {
 	if title == "" {
 		return ""
+	}
+	const room = MaxColumns - 2 - 12 - 2 - 4 // indent, id, gap, ("")
+	if r := []rune(title); len(r) > room {
+		title = string(r[:room-3]) + "..."
 	}
 	return "(\"" + title + "\")"
 }
@@ -320,7 +333,7 @@ func WriteGrids(w io.Writer, c *Comparison) error {
 		for _, r := range g.rows {
 			cells[[2]string{r.Params["bucket"], r.Params["readers"]}] = r
 		}
-		tw.line("%s / %s: %s, %%change by file size and readers", g.suite, g.workload, metricName(g.metric, g.unit))
+		tw.text(fmt.Sprintf("%s / %s: %s, %%change by file size and readers", g.suite, g.workload, metricName(g.metric, g.unit)))
 		const first, col = 10, 12
 		cols := (MaxColumns - first) / col
 		for start := 0; start < len(readers); start += cols {
@@ -360,7 +373,7 @@ func WriteCurves(w io.Writer, c *Comparison) error {
 			b, _ := strconv.ParseFloat(g.rows[j].Params["contenders"], 64)
 			return a < b
 		})
-		tw.line("%s / %s: %s by contenders", g.suite, g.workload, metricName(g.metric, g.unit))
+		tw.text(fmt.Sprintf("%s / %s: %s by contenders", g.suite, g.workload, metricName(g.metric, g.unit)))
 		tw.line("contenders        base     patched  %%change   ('#' patched, '|' base)")
 		peak := 0.0
 		for _, r := range g.rows {
