@@ -45,14 +45,20 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// FuzzAssemble cuts an mbox of fixtures at fuzzed points and shuffles the
-// subjects and threading so that assembly sees odd combinations.
+// FuzzAssemble mutates whole fixture mboxes, so that assembly sees odd
+// combinations of subjects, threading and diffs.
 func FuzzAssemble(f *testing.F) {
-	var all bytes.Buffer
-	for _, raw := range fixtureMails(f) {
-		writeMboxEntry(&all, raw)
+	// One seed per fixture file: small inputs keep the fuzzer fast.
+	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox"} {
+		files, _ := filepath.Glob(pat)
+		for _, file := range files {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(data)
+		}
 	}
-	f.Add(all.Bytes())
 	f.Add([]byte("From x\nSubject: [PATCH 0/0] a\n\nFrom y\nSubject: [PATCH 2/1] b\nIn-Reply-To: <a>\nMessage-ID: <a>\n\n"))
 	f.Fuzz(func(t *testing.T, mbox []byte) {
 		var msgs []*Message
