@@ -169,16 +169,19 @@ func failureVerdict(run *Run) string {
 	if run.BaseTitle != "" {
 		base += " (\"" + run.BaseTitle + "\")"
 	}
-	detail := strings.TrimSuffix(f.Detail, ".")
+	detail := "."
+	if d := strings.TrimSuffix(strings.TrimSpace(f.Detail), "."); d != "" {
+		detail = ": " + d + "."
+	}
 	switch f.Stage {
 	case StageApply:
-		return fmt.Sprintf("The patch%s does not apply to %s: %s.", patch, base, detail)
+		return fmt.Sprintf("The patch%s does not apply to %s%s", patch, base, detail)
 	case StageBuild:
-		return fmt.Sprintf("The kernel does not build with the patch%s applied to %s: %s.", patch, base, detail)
+		return fmt.Sprintf("The kernel does not build with the patch%s applied to %s%s", patch, base, detail)
 	case StageBoot:
-		return fmt.Sprintf("The kernel with the patch%s applied does not boot: %s.", patch, detail)
+		return fmt.Sprintf("The kernel with the patch%s applied does not boot%s", patch, detail)
 	default:
-		return fmt.Sprintf("A test suite crashed in the kernel with the patch%s applied: %s.", patch, detail)
+		return fmt.Sprintf("A test suite crashed in the kernel with the patch%s applied%s", patch, detail)
 	}
 }
 

@@ -287,3 +287,21 @@ func TestRenderNeedsFinishTime(t *testing.T) {
 		t.Error("a run without a finish time was rendered")
 	}
 }
+
+func TestFailureWithoutEvidence(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "boot-panic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Failure.Detail, run.Failure.Excerpt = "", ""
+	reply, err := Render(run, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(reply.Body, "Console:") || strings.Contains(reply.Body, ": .") {
+		t.Errorf("empty evidence rendered as if present:\n%s", reply.Body)
+	}
+	if !strings.Contains(reply.Body, "does not boot.") {
+		t.Errorf("verdict lost:\n%s", reply.Body)
+	}
+}
