@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -36,18 +37,18 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("libvirt: bad URI %q: %w", uri, err)
 	}
-	if u.Host != "" {
-		// The console file and the agent socket live on the libvirt
-		// host; reaching them from here needs shared paths this backend
-		// does not set up yet.
-		cfg.Log.Warn("libvirt: remote URI: the kernel, initramfs, disks and work directory must be at the same paths on that host, and the agent socket reachable", "uri", uri)
-	}
 	conn, err := libvirt.ConnectToURI(u)
 	if err != nil {
 		return nil, &InfraError{Op: "connect to libvirt at " + uri, Err: err}
 	}
+	// On a remote host the console file and the agent socket would be out
+	// of reach: there both go over TCP to that host instead.
+	tcpHost := u.Hostname()
+	if tcpHost != "" {
+		cfg.Log.Info("libvirt: remote host: console and agent over TCP; kernel, initramfs and disks must be at the same paths there", "uri", uri)
+	}
 	p := newPool("libvirt", cfg, func(s Spec, dir string) (hypervisor, error) {
-		return &libvirtVM{conn: conn, spec: s, dir: dir}, nil
+		return &libvirtVM{conn: conn, spec: s, dir: dir, tcpHost: tcpHost}, nil
 	})
 	p.onClose = conn.Disconnect
 	return p, nil
@@ -59,6 +60,12 @@ type libvirtVM struct {
 	conn *libvirt.Libvirt
 	spec Spec
 	dir  string
+	// tcpHost, for a remote libvirtd, is where the guest's console and
+	// agent port listen (TCP ports conPort and agentPort); empty for the
+	// local daemon, which uses a console file and a unix socket.
+	tcpHost            string
+	conPort, agentPort int
+	conCopy            net.Conn
 
 	mu        sync.Mutex
 	dom       *libvirt.Domain
@@ -74,6 +81,14 @@ func (v *libvirtVM) socket() string { return v.dir + "/agent.sock" }
 // A guest reset or power-off destroys it (-no-reboot in QEMU terms).
 func (v *libvirtVM) domainXML(name string) (string, error) {
 	port0 := uint(0)
+	conSource := &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: v.spec.ConsoleLog}}
+	agentSource := &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: v.socket()}}
+	var raw *libvirtxml.DomainChardevProtocol
+	if v.tcpHost != "" {
+		conSource = &libvirtxml.DomainChardevSource{TCP: &libvirtxml.DomainChardevSourceTCP{Mode: "bind", Host: v.tcpHost, Service: fmt.Sprint(v.conPort)}}
+		agentSource = &libvirtxml.DomainChardevSource{TCP: &libvirtxml.DomainChardevSourceTCP{Mode: "bind", Host: v.tcpHost, Service: fmt.Sprint(v.agentPort)}}
+		raw = &libvirtxml.DomainChardevProtocol{Type: "raw"}
+	}
 	d := &libvirtxml.Domain{
 		Type:   "qemu",
 		Name:   name,
@@ -95,12 +110,14 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
 			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
 			Serials: []libvirtxml.DomainSerial{{
-				Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: v.spec.ConsoleLog}},
-				Target: &libvirtxml.DomainSerialTarget{Port: &port0},
+				Source:   conSource,
+				Protocol: raw,
+				Target:   &libvirtxml.DomainSerialTarget{Port: &port0},
 			}},
 			Channels: []libvirtxml.DomainChannel{{
-				Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: v.socket()}},
-				Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: proto.Port}},
+				Source:   agentSource,
+				Protocol: raw,
+				Target:   &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: proto.Port}},
 			}},
 		},
 	}
@@ -120,12 +137,22 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
 	name := "patchbot-" + safeName(v.spec.Name) + "-" + hex.EncodeToString(suffix)
+	flags := libvirt.DomainStartAutodestroy
+	if v.tcpHost != "" {
+		// Paused until the console is connected: QEMU drops what a TCP
+		// console prints while no one listens.
+		flags |= libvirt.DomainStartPaused
+		v.conPort, v.agentPort = randomPort(), randomPort()
+	}
 	xml, err := v.domainXML(name)
 	l := launch{accel: "tcg", repro: xml}
 	if err != nil {
 		return l, fmt.Errorf("libvirt: domain XML: %w", err)
 	}
-	dom, err := v.conn.DomainCreateXML(xml, libvirt.DomainStartAutodestroy)
+	if err := os.WriteFile(v.spec.ConsoleLog, nil, 0o644); err != nil {
+		return l, &InfraError{Op: "create console log", Err: err}
+	}
+	dom, err := v.conn.DomainCreateXML(xml, flags)
 	if err != nil {
 		return l, &InfraError{Op: "create libvirt domain " + name, Err: err}
 	}
@@ -134,7 +161,54 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	v.dom, v.done = &dom, done
 	v.mu.Unlock()
 	go v.poll(dom, done)
+	if v.tcpHost != "" {
+		if err := v.copyConsole(ctx); err != nil {
+			return l, &InfraError{Op: "connect to the console of " + name, Err: err}
+		}
+		if err := v.conn.DomainResume(dom); err != nil {
+			return l, &InfraError{Op: "resume " + name, Err: err}
+		}
+	}
 	return l, nil
+}
+
+// randomPort picks a port for a remote chardev; a clash makes the domain
+// fail to start, which is an InfraError and retried.
+func randomPort() int {
+	var b [2]byte
+	rand.Read(b[:])
+	return 20000 + (int(b[0])<<8|int(b[1]))%20000
+}
+
+// copyConsole connects to the remote TCP console and appends what it says
+// to the local console file, until the domain stops.
+func (v *libvirtVM) copyConsole(ctx context.Context) error {
+	addr := net.JoinHostPort(v.tcpHost, fmt.Sprint(v.conPort))
+	var conn net.Conn
+	var err error
+	for i := 0; i < 100; i++ {
+		var d net.Dialer
+		if conn, err = d.DialContext(ctx, "tcp", addr); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		conn.Close()
+		return err
+	}
+	v.mu.Lock()
+	v.conCopy = conn
+	v.mu.Unlock()
+	go func() {
+		io.Copy(f, conn)
+		f.Close()
+	}()
+	return nil
 }
 
 // poll closes done when the domain is gone or shut off. Transient domains
@@ -165,6 +239,9 @@ func isNoDomain(err error) bool {
 
 func (v *libvirtVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	var d net.Dialer
+	if v.tcpHost != "" {
+		return d.DialContext(ctx, "tcp", net.JoinHostPort(v.tcpHost, fmt.Sprint(v.agentPort)))
+	}
 	return d.DialContext(ctx, "unix", v.socket())
 }
 
@@ -198,9 +275,12 @@ func (v *libvirtVM) exitStatus() (bool, error, []byte) {
 
 func (v *libvirtVM) destroy() error {
 	v.mu.Lock()
-	dom, done := v.dom, v.done
+	dom, done, conCopy := v.dom, v.done, v.conCopy
 	v.destroyed = v.destroyed || dom != nil
 	v.mu.Unlock()
+	if conCopy != nil {
+		defer conCopy.Close()
+	}
 	if dom == nil {
 		return nil
 	}

@@ -113,3 +113,20 @@ func TestLibvirtBootMinimalKernel(t *testing.T) {
 	p := libvirtTestPool(t)
 	bootAndCheck(t, p, minimalKernel(t))
 }
+
+// The transport for a remote libvirtd (console and agent over TCP, the
+// domain started paused until the console listens), tried against the
+// local daemon on the loopback address.
+func TestLibvirtTCPTransport(t *testing.T) {
+	p := libvirtTestPool(t)
+	pp := p.(*pool)
+	local := pp.newHV
+	pp.newHV = func(s Spec, dir string) (hypervisor, error) {
+		hv, err := local(s, dir)
+		if err == nil {
+			hv.(*libvirtVM).tcpHost = "127.0.0.1"
+		}
+		return hv, err
+	}
+	bootAndCheck(t, p, debianKernel(t))
+}
