@@ -32,6 +32,50 @@ var migrations = []string{
 		updated     TEXT NOT NULL
 	);
 	CREATE INDEX outbox_state ON outbox(state);`,
+	// 2: the daemon's tables: where each source got to, the mail seen (kept
+	// so that a series can be assembled again after a restart), jobs, and
+	// the email commands given (for the per-sender rate limit).
+	`
+	CREATE TABLE cursors (
+		source  TEXT PRIMARY KEY,
+		cursor  TEXT NOT NULL,
+		updated TEXT NOT NULL
+	);
+	CREATE TABLE messages (
+		message_id  TEXT PRIMARY KEY,
+		source      TEXT NOT NULL,
+		thread_id   TEXT NOT NULL DEFAULT '',
+		raw         BLOB NOT NULL,
+		seen        TEXT NOT NULL
+	);
+	CREATE INDEX messages_thread ON messages(thread_id);
+	CREATE TABLE jobs (
+		id         INTEGER PRIMARY KEY,
+		-- dedupe makes a job unique: "series:<key>:v<N>" for a series seen
+		-- on a list (a version is tested once, a reroll is a new job), or
+		-- "command:<message-id>" for an email command.
+		dedupe     TEXT NOT NULL UNIQUE,
+		trigger    TEXT NOT NULL,
+		title      TEXT NOT NULL,
+		request    BLOB NOT NULL, -- JSON, the service's job request
+		state      TEXT NOT NULL,
+		stage      TEXT NOT NULL DEFAULT '',
+		blame      TEXT NOT NULL DEFAULT '',
+		error      TEXT NOT NULL DEFAULT '',
+		attempts   INTEGER NOT NULL DEFAULT 0,
+		not_before TEXT NOT NULL,
+		run_dir    TEXT NOT NULL DEFAULT '',
+		created    TEXT NOT NULL,
+		updated    TEXT NOT NULL
+	);
+	CREATE INDEX jobs_state ON jobs(state, not_before);
+	CREATE TABLE commands (
+		message_id TEXT PRIMARY KEY,
+		sender     TEXT NOT NULL,
+		at         TEXT NOT NULL,
+		accepted   INTEGER NOT NULL
+	);
+	CREATE INDEX commands_sender ON commands(sender, at);`,
 }
 
 // Store is an open database.
