@@ -18,11 +18,12 @@ import (
 func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 	br := bufio.NewReaderSize(r, 256<<10)
 	var (
-		cur      []byte
+		cur      []byte // the mail being read; handed to fn, never reused
 		curStart int64
 		offset   int64
 		started  bool
 		prevNL   = true // the previous line was empty (or start of file)
+		sizeHint = 4096 // next mail's buffer: about the size of the last
 	)
 	flush := func() error {
 		if !started {
@@ -30,6 +31,7 @@ func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 		}
 		// The blank line before the next separator belongs to the format.
 		msg := cur
+		cur = nil
 		if bytes.HasSuffix(msg, []byte("\n\n")) {
 			msg = msg[:len(msg)-1]
 		} else if bytes.HasSuffix(msg, []byte("\r\n\r\n")) {
@@ -38,12 +40,11 @@ func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 		if len(bytes.TrimSpace(msg)) == 0 {
 			return nil
 		}
-		out := make([]byte, len(msg), len(msg)+1)
-		copy(out, msg)
-		if !bytes.HasSuffix(out, []byte("\n")) {
-			out = append(out, '\n')
+		if !bytes.HasSuffix(msg, []byte("\n")) {
+			msg = append(msg, '\n')
 		}
-		return fn(out, curStart)
+		sizeHint = max(4096, len(msg)+len(msg)/4)
+		return fn(msg, curStart)
 	}
 	for {
 		line, err := br.ReadSlice('\n')
@@ -62,10 +63,11 @@ func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 				if e := flush(); e != nil {
 					return e
 				}
-				cur, curStart, started = cur[:0], offset, true
+				cur, curStart, started = make([]byte, 0, sizeHint), offset, true
 			default:
 				if !started {
 					started, curStart = true, offset
+					cur = make([]byte, 0, sizeHint)
 				}
 				cur = append(cur, unescapeFrom(line)...)
 			}

@@ -264,8 +264,12 @@ func decodeAddr(m *Message, h gomail.Header, key string) string {
 }
 
 func decodeAddrList(m *Message, h gomail.Header, key string) []string {
-	if !h.Has(key) {
+	v := h.Get(key)
+	if v == "" {
 		return nil
+	}
+	if list, ok := simpleAddrList(v); ok {
+		return list
 	}
 	addrs, err := h.AddressList(key)
 	if err != nil || len(addrs) == 0 {
@@ -285,6 +289,48 @@ func decodeAddrList(m *Message, h gomail.Header, key string) []string {
 		out = append(out, formatAddr(a.Name, a.Address))
 	}
 	return out
+}
+
+// simpleAddrList splits the common "Name <a@b>, c@d" form without the
+// full RFC 5322 parser (a third of header parsing time on a big mbox). It
+// declines anything with quotes, comments, groups or encoded words.
+func simpleAddrList(v string) ([]string, bool) {
+	if strings.ContainsAny(v, "\"()\\;:[]") || strings.Contains(v, "=?") {
+		return nil, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] >= 0x80 {
+			return nil, false
+		}
+	}
+	n := strings.Count(v, ",") + 1
+	out := make([]string, 0, n)
+	for part := range strings.SplitSeq(v, ",") {
+		part = collapseSpace(part)
+		if part == "" {
+			continue
+		}
+		lt := strings.IndexByte(part, '<')
+		switch {
+		case lt < 0:
+			if strings.ContainsAny(part, " <>") || strings.Count(part, "@") != 1 {
+				return nil, false
+			}
+		case lt == 0:
+			// "<a@b>" is written "a@b", as net/mail would.
+			if !strings.HasSuffix(part, ">") || strings.Count(part, "<") != 1 {
+				return nil, false
+			}
+			part = part[1 : len(part)-1]
+		default:
+			if !strings.HasSuffix(part, ">") || strings.Count(part, "<") != 1 || part[lt-1] != ' ' ||
+				strings.Count(part[lt:], "@") != 1 || strings.ContainsAny(part[:lt], "@.<>") {
+				return nil, false
+			}
+		}
+		out = append(out, part)
+	}
+	return out, len(out) > 0
 }
 
 func formatAddr(name, addr string) string {

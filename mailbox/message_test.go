@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/mail"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -245,4 +246,59 @@ func TestParseCommands(t *testing.T) {
 			t.Errorf("ParseCommands(%q) = %+v, want %+v", tt.body, got, tt.want)
 		}
 	}
+}
+
+// TestSimpleAddrList: the fast path gives what the full parser gives, and
+// declines what it cannot be sure of.
+func TestSimpleAddrList(t *testing.T) {
+	tests := []struct {
+		in   string
+		fast bool
+	}{
+		{"Andrew Morton <akpm@linux-foundation.org>, linux-kernel@vger.kernel.org", true},
+		{"phillip@squashfs.org.uk,\n Andrew Morton <akpm@linux-foundation.org>", true},
+		{"<bare@example.org>", true},
+		{`"Lastname, First" <x@y>`, false},
+		{"J. Bruce Fields <bfields@fieldses.org>", false},
+		{"=?UTF-8?q?Ren=C3=A9?= <r@x>", false},
+		{"undisclosed-recipients:;", false},
+		{"a@b (comment)", false},
+		{"not an address", false},
+	}
+	for _, tt := range tests {
+		got, ok := simpleAddrList(tt.in)
+		if ok != tt.fast {
+			t.Errorf("simpleAddrList(%q) ok = %v, want %v", tt.in, ok, tt.fast)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		m, err := ParseBytes([]byte("From: a@b\nCc: x@y, " + tt.in + " , z@w\nSubject: s\n\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := mailAddrs(strings.ReplaceAll(tt.in, "\n", "")) // unfolded
+		if err != nil {
+			t.Fatalf("net/mail rejects %q: %v", tt.in, err)
+		}
+		if !reflect.DeepEqual(got, addrs) {
+			t.Errorf("simpleAddrList(%q) = %q, net/mail gives %q", tt.in, got, addrs)
+		}
+		if len(m.Cc) != len(got)+2 {
+			t.Errorf("Cc %q", m.Cc)
+		}
+	}
+}
+
+func mailAddrs(v string) ([]string, error) {
+	list, err := mail.ParseAddressList(v)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, a := range list {
+		out = append(out, formatAddr(a.Name, a.Address))
+	}
+	return out, nil
 }
