@@ -120,8 +120,20 @@ func runModelSim(out io.Writer, args []string) error {
 	fmt.Fprintln(tw, "policy\treleases\twakeups\twakeups/release\tspurious\trequeues\thandoffs\tstranded\tops/s\tmean get\tmax get\t")
 	for _, s := range all {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%.2f\t%d\t%d\t%d\t%v\t%.0f\t%v\t%v\t\n", s.Policy, s.Releases, s.Wakeups, s.WakeupsPerRelease,
-			s.SpuriousWakeups, s.Requeues, s.Handoffs, time.Duration(s.StrandedNs).Round(time.Microsecond), s.OpsPerSec,
-			time.Duration(s.MeanGetNs).Round(time.Microsecond), time.Duration(s.MaxGetNs).Round(time.Microsecond))
+			s.SpuriousWakeups, s.Requeues, s.Handoffs, us(s.StrandedNs), s.OpsPerSec, us(int64(s.MeanGetNs)), us(s.MaxGetNs))
+	}
+	if err := tw.Flush(); err != nil || cfg.StallDelay == 0 {
+		return err
+	}
+	fmt.Fprintf(out, "\nthread %d runs %v late after each wake:\n", cfg.StallThread, cfg.StallDelay)
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\twakes to it\tothers blocked behind it\tper wake\tits max get\t")
+	for _, s := range all {
+		per := time.Duration(0)
+		if s.StallWakes > 0 {
+			per = time.Duration(s.StallBlockedNs / s.StallWakes)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%v\t%v\t\n", s.Policy, s.StallWakes, us(s.StallBlockedNs), per.Round(time.Microsecond), us(s.StallMaxGetNs))
 	}
 	return tw.Flush()
 }
@@ -193,3 +205,5 @@ func writeCheck(out io.Writer, r refcache.CheckResult) {
 	}
 	fmt.Fprintln(out)
 }
+
+func us(ns int64) time.Duration { return time.Duration(ns).Round(time.Microsecond) }

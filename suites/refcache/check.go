@@ -1,7 +1,9 @@
 package refcache
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -123,7 +125,9 @@ type explorer struct {
 }
 
 func (x *explorer) root() *world {
-	return newWorld(x.cfg.Policy, x.cfg.Threads, x.cfg.Entries, x.cfg.GetsPerThread)
+	w := newWorld(x.cfg.Policy, x.cfg.Threads, x.cfg.Entries, x.cfg.GetsPerThread)
+	w.noHandoff = x.cfg.noHandoff
+	return w
 }
 
 func (x *explorer) add(w *world, parent int32, tid, choice int) (int32, bool) {
@@ -248,6 +252,15 @@ func (w *world) check() []issue {
 			capSleepers = append(capSleepers, t)
 		}
 	}
+	// A keyed sleeper whose block wake is pending will share, not take
+	// capacity: it needs no capacity wake.
+	var needCap []int
+	for _, t := range capSleepers {
+		b := w.th[t].block
+		if !w.pendingStep(pcWakeBlock, func(u *thread) bool { return u.block == b }) {
+			needCap = append(needCap, t)
+		}
+	}
 	if !anyEnabled && !allDone {
 		out = append(out, issue{KindDeadlock, "no task can run: " + w.sleepers()})
 	}
@@ -277,8 +290,8 @@ func (w *world) check() []issue {
 	}
 
 	// Capacity: a sleeper for each unused entry needs a wake pending.
-	if len(capSleepers) > 0 && c.unused > 0 {
-		need := min(len(capSleepers), c.unused)
+	if len(needCap) > 0 && c.unused > 0 {
+		need := min(len(needCap), c.unused)
 		var have int
 		if w.policy == WakeAll {
 			if pendingPut > 0 {
@@ -288,9 +301,9 @@ func (w *world) check() []issue {
 			have = pendingPut + pendingHandoff + inFlight
 		}
 		if have < need {
-			out = append(out, issue{KindStrandedCapacity, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and %d wake(s) are pending", w.ids(capSleepers), c.unused, have)})
+			out = append(out, issue{KindStrandedCapacity, fmt.Sprintf("%s asleep for capacity, cache->unused=%d, and %d capacity wake(s) pending", w.ids(needCap), c.unused, have)})
 		} else if w.policy != WakeAll && pendingPut+pendingHandoff < need && inFlight > 0 {
-			out = append(out, issue{ObsBlockedBehindWakee, fmt.Sprintf("%s sleep for capacity, cache->unused=%d, and the only wake for them is held by %s, woken but not yet run", w.ids(capSleepers), c.unused, w.ids(inFlightIDs))})
+			out = append(out, issue{ObsBlockedBehindWakee, fmt.Sprintf("%s asleep for capacity, cache->unused=%d, and the only capacity wake is held by %s, woken but not yet run", w.ids(needCap), c.unused, w.ids(inFlightIDs))})
 		}
 	}
 	return out
@@ -413,6 +426,7 @@ func (w *world) describe() string {
 			asleep = append(asleep, t)
 		}
 	}
+	slices.SortFunc(asleep, func(a, b int) int { return cmp.Compare(w.name(a), w.name(b)) })
 	if len(asleep) > 0 {
 		fmt.Fprintf(&b, " asleep=%s", w.ids(asleep))
 	}
@@ -453,6 +467,7 @@ func (w *world) encode(buf []byte) []byte {
 func (w *world) decode(s string, cfg Config) {
 	if len(w.th) != cfg.Threads || len(w.c.entries) != cfg.Entries {
 		*w = *newWorld(cfg.Policy, cfg.Threads, cfg.Entries, cfg.GetsPerThread)
+		w.noHandoff = cfg.noHandoff
 	}
 	w.n = counters{}
 	w.woken = w.woken[:0]

@@ -102,6 +102,8 @@ type world struct {
 	// names are the threads' names in traces: Check relabels threads to
 	// a canonical order, and names keeps each thread's own name through it.
 	names []int
+	// noHandoff removes the patch's hand-off (tests show it is needed).
+	noHandoff bool
 }
 
 func newWorld(p Policy, threads, entries, getsPerThread int) *world {
@@ -438,7 +440,7 @@ func (w *world) lookup(t int) {
 	if e.pending {
 		e.numWaiters++
 	}
-	wakeNext := w.policy == Keyed && th.capacityWake && !consumed && c.unused > 0 && c.numWaiters > 0
+	wakeNext := w.policy == Keyed && !w.noHandoff && th.capacityWake && !consumed && c.unused > 0 && c.numWaiters > 0
 	w.progress(t, consumed)
 	if w.log != nil {
 		w.logf(t, "blk %d in entry %d: refcount=%d unused=%d pending=%v%s; spin_unlock", th.block, found, e.refcount, c.unused, e.pending, handoffNote(wakeNext))
@@ -605,13 +607,16 @@ func (w *world) logf(t int, format string, args ...any) {
 	*w.log = append(*w.log, w.tn(t)+": "+fmt.Sprintf(format, args...))
 }
 
-// tn is thread t's name in traces.
-func (w *world) tn(t int) string {
+// name is thread t's number in traces.
+func (w *world) name(t int) int {
 	if w.names != nil {
-		t = w.names[t]
+		return w.names[t]
 	}
-	return fmt.Sprintf("T%d", t)
+	return t
 }
+
+// tn is thread t's name in traces.
+func (w *world) tn(t int) string { return fmt.Sprintf("T%d", w.name(t)) }
 
 // ids names a list of threads.
 func (w *world) ids(ts []int) string {

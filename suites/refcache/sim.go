@@ -59,6 +59,9 @@ type Config struct {
 	GetsPerThread int `json:"gets_per_thread,omitempty"`
 	// MaxStates bounds Check (default 20,000,000 states).
 	MaxStates int `json:"max_states,omitempty"`
+
+	// noHandoff runs keyed without the hand-off, to show what it is for.
+	noHandoff bool
 }
 
 // Defaults for zero Config durations: a cold metadata read dominated by
@@ -110,6 +113,9 @@ func (c *Config) validate() error {
 	}
 	if c.Blocks < 1 {
 		bad = append(bad, fmt.Sprintf("blocks %d < 1", c.Blocks))
+	}
+	if c.StallDelay > 0 && (c.StallThread < 0 || c.StallThread >= c.Threads) {
+		bad = append(bad, fmt.Sprintf("stall thread %d not in 0..%d", c.StallThread, c.Threads-1))
 	}
 	if c.Gets < 0 {
 		bad = append(bad, fmt.Sprintf("gets %d < 0", c.Gets))
@@ -172,11 +178,20 @@ type Stats struct {
 	// a task was queued on cache->wait_queue.
 	StrandedNs int64 `json:"stranded_ns"`
 	// Throughput and latency in simulated time.
-	SimulatedNs   int64   `json:"simulated_ns"`
-	OpsPerSec     float64 `json:"ops_per_sec"`
-	MeanGetNs     float64 `json:"mean_get_ns"`
-	MaxGetNs      int64   `json:"max_get_ns"`
-	StallMaxGetNs int64   `json:"stall_thread_max_get_ns,omitempty"`
+	SimulatedNs int64   `json:"simulated_ns"`
+	OpsPerSec   float64 `json:"ops_per_sec"`
+	// MeanGetNs and MaxGetNs time squashfs_cache_get calls, from the
+	// call to its return; with a stalled thread, of the other threads only.
+	MeanGetNs float64 `json:"mean_get_ns"`
+	MaxGetNs  int64   `json:"max_get_ns"`
+	// With StallDelay: the stalled thread's own worst get, how many wakes
+	// it received, and the simulated time during which an entry was
+	// unused and tasks were queued for capacity while the stalled thread
+	// held a capacity wake it had not yet run to use: what its stall cost
+	// the others.
+	StallMaxGetNs  int64 `json:"stall_thread_max_get_ns,omitempty"`
+	StallWakes     int64 `json:"stall_wakes,omitempty"`
+	StallBlockedNs int64 `json:"stall_blocked_ns,omitempty"`
 }
 
 // Simulate runs cfg.Gets gets from cfg.Threads threads against a cache of
@@ -213,11 +228,15 @@ type sim struct {
 	maxGet, stallMaxGet     int64
 	stranded, strandedSince int64
 	strandedOn              bool
+	stallWakes              int64
+	stallBlocked, blockedAt int64
+	blockedOn               bool
 }
 
 func newSim(cfg Config) *sim {
 	s := &sim{cfg: cfg, w: newWorld(cfg.Policy, cfg.Threads, cfg.Entries, 1), getStart: make([]int64, cfg.Threads), scheduled: make([]bool, cfg.Threads), lockHeld: make([]bool, cfg.Threads)}
 	s.w.woken = make([]int, 0, cfg.Threads)
+	s.w.noHandoff = cfg.noHandoff
 	r := rand.New(rand.NewPCG(cfg.Seed, 0x5175a5f5))
 	switch cfg.Pattern {
 	case Uniform:
@@ -291,6 +310,7 @@ func (s *sim) run() error {
 				delay := int64(cfg.WakeLatency)
 				if cfg.StallDelay > 0 && u == cfg.StallThread {
 					delay = int64(cfg.StallDelay)
+					s.stallWakes++
 				}
 				if !s.scheduled[u] { // else it had not gone to sleep yet
 					s.schedule(next+delay, u)
@@ -339,29 +359,37 @@ func (s *sim) allDone() bool {
 
 func (s *sim) endGet(t int) {
 	d := s.now - s.getStart[t]
+	if s.cfg.StallDelay > 0 && t == s.cfg.StallThread {
+		s.stallMaxGet = max(s.stallMaxGet, d)
+		return
+	}
 	s.getNs += d
 	s.getsDone++
-	if d > s.maxGet {
-		s.maxGet = d
-	}
-	if s.cfg.StallDelay > 0 && t == s.cfg.StallThread && d > s.stallMaxGet {
-		s.stallMaxGet = d
-	}
+	s.maxGet = max(s.maxGet, d)
 }
 
 // trackStranded integrates the time an entry is unused while some task is
 // queued for capacity.
 func (s *sim) trackStranded() {
 	on := s.w.c.unused > 0 && len(s.w.c.waitq) > 0
-	if on == s.strandedOn {
+	integrate(on, &s.strandedOn, &s.strandedSince, &s.stranded, s.now)
+	if s.cfg.StallDelay > 0 {
+		on = on && s.w.th[s.cfg.StallThread].capWoken
+		integrate(on, &s.blockedOn, &s.blockedAt, &s.stallBlocked, s.now)
+	}
+}
+
+// integrate adds to *total the time a condition held, given its new value.
+func integrate(on bool, was *bool, since, total *int64, now int64) {
+	if on == *was {
 		return
 	}
 	if on {
-		s.strandedSince = s.now
+		*since = now
 	} else {
-		s.stranded += s.now - s.strandedSince
+		*total += now - *since
 	}
-	s.strandedOn = on
+	*was = on
 }
 
 func (s *sim) stats() Stats {
@@ -371,7 +399,8 @@ func (s *sim) stats() Stats {
 		Gets: n.gets, Releases: n.releases, FreeingReleases: n.freeingReleases, ReleaseWakeCalls: n.releaseWakeCalls,
 		CapacityWakeups: n.cacheWakeups, PublishWakeups: n.publishWakeups, EntryWakeups: n.entryWakeups,
 		SpuriousWakeups: n.spurious, Requeues: n.requeues, Handoffs: n.handoffs, SpentCapacityWakes: n.spentCapacityWakes,
-		StrandedNs: s.stranded, SimulatedNs: s.now, MaxGetNs: s.maxGet, StallMaxGetNs: s.stallMaxGet,
+		StrandedNs: s.stranded, SimulatedNs: s.now, MaxGetNs: s.maxGet,
+		StallMaxGetNs: s.stallMaxGet, StallWakes: s.stallWakes, StallBlockedNs: s.stallBlocked,
 	}
 	st.Wakeups = st.CapacityWakeups + st.PublishWakeups + st.EntryWakeups
 	if st.Releases > 0 {
