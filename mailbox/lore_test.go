@@ -34,7 +34,7 @@ type loreEntry struct {
 	updated string
 }
 
-// publish writes the list's mails, one thread file per thread root, and an
+// publish writes the list's mails, a t.mbox.gz of its thread beside each, and an
 // Atom feed of all of them (newest first, as public-inbox does).
 func (a *loreArchive) publish(t *testing.T, list string, entries []loreEntry) {
 	threads := map[string][]*Message{}
@@ -63,7 +63,7 @@ func (a *loreArchive) publish(t *testing.T, list string, entries []loreEntry) {
 	if err := os.WriteFile(filepath.Join(a.dir, list, "new.atom"), []byte(feed.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for root, msgs := range threads {
+	for _, msgs := range threads {
 		var mbox bytes.Buffer
 		for _, m := range msgs {
 			writeMboxEntry(&mbox, m.Raw)
@@ -75,7 +75,6 @@ func (a *loreArchive) publish(t *testing.T, list string, entries []loreEntry) {
 		for _, m := range msgs {
 			os.WriteFile(filepath.Join(a.dir, list, m.MessageID, "t.mbox.gz"), gz.Bytes(), 0o644)
 		}
-		_ = root
 	}
 }
 

@@ -185,6 +185,14 @@ func TestMboxSourceCursor(t *testing.T) {
 	if ids, _ := pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{"imap-7@demo.example"}) {
 		t.Fatalf("after append: %v", ids)
 	}
+	// A shorter file replaced it: read from the start.
+	if err := os.WriteFile(path, seed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := pollAll(t, src, cur); len(ids) != 3 {
+		t.Fatalf("after the file was replaced: %v", ids)
+	}
+	os.WriteFile(path, data, 0o644)
 	// Stopping in fn keeps the cursor of the last mail handled.
 	stop := errors.New("stop")
 	n := 0

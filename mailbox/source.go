@@ -73,7 +73,10 @@ func logOr(l *slog.Logger) *slog.Logger {
 }
 
 // Mbox reads an mbox file (mboxo or mboxrd). The cursor is the byte offset
-// just past the last message read, so a file that grows is read on from there.
+// just past the last message read, so a file that grows is read on from
+// there; a file shorter than the cursor (replaced) is read from the start.
+// The last mail is taken as complete at the end of the file: append whole
+// mails (write, then rename, or lock) if a writer shares the file.
 type Mbox struct {
 	Path   string // "-" reads standard input (the cursor is then ignored)
 	Logger *slog.Logger
@@ -96,6 +99,12 @@ func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 			start, err = strconv.ParseInt(cur, 10, 64)
 			if err != nil || start < 0 {
 				return cur, fmt.Errorf("mbox cursor %q is not a byte offset", cur)
+			}
+			if fi, err := f.Stat(); err == nil && fi.Size() < start {
+				// The file was replaced by a shorter one: read it all.
+				logOr(s.Logger).Warn("mbox is shorter than the cursor; reading it from the start",
+					"mbox", s.Path, "cursor", start, "size", fi.Size())
+				start = 0
 			}
 			if _, err := f.Seek(start, io.SeekStart); err != nil {
 				return cur, fmt.Errorf("seeking mbox to %d: %w", start, err)

@@ -93,7 +93,6 @@ func Start(t testing.TB) *Server {
 	if err := os.WriteFile(s.conf, []byte(s.config(home)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.cmd = nil
 	s.start(t, bin)
 	t.Cleanup(func() { s.Stop(t) })
 	return s
