@@ -39,6 +39,10 @@ type IMAP struct {
 	MinBackoff, MaxBackoff time.Duration
 	// DialTimeout bounds connecting and logging in. Default 30s.
 	DialTimeout time.Duration
+
+	// idling, if set, is told each time Watch starts waiting in IDLE, so
+	// that a test can deliver mail knowing only IDLE can report it.
+	idling func()
 }
 
 var _ Watcher = (*IMAP)(nil)
@@ -320,6 +324,9 @@ func (s *IMAP) session(ctx context.Context, cur *IMAPCursor, fn func(*Message, s
 			idle, err := c.Idle()
 			if err != nil {
 				return fmt.Errorf("starting IMAP IDLE: %w", err)
+			}
+			if s.idling != nil {
+				s.idling()
 			}
 			select {
 			case <-newMail:

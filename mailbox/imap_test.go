@@ -68,6 +68,15 @@ func (w *watcher) expect(t *testing.T, id string, within time.Duration) {
 	}
 }
 
+func waitIdle(t *testing.T, idling <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-idling:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Watch did not enter IDLE")
+	}
+}
+
 func pollAll(t *testing.T, src Source, cur string) ([]string, string) {
 	t.Helper()
 	var ids []string
@@ -110,10 +119,14 @@ func TestIMAPDovecot(t *testing.T) {
 	})
 
 	t.Run("idle", func(t *testing.T) {
-		w := startWatch(t, src, cur)
-		time.Sleep(500 * time.Millisecond) // let it reach IDLE
+		idling := make(chan struct{}, 10)
+		watched := *src
+		watched.idling = func() { idling <- struct{}{} }
+		w := startWatch(t, &watched, cur)
+		waitIdle(t, idling)
 		srv.Deliver(t, testMail(3))
 		w.expect(t, "imap-3@demo.example", 15*time.Second)
+		waitIdle(t, idling) // back to waiting after the fetch
 
 		// The server dies and comes back: Watch reconnects and goes on.
 		srv.Restart(t)
