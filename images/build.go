@@ -83,9 +83,9 @@ const (
 )
 
 // The object tree sits directly inside the source tree, so Kbuild uses the
-// relative srctree "..": command lines and dependency files then hold no
-// absolute paths, and a copy of source and objects somewhere else (the
-// patched build) is up to date for make without recompiling anything.
+// relative srctree ".." and the kernel's own command lines hold no absolute
+// paths. Host tools (objtool) do record absolute paths, so a patched build
+// runs with its tree mounted at the base tree's path (see bind).
 
 func (b *Builder) jobs() int {
 	if b.Jobs > 0 {
@@ -145,7 +145,7 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 			return err
 		}
 		return st.run("make bzImage", func() error {
-			err := b.make(ctx, sb, log, tree, "bzImage")
+			err := b.make(ctx, sb, log, tree, nil, "bzImage")
 			var be *BuildError
 			if errors.As(err, &be) {
 				// The base not building is not a patch's fault.
@@ -217,10 +217,10 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 		return nil, infra("reading build log", err)
 	}
 	bd.Warnings = parseWarnings(logData)
+	bd.Duration = time.Since(start) // kept in the record: how long the build took
 	if err := saveBuild(bd); err != nil {
 		return nil, err
 	}
-	bd.Duration = time.Since(start)
 	return bd, nil
 }
 
@@ -251,8 +251,8 @@ func (b *Builder) env() []string {
 		"LC_ALL=C", // plain quotes in gcc messages ('expires' undeclared)
 		"CCACHE_DIR=" + filepath.Join(b.Cache, "ccache"),
 		"CCACHE_MAXSIZE=10G",
-		// objtool is built with absolute paths; with a base directory ccache
-		// hashes them relative, so the patched copy still hits the cache.
+		// Builds of different commits sit in different directories; hash
+		// paths below the cache relative, so they share compiled objects.
 		"CCACHE_BASEDIR=" + filepath.Join(b.Cache, "kernels"),
 		"CCACHE_NOHASHDIR=1",
 		"KBUILD_BUILD_USER=patchbot",
@@ -300,7 +300,7 @@ func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tre
 		{tree, b.makeArgs("olddefconfig")},
 	}
 	for _, s := range steps {
-		if err := sb.run(ctx, log, s.dir, b.env(), s.argv...); err != nil {
+		if err := sb.run(ctx, log, s.dir, b.env(), nil, s.argv...); err != nil {
 			return infra("configuring: "+strings.Join(s.argv, " "), err)
 		}
 	}
@@ -316,9 +316,9 @@ func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tre
 
 // make runs make in the sandbox; a failure is a BuildError with the error
 // lines of the log, a timeout or a failure to start is the machine's.
-func (b *Builder) make(ctx context.Context, sb *sandbox, log *os.File, tree string, targets ...string) error {
+func (b *Builder) make(ctx context.Context, sb *sandbox, log *os.File, tree string, at *bind, targets ...string) error {
 	off, _ := log.Seek(0, io.SeekCurrent)
-	err := sb.run(ctx, log, tree, b.env(), b.makeArgs(targets...)...)
+	err := sb.run(ctx, log, tree, b.env(), at, b.makeArgs(targets...)...)
 	if err == nil {
 		return nil
 	}

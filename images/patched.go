@@ -26,12 +26,7 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	if len(patches) == 0 {
 		return nil, errors.New("patched build: empty series")
 	}
-	parts := [][]byte{[]byte("patched"), []byte(base.Key)}
-	bd := &Build{
-		Commit: base.Commit, Repo: base.Repo, Compiler: base.Compiler, ConfigHash: base.ConfigHash,
-		Series: len(patches),
-	}
-	bd.Key = hashKey(append(parts, patches...)...)
+	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
 	got, err := b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *os.File) error {
 		tree := filepath.Join(bd.Dir, treeDir)
@@ -41,7 +36,8 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		if err := st.run("git am -3", func() error { return applySeries(ctx, tree, patches) }); err != nil {
 			return err
 		}
-		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, tree, "bzImage") })
+		at := &bind{From: tree, To: filepath.Join(base.Dir, treeDir)}
+		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, at.To, at, "bzImage") })
 	})
 	if err != nil {
 		return nil, err
@@ -53,6 +49,17 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		}
 	}
 	return got, nil
+}
+
+// patchedRecord is the start of a patched build's record, with its key.
+func patchedRecord(base *Build, patches [][]byte) *Build {
+	parts := [][]byte{[]byte("patched"), []byte(base.Key)}
+	bd := &Build{
+		Commit: base.Commit, Repo: base.Repo, Compiler: base.Compiler, ConfigHash: base.ConfigHash,
+		Series: len(patches),
+	}
+	bd.Key = hashKey(append(parts, patches...)...)
+	return bd
 }
 
 // copyTree makes tree a worktree of base's commit whose files are hard

@@ -61,16 +61,36 @@ func (s *sandbox) own(dir string) error {
 	return infra("chown "+dir, os.Chown(dir, s.uid, s.gid))
 }
 
-// command wraps argv: unshare --net for no network, then setpriv to drop to
-// the build user with no capabilities. env is the whole environment.
-func (s *sandbox) command(ctx context.Context, dir string, env []string, argv ...string) *exec.Cmd {
+// bind shows the directory From at the path To, inside the build's own
+// mount namespace only. A patched build runs in the base build's path this
+// way, so that the absolute paths the base's object tree recorded (objtool
+// and other host tools are built with them) name the patched sources, and
+// make rebuilds only what the series changed.
+type bind struct{ From, To string }
+
+// command wraps argv: unshare --net (and --mount for a bind) for no
+// network, then setpriv to drop to the build user with no capabilities.
+// env is the whole environment; dir the working directory.
+func (s *sandbox) command(ctx context.Context, dir string, env []string, b *bind, argv ...string) *exec.Cmd {
 	var full []string
 	if s.root {
-		full = []string{"unshare", "--net", "--", "setpriv",
-			"--reuid=" + strconv.Itoa(s.uid), "--regid=" + strconv.Itoa(s.gid), "--clear-groups",
-			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"}
+		full = []string{"unshare", "--net"}
 	} else {
-		full = []string{"unshare", "--user", "--map-current-user", "--net", "--"}
+		full = []string{"unshare", "--user", "--map-root-user", "--net"}
+	}
+	if b != nil {
+		// The mount and the cd happen inside the new namespace, before the
+		// privileges go. unshare makes the namespace's mounts private.
+		full = append(full, "--mount", "--", "sh", "-c", `mount --bind "$1" "$2" && cd "$3" && shift 3 && exec "$@"`,
+			"sh", b.From, b.To, dir)
+		dir = "/"
+	} else {
+		full = append(full, "--")
+	}
+	if s.root {
+		full = append(full, "setpriv",
+			"--reuid="+strconv.Itoa(s.uid), "--regid="+strconv.Itoa(s.gid), "--clear-groups",
+			"--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")
 	}
 	full = append(full, argv...)
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
@@ -88,8 +108,8 @@ func (s *sandbox) command(ctx context.Context, dir string, env []string, argv ..
 var errTimeout = errors.New("time limit reached")
 
 // run runs a sandboxed command, appending its output to log.
-func (s *sandbox) run(ctx context.Context, log io.Writer, dir string, env []string, argv ...string) error {
-	cmd := s.command(ctx, dir, env, argv...)
+func (s *sandbox) run(ctx context.Context, log io.Writer, dir string, env []string, b *bind, argv ...string) error {
+	cmd := s.command(ctx, dir, env, b, argv...)
 	cmd.Stdout = log
 	cmd.Stderr = log
 	err := cmd.Run()
