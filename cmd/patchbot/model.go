@@ -25,7 +25,7 @@ func init() {
 
 const modelUsage = `usage:
   patchbot model --policy P --threads T --entries E --blocks B --gets G [--pattern uniform|zipf|fragments] [--json]
-  patchbot model check --policy P --threads T --entries E --blocks B [--gets-per-thread N] [--json]
+  patchbot model check --policy P --threads T --entries E --blocks B [--gets-per-thread N] [--traces] [--json]
 
 P is wake-all (mainline 6.1), exclusive, keyed (the thundering-herd patch) or all.
 "model check" exits 1 when it finds a violation.`
@@ -142,6 +142,7 @@ func runModelCheck(out io.Writer, args []string) error {
 	fs, policy, cfg, jsonOut := newModelFlags("model check", 3, 2, 2)
 	fs.IntVar(&cfg.GetsPerThread, "gets-per-thread", 1, "gets each thread makes")
 	fs.IntVar(&cfg.MaxStates, "max-states", 20_000_000, "stop exploring after this many states")
+	traces := fs.Bool("traces", false, "also print a trace for each observed distinguishing state")
 	if err := parseModelFlags(fs, args); err != nil {
 		return err
 	}
@@ -161,7 +162,7 @@ func runModelCheck(out io.Writer, args []string) error {
 		violated = violated || len(r.Violations) > 0
 		all = append(all, r)
 		if !*jsonOut {
-			writeCheck(out, r)
+			writeCheck(out, r, *traces)
 		}
 	}
 	if *jsonOut {
@@ -183,7 +184,7 @@ func runModelCheck(out io.Writer, args []string) error {
 	return nil
 }
 
-func writeCheck(out io.Writer, r refcache.CheckResult) {
+func writeCheck(out io.Writer, r refcache.CheckResult, traces bool) {
 	complete := "all reachable states"
 	if !r.Complete {
 		complete = "INCOMPLETE: stopped at --max-states"
@@ -202,6 +203,11 @@ func writeCheck(out io.Writer, r refcache.CheckResult) {
 	}
 	for _, o := range r.Observations {
 		fmt.Fprintf(out, "  observed %s (%d): %s\n", o.Kind, o.Count, o.What)
+		if traces {
+			for _, l := range o.Trace {
+				fmt.Fprintln(out, "    "+l)
+			}
+		}
 	}
 	fmt.Fprintln(out)
 }

@@ -224,10 +224,18 @@ func (w *world) step(t, block int) {
 			}
 			th.pc = pcRelock
 		} else {
+			th.pc = pcCacheSleep
+			if !th.sleeping {
+				// Woken since prepare_to_wait_event: schedule()
+				// returns at once and the loop prepares again.
+				if w.log != nil {
+					w.logf(t, "wait_event: cache->unused=0; schedule() returns at once (already woken)")
+				}
+				break
+			}
 			if w.log != nil {
 				w.logf(t, "wait_event: cache->unused=0; schedule()")
 			}
-			th.pc = pcCacheSleep
 			if th.capWoken {
 				// Woken, found nothing, and back to sleep without rescanning.
 				w.n.requeues++
@@ -317,10 +325,16 @@ func (w *world) step(t, block int) {
 			th.woke = false
 			th.pc = pcHold
 		} else {
+			th.pc = pcEntrySleep
+			if !th.sleeping {
+				if w.log != nil {
+					w.logf(t, "wait_event(entry %d): pending; schedule() returns at once (already woken)", th.entry)
+				}
+				break
+			}
 			if w.log != nil {
 				w.logf(t, "wait_event(entry %d): pending; schedule()", th.entry)
 			}
-			th.pc = pcEntrySleep
 			w.sleepAgain(t)
 		}
 

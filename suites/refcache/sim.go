@@ -267,8 +267,13 @@ func (s *sim) run() error {
 	w := s.w
 	cfg := &s.cfg
 	lock, step := int64(cfg.LockHold), int64(cfg.StepCost)
-	for s.q.len() > 0 {
-		ev := s.q.pop()
+	var ev event
+	have := false // ev is the next event, not yet in the queue
+	for have || s.q.len() > 0 {
+		if !have {
+			ev = s.q.pop()
+		}
+		have = false
 		s.now = ev.at
 		t := int(ev.tid)
 		s.scheduled[t] = false
@@ -332,7 +337,14 @@ func (s *sim) run() error {
 		}
 		s.trackStranded()
 		if w.enabled(t) {
-			s.schedule(next, t)
+			// Most steps are followed by the same thread's next one:
+			// skip the queue when nothing comes before it.
+			if e := (event{at: next, tid: int32(t)}); s.q.len() == 0 || less(e, s.q.h[0]) {
+				ev, have = e, true
+				s.scheduled[t] = true
+			} else {
+				s.schedule(next, t)
+			}
 		}
 	}
 	if s.started != cfg.Gets || !s.allDone() {
