@@ -93,8 +93,9 @@ func Start(t testing.TB) *Server {
 	if err := os.WriteFile(s.conf, []byte(s.config(home)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s.start(t, bin)
+	// Registered first, so that a start that fails still kills Dovecot.
 	t.Cleanup(func() { s.Stop(t) })
+	s.start(t, bin)
 	return s
 }
 
