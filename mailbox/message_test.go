@@ -310,3 +310,18 @@ func mailAddrs(v string) ([]string, error) {
 	}
 	return out, nil
 }
+
+func TestMemorySource(t *testing.T) {
+	src := &Memory{}
+	src.Add(testMail(1))
+	src.Add([]byte("garbage\n"))
+	src.Add(testMail(3))
+	ids, cur := pollAll(t, src, "")
+	if !reflect.DeepEqual(ids, []string{"imap-1@demo.example", "imap-3@demo.example"}) || cur != "3" {
+		t.Fatalf("got %v cursor %q", ids, cur)
+	}
+	src.Add(testMail(4))
+	if ids, cur = pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{"imap-4@demo.example"}) || cur != "4" {
+		t.Fatalf("after Add: %v cursor %q", ids, cur)
+	}
+}

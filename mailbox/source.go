@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -216,6 +217,51 @@ func (s *Maildir) Poll(ctx context.Context, cur string, fn func(*Message, string
 		if err != nil {
 			logOr(s.Logger).Warn("skipping mail that cannot be parsed", "file", f.path, "err", err)
 			continue
+		}
+		if err := fn(m, cur); err != nil {
+			return cur, err
+		}
+	}
+	return cur, nil
+}
+
+// Memory is a Source over mails held in memory: the fake for unit tests of
+// code that reads a Source. The cursor is the number of mails delivered.
+// It is safe to Add while another goroutine polls.
+type Memory struct {
+	mu   sync.Mutex
+	raws [][]byte
+}
+
+var _ Source = (*Memory)(nil)
+
+// Add appends a mail; the next Poll delivers it.
+func (s *Memory) Add(raw []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.raws = append(s.raws, bytes.Clone(raw))
+}
+
+func (s *Memory) Poll(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
+	n := 0
+	if cur != "" {
+		var err error
+		if n, err = strconv.Atoi(cur); err != nil || n < 0 {
+			return cur, fmt.Errorf("memory cursor %q is not a count", cur)
+		}
+	}
+	s.mu.Lock()
+	raws := s.raws[min(n, len(s.raws)):]
+	s.mu.Unlock()
+	for _, raw := range raws {
+		if err := ctx.Err(); err != nil {
+			return cur, err
+		}
+		n++
+		cur = strconv.Itoa(n)
+		m, err := ParseBytes(raw)
+		if err != nil {
+			continue // skipped, as the real sources do
 		}
 		if err := fn(m, cur); err != nil {
 			return cur, err
