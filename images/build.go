@@ -148,8 +148,10 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 			err := b.make(ctx, sb, log, tree, nil, "bzImage")
 			var be *BuildError
 			if errors.As(err, &be) {
-				// The base not building is not a patch's fault.
-				return infra("building base "+short(base.Commit), err)
+				// The base not building is not a patch's fault: no
+				// BuildError in the chain.
+				return infra("building base "+short(base.Commit),
+					fmt.Errorf("%s (log %s)", strings.Join(be.Lines, "; "), be.Log))
 			}
 			return err
 		})

@@ -72,11 +72,12 @@ type bind struct{ From, To string }
 // network, then setpriv to drop to the build user with no capabilities.
 // env is the whole environment; dir the working directory.
 func (s *sandbox) command(ctx context.Context, dir string, env []string, b *bind, argv ...string) *exec.Cmd {
-	var full []string
-	if s.root {
-		full = []string{"unshare", "--net"}
-	} else {
-		full = []string{"unshare", "--user", "--map-root-user", "--net"}
+	// A new PID namespace whose init dies with unshare (--kill-child), and
+	// unshare dies with us (Pdeathsig): a killed patchbot or test binary
+	// leaves no make running on in a directory the next build deletes.
+	full := []string{"unshare", "--net", "--pid", "--fork", "--kill-child"}
+	if !s.root {
+		full = append(full, "--user", "--map-root-user")
 	}
 	if b != nil {
 		// The mount and the cd happen inside the new namespace, before the
@@ -98,7 +99,7 @@ func (s *sandbox) command(ctx context.Context, dir string, env []string, b *bind
 	cmd.Env = env
 	// The whole process group goes when the time limit is reached, not only
 	// unshare: make and the compilers beneath it too.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
 	return cmd
