@@ -2,13 +2,10 @@ package mailbox
 
 import (
 	"fmt"
-	"mime"
 	"regexp"
 	"sort"
 	"strings"
 )
-
-func mimeQ(s string) string { return mime.QEncoding.Encode("utf-8", s) }
 
 // kind is what a mail is to series assembly.
 type kind int
@@ -34,7 +31,8 @@ type entry struct {
 // markers in front of a tag, as b4 does.
 var replyShaped = regexp.MustCompile(`^\w{2,3}:\s*\[`)
 
-// Assemble groups mails into patch series following b4's rules:
+// Assemble groups mails into patch series following b4's rules, one series
+// per thread (see docs/mailbox.md for the full list):
 //   - a mail whose subject is a reply ("Re:") is a follow-up, never a patch,
 //     and a diff quoted with "> " is not a diff;
 //   - a mail with a diff of its own is a patch, tagged or not;
@@ -43,7 +41,9 @@ var replyShaped = regexp.MustCompile(`^\w{2,3}:\s*\[`)
 //   - the first of two mails with the same Message-ID, or with the same
 //     version and index, is kept;
 //   - Reviewed-by/Acked-by/Tested-by/... in follow-ups go to the patch they
-//     answer (to the cover letter's CoverTrailers when they answer it).
+//     answer (to the cover letter's CoverTrailers when they answer it);
+//   - a newer version of the same series posted as a new thread replaces
+//     the older one.
 //
 // Series come out in the order their first mail came in. Assemble is pure
 // and never fails: what it cannot make whole is marked incomplete.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime"
 	"net/mail"
 	"sort"
 	"strings"
@@ -182,7 +183,7 @@ func encodeAddr(s string) string {
 func encodeWord(s string) string {
 	for i := 0; i < len(s); i++ {
 		if s[i] >= 0x80 {
-			return mimeQ(s)
+			return mime.QEncoding.Encode("utf-8", s)
 		}
 	}
 	return s
