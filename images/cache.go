@@ -38,6 +38,9 @@ func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func
 	if err != nil {
 		return nil, infra("opening lock file", err)
 	}
+	if progress == nil {
+		progress = io.Discard
+	}
 	said := false
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
