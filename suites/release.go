@@ -17,9 +17,14 @@ import (
 //
 //   - a kprobe event on squashfs_cache_put; its hit count in kprobe_profile
 //     is the number of puts (most free nothing and wake no one);
-//   - a kprobe event on __wake_up with a hist trigger keyed by the caller's
-//     stack: the calls whose waker site is the squashfs release path are the
-//     release wake calls, the denominator;
+//   - a kprobe event on __wake_up_common_lock (or __wake_up where that is
+//     inlined) with a hist trigger keyed by the caller's stack: the calls
+//     whose waker site is the squashfs release path are the release wake
+//     calls, the denominator. The probe sits one call below wake_up() on
+//     purpose: at a function's first instruction the frame-pointer unwinder
+//     cannot see the immediate caller (its frame is not set up yet), so a
+//     probe on __wake_up loses squashfs_cache_put and shows its caller;
+//     one level down, the lost frame is __wake_up, which is machinery;
 //   - a hist trigger keyed by stack on sched:sched_waking, which fires in the
 //     waker's context once per task made runnable: the events whose waker
 //     site is the release path are the release wake-ups, the numerator.
@@ -42,7 +47,12 @@ const (
 	releaseFrame = "squashfs_cache_put"
 )
 
+// wakeProbeTargets are where the release wake calls are counted, best
+// first: __wake_up_common_lock is static and inlined in some builds.
+var wakeProbeTargets = []string{"__wake_up_common_lock", "__wake_up"}
+
 type releaseTrace struct {
+	wakeProbe    string // the function of wakeProbeTargets that took the probe
 	puts0, puts1 uint64
 	armed        []string // trigger files armed, to disarm in close
 	probes       bool
@@ -92,16 +102,23 @@ func startReleaseTrace() (*releaseTrace, error) {
 	// trigger fails, and a probe with a trigger cannot be removed.
 	tracefsWrite("events/sched/sched_waking/trigger", "!"+histTrigger, 0)
 	t.removeProbes()
-	for _, p := range []string{
-		fmt.Sprintf("p:%s/%s squashfs_cache_put", kprobeGroup, putEvent),
-		fmt.Sprintf("p:%s/%s __wake_up", kprobeGroup, wakeUpEvent),
-	} {
-		if err := tracefsWrite("kprobe_events", p+"\n", os.O_APPEND); err != nil {
-			t.removeProbes()
-			return nil, fmt.Errorf("adding kprobe event (CONFIG_KPROBE_EVENTS? squashfs built in?): %w", err)
+	t.probes = true
+	if err := tracefsWrite("kprobe_events", fmt.Sprintf("p:%s/%s squashfs_cache_put\n", kprobeGroup, putEvent), os.O_APPEND); err != nil {
+		t.removeProbes()
+		return nil, fmt.Errorf("adding kprobe event (CONFIG_KPROBE_EVENTS? squashfs built in?): %w", err)
+	}
+	var err error
+	for _, fn := range wakeProbeTargets {
+		err = tracefsWrite("kprobe_events", fmt.Sprintf("p:%s/%s %s\n", kprobeGroup, wakeUpEvent, fn), os.O_APPEND)
+		if err == nil {
+			t.wakeProbe = fn
+			break
 		}
 	}
-	t.probes = true
+	if err != nil {
+		t.removeProbes()
+		return nil, fmt.Errorf("adding a kprobe event on the wake-up path: %w", err)
+	}
 	for _, trig := range []string{
 		"events/" + kprobeGroup + "/" + wakeUpEvent + "/trigger",
 		"events/sched/sched_waking/trigger",
@@ -118,7 +135,6 @@ func startReleaseTrace() (*releaseTrace, error) {
 			return nil, fmt.Errorf("enabling kprobe %s: %w", ev, err)
 		}
 	}
-	var err error
 	if t.puts0, err = t.readPuts(); err != nil {
 		t.close()
 		return nil, err
@@ -350,6 +366,7 @@ func (c *counters) recordRelease(r *round, workload string, params map[string]st
 	} else {
 		r.missing(workload, "wakeups_per_release", "no release found a waiter to wake (no release wake calls)")
 	}
+	r.res.Notes["release_probe"] = t.wakeProbe
 	if t.dropped > 0 {
 		r.res.Notes["release_trace_dropped/"+workload] = fmt.Sprintf("round %d: %d stacks dropped from a full hist map (size %d): release counts are low", r.n, t.dropped, histSize)
 	}

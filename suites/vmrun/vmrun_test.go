@@ -46,11 +46,21 @@ func TestGuestCacheContention(t *testing.T) {
 		t.Fatalf("%d results, want 1", len(results))
 	}
 	res := results[0]
-	if res.Kernel != "base" || res.CPUs != DefaultCPUs || res.KernelRelease == "" || res.Accel == "" {
-		t.Errorf("result header: kernel %q, %d CPUs, release %q, accel %q", res.Kernel, res.CPUs, res.KernelRelease, res.Accel)
+	if res.Kernel != "base" || res.KernelRelease == "" || res.Accel == "" {
+		t.Errorf("result header: kernel %q, release %q, accel %q", res.Kernel, res.KernelRelease, res.Accel)
 	}
-	// The minimal kernel is configured for every counter: none may be missing.
+	// The guest must see the VM's shape, or contention is not what was asked.
+	if res.CPUs != DefaultCPUs {
+		t.Errorf("the guest has %d CPUs online, the VM %d (does the kernel config have CONFIG_ACPI for the MADT?)", res.CPUs, DefaultCPUs)
+	}
+	// The minimal kernel is configured for every counter: none may be
+	// missing. (A ratio may be: wakeups_per_release is undefined when no
+	// release found a waiter, as in a stat storm on few CPUs.)
 	for _, m := range res.Missing {
+		if m.Metric == "wakeups_per_release" {
+			t.Logf("missing %s/%s: %s", m.Workload, m.Metric, m.Reason)
+			continue
+		}
 		t.Errorf("missing %s/%s: %s", m.Workload, m.Metric, m.Reason)
 	}
 	got := map[string]float64{}
