@@ -153,3 +153,38 @@ func TestSpecErrors(t *testing.T) {
 		t.Error("New(vmware) succeeded")
 	}
 }
+
+// A request the guest never answers is a hang at the run deadline, and
+// trouble on the console during a request is the kernel's fault.
+func TestFakeRunDeadline(t *testing.T) {
+	stuck := make(chan struct{})
+	defer close(stuck)
+	p := newFakePool(t, Config{RunSuite: func(ctx context.Context, req proto.Request) (any, error) {
+		<-stuck
+		return nil, nil
+	}})
+	vm, err := p.Create(context.Background(), Spec{Kernel: fakeKernel(t), RunTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	if _, err := vm.Boot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = vm.Do(context.Background(), proto.Request{Op: proto.OpRunSuite, Suite: "s"}, nil)
+	var be *BootError
+	if !errors.As(err, &be) || !strings.Contains(be.Reason, "hang: no answer to run-suite") {
+		t.Fatalf("stuck run-suite: err = %v, want a hang BootError", err)
+	}
+
+	f, err := os.OpenFile(vm.(*machine).spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("[   9.0] BUG: kernel NULL pointer dereference, address: 0000000000000008\n")
+	f.Close()
+	_, err = vm.Do(context.Background(), proto.Request{Op: proto.OpRunSuite, Suite: "s"}, nil)
+	if !errors.As(err, &be) || be.Reason != "oops" || !strings.Contains(string(be.Excerpt), "NULL pointer") {
+		t.Fatalf("oops during a request: err = %v, want an oops BootError", err)
+	}
+}

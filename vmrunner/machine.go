@@ -1,6 +1,7 @@
 package vmrunner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,6 +60,7 @@ type machine struct {
 	log     *slog.Logger
 	hv      hypervisor
 	con     *console
+	scanned int    // console bytes already found free of trouble
 	release func() // gives the pool slot back
 
 	mu        sync.Mutex // one request at a time
@@ -90,7 +92,7 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 			m.hv.destroy()
 			m.closeChannel()
 			os.Remove(m.con.path)
-			m.con = &console{path: m.con.path}
+			m.con, m.scanned = &console{path: m.con.path}, 0
 			info, err = m.boot(ctx)
 		}
 	}
@@ -177,11 +179,17 @@ func (m *machine) dialLoop(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 }
 
-// checkConsole returns a BootError at the first sign of trouble.
+// checkConsole returns a BootError at the first sign of trouble. Only
+// lines not seen clean before are scanned: a suite may run for long.
 func (m *machine) checkConsole() error {
 	out := m.con.refresh()
-	if reason, at := scanTrouble(out); at >= 0 {
-		return &BootError{Reason: reason, Excerpt: excerpt(out, at)}
+	from := min(m.scanned, len(out))
+	if reason, at := scanTrouble(out[from:]); at >= 0 {
+		return &BootError{Reason: reason, Excerpt: excerpt(out, from+at)}
+	}
+	// Rescan the last, maybe partial, line next time.
+	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
+		m.scanned = i + 1
 	}
 	return nil
 }
@@ -228,9 +236,11 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 	if req.ID == "" {
 		req.ID = fmt.Sprintf("%s-%d", req.Op, time.Now().UnixNano())
 	}
-	if err := m.ch.send(req); err != nil {
-		return nil, m.blame(ctx, err, "sending "+req.Op)
-	}
+	// A wedged guest stops reading and the write blocks: send aside, so
+	// the console and the deadline are still watched.
+	sent := make(chan error, 1)
+	ch := m.ch
+	go func() { sent <- ch.send(req) }()
 	runCtx, cancel := context.WithTimeout(ctx, m.spec.RunTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -241,6 +251,10 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 	)
 	for {
 		select {
+		case err := <-sent:
+			if err != nil {
+				return nil, m.blameRun(runCtx, err, req)
+			}
 		case ev, ok := <-m.ch.events:
 			if !ok {
 				return nil, m.blameRun(runCtx, m.ch.readErr(), req)
