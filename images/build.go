@@ -26,6 +26,9 @@ type Build struct {
 	Commit     string // the base commit
 	ConfigHash string // Config.Hash of the config's inputs
 	Series     int    // number of patches applied on Commit; 0 for a base build
+	// Head is the commit that was built: git am's last commit for a
+	// patched build; empty for a base build (it is Commit).
+	Head string
 	Repo       string // git repository the commit is in
 	Dir        string // the build's directory in the cache
 	Key        string // cache key: base commit, config hash, compiler (and series)
@@ -202,10 +205,13 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
 	st := newStages(b.Progress, name)
+	tree := filepath.Join(bd.Dir, treeDir)
 	if err := build(st, sb, log); err != nil {
+		// Keep the log (the evidence), not the 1.3 GB tree.
+		os.RemoveAll(tree)
+		git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
 		return nil, err
 	}
-	tree := filepath.Join(bd.Dir, treeDir)
 	bd.BzImage = filepath.Join(bd.Dir, imageFile)
 	bd.Config = filepath.Join(bd.Dir, confFile)
 	if err := copyFile(filepath.Join(tree, outDir, "arch/x86/boot/bzImage"), bd.BzImage); err != nil {

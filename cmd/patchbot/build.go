@@ -19,7 +19,7 @@ import (
 func init() {
 	register(command{
 		name:  "build",
-		usage: "build the base and patched kernels for a series: --mbox FILE [--tree DIR --base REF] [--json]",
+		usage: "build the base and patched kernels for a series: --mbox FILE [--tree DIR --base REF] [--config FRAGMENT] [--json]",
 		run:   runBuild,
 	})
 }
@@ -55,6 +55,11 @@ func runBuild(ctx context.Context, args []string) error {
 	baseRef := fs.String("base", "HEAD", "base branch, tag or commit in --tree")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	timeout := fs.Duration("timeout", 2*time.Hour, "time limit for each kernel build")
+	var extra []string
+	fs.Func("config", "extra config fragment merged after the defaults (repeatable)", func(f string) error {
+		extra = append(extra, f)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return exitError{2}
 	}
@@ -74,6 +79,13 @@ func runBuild(ctx context.Context, args []string) error {
 		return err
 	}
 	b.Timeout = *timeout
+	for _, f := range extra {
+		frag, err := images.LoadFragment(f)
+		if err != nil {
+			return err
+		}
+		b.Config.Fragments = append(b.Config.Fragments, frag)
+	}
 	var base images.Base
 	if *tree != "" {
 		base, err = images.OpenBase(ctx, *tree, *baseRef)
