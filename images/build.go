@@ -29,9 +29,9 @@ type Build struct {
 	// Head is the commit that was built: git am's last commit for a
 	// patched build; empty for a base build (it is Commit).
 	Head string
-	Repo       string // git repository the commit is in
-	Dir        string // the build's directory in the cache
-	Key        string // cache key: base commit, config hash, compiler (and series)
+	Repo string // git repository the commit is in
+	Dir  string // the build's directory in the cache
+	Key  string // cache key: base commit, config hash, compiler (and series)
 
 	Cached   bool          // true when this call found the build in the cache
 	Duration time.Duration // how long this call took
