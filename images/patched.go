@@ -36,6 +36,11 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		if err := st.run("git am -3", func() error { return applySeries(ctx, tree, patches) }); err != nil {
 			return err
 		}
+		head, err := git(ctx, tree, "rev-parse", "HEAD")
+		if err != nil {
+			return infra("reading the patched commit", err)
+		}
+		bd.Head = strings.TrimSpace(string(head))
 		at := &bind{From: tree, To: filepath.Join(base.Dir, treeDir)}
 		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, at.To, at, "bzImage") })
 	})
