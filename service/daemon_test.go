@@ -33,7 +33,7 @@ func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [
 	if f.patchedErr != nil {
 		return nil, f.patchedErr
 	}
-	return &images.Build{BzImage: "/nonexistent/patched", Commit: "2222222222222222222222222222222222222222",
+	return &images.Build{BzImage: "/nonexistent/patched", Commit: "1111111111111111111111111111111111111111", Head: "2222222222222222222222222222222222222222",
 		ConfigHash: base.ConfigHash, Compiler: base.Compiler, Series: len(patches)}, nil
 }
 

@@ -139,7 +139,10 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	case err != nil:
 		return nil, fmt.Errorf("building the patched kernel: %w", err)
 	}
-	run.PatchedCommit = patched.Commit
+	run.PatchedCommit = patched.Head
+	if run.PatchedCommit == "" { // built before builds recorded their head
+		run.PatchedCommit = fmt.Sprintf("%s+%d", short(patched.Commit), patched.Series)
+	}
 	for _, w := range patched.NewWarnings {
 		run.NewWarnings = append(run.NewWarnings, w.String())
 	}
