@@ -29,7 +29,9 @@ func qemuTestPool(t *testing.T) Pool {
 func bootAndCheck(t *testing.T, p Pool, k kernel) {
 	ctx := context.Background()
 	disks := []string{rawDisk(t, "first"), rawDisk(t, "second")}
-	vm, err := p.Create(ctx, Spec{Name: k.name, Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, Disks: disks})
+	vm, err := p.Create(ctx, Spec{Name: k.name, Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, Disks: disks,
+		// TCG on a loaded CI machine: generous, a hang still ends the test.
+		BootTimeout: 3 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -202,7 +202,9 @@ func BuildAgent(ctx context.Context, root string) (string, error) {
 	agentMu.Lock()
 	defer agentMu.Unlock()
 	if p, ok := agentBuilt[root]; ok {
-		return p, nil
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
 	}
 	dir, err := defaultCacheDir()
 	if err != nil {
