@@ -32,7 +32,7 @@ P is wake-all (mainline 6.1), exclusive, keyed (the thundering-herd patch) or al
 
 func runModel(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == "check" {
-		return runModelCheck(os.Stdout, args[1:])
+		return runModelCheck(ctx, os.Stdout, args[1:])
 	}
 	return runModelSim(os.Stdout, args)
 }
@@ -138,7 +138,7 @@ func runModelSim(out io.Writer, args []string) error {
 	return tw.Flush()
 }
 
-func runModelCheck(out io.Writer, args []string) error {
+func runModelCheck(ctx context.Context, out io.Writer, args []string) error {
 	fs, policy, cfg, jsonOut := newModelFlags("model check", 3, 2, 2)
 	fs.IntVar(&cfg.GetsPerThread, "gets-per-thread", 1, "gets each thread makes")
 	fs.IntVar(&cfg.MaxStates, "max-states", 20_000_000, "stop exploring after this many states")
@@ -155,7 +155,7 @@ func runModelCheck(out io.Writer, args []string) error {
 	for _, p := range ps {
 		c := *cfg
 		c.Policy = p
-		r, err := refcache.Check(c)
+		r, err := refcache.CheckContext(ctx, c)
 		if err != nil {
 			return fmt.Errorf("exploring the squashfs cache: %w", err)
 		}

@@ -2,6 +2,7 @@ package refcache
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -79,6 +80,12 @@ type CheckResult struct {
 // states that tell the policies apart. The search is breadth-first, so
 // every trace is a shortest one.
 func Check(cfg Config) (CheckResult, error) {
+	return CheckContext(context.Background(), cfg)
+}
+
+// CheckContext is Check that stops when ctx is done, returning what it
+// explored so far (Complete false) with ctx's error.
+func CheckContext(ctx context.Context, cfg Config) (CheckResult, error) {
 	cfg.setDefaults()
 	if err := cfg.validate(); err != nil {
 		return CheckResult{}, err
@@ -89,7 +96,7 @@ func Check(cfg Config) (CheckResult, error) {
 	}
 	start := time.Now()
 	x := explorer{cfg: cfg, index: map[string]int32{}, found: map[string]*Finding{}}
-	x.run()
+	err := x.run(ctx)
 	r := CheckResult{
 		Policy: cfg.Policy, Threads: cfg.Threads, Entries: cfg.Entries, Blocks: cfg.Blocks, GetsPerThread: cfg.GetsPerThread,
 		States: int64(len(x.states)), Transitions: x.transitions, Complete: x.complete, Elapsed: time.Since(start),
@@ -108,6 +115,9 @@ func Check(cfg Config) (CheckResult, error) {
 			f.Trace = x.trace(f)
 			r.Observations = append(r.Observations, *f)
 		}
+	}
+	if err != nil {
+		return r, fmt.Errorf("exploring %s after %d states: %w", cfg.Policy, r.States, err)
 	}
 	return r, nil
 }
@@ -144,7 +154,7 @@ func (x *explorer) add(w *world, parent int32, tid, choice int) (int32, bool) {
 	return i, true
 }
 
-func (x *explorer) run() {
+func (x *explorer) run(ctx context.Context) error {
 	w := x.root()
 	x.add(w, -1, -1, -1)
 	x.inspect(w, 0)
@@ -152,7 +162,11 @@ func (x *explorer) run() {
 	for head := 0; head < len(x.states); head++ {
 		if len(x.states) >= x.cfg.MaxStates {
 			x.complete = false
-			return
+			return nil
+		}
+		if head%4096 == 0 && ctx.Err() != nil {
+			x.complete = false
+			return ctx.Err()
 		}
 		for t := 0; t < x.cfg.Threads; t++ {
 			w.decode(x.states[head], x.cfg)
@@ -182,6 +196,7 @@ func (x *explorer) run() {
 			}
 		}
 	}
+	return nil
 }
 
 func (x *explorer) note(kind, what string, state, parent int32, tid, choice int) {

@@ -1,7 +1,9 @@
 package refcache
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -275,5 +277,14 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			b.ReportMetric(float64(states)/b.Elapsed().Seconds(), "states/s")
 		})
+	}
+}
+
+func TestCheckContextCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	r, err := CheckContext(ctx, Config{Policy: Keyed, Threads: 6, Entries: 2, Blocks: 3})
+	if !errors.Is(err, context.Canceled) || r.Complete {
+		t.Fatalf("cancelled check: complete %v, error %v; want incomplete, context.Canceled", r.Complete, err)
 	}
 }
