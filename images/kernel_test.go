@@ -106,6 +106,13 @@ func TestImportDebianIsStable(t *testing.T) {
 	if got := strings.TrimSpace(string(out)); got != "patchbot 2000-01-01T00:00:00+00:00" {
 		t.Errorf("import commit is %q", got)
 	}
+	// A user's own tree and ref resolve the same way.
+	if own, err := OpenBase(context.Background(), base.Repo, base.Commit[:12]); err != nil || own.Commit != base.Commit {
+		t.Errorf("OpenBase(%s, %s) = %v, %v", base.Repo, base.Commit[:12], own, err)
+	}
+	if _, err := OpenBase(context.Background(), base.Repo, "no-such-branch"); err == nil {
+		t.Error("OpenBase with an unknown ref succeeded")
+	}
 	if got, err := base.WithBaseCommit(context.Background(), base.Commit[:12]); err != nil || got.Commit != base.Commit {
 		t.Errorf("WithBaseCommit(own commit) = %v, %v", got, err)
 	}
