@@ -83,6 +83,7 @@ func (w *writer) send(ev proto.Event) error {
 }
 
 func (h Handler) serveOne(ctx context.Context, w *writer, req proto.Request) {
+	ctx = context.WithValue(ctx, sinkKey{}, sink{w: w, id: req.ID})
 	data, err := h.do(ctx, w, req)
 	switch {
 	case err != nil:

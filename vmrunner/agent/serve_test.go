@@ -20,6 +20,7 @@ func TestServe(t *testing.T) {
 	h := Handler{
 		KernelRelease: "6.1.0-test",
 		RunSuite: func(ctx context.Context, req proto.Request) (any, error) {
+			Progressf(ctx, "round %d", req.Round)
 			if req.Suite == "broken" {
 				return nil, errors.New("workload crashed")
 			}
@@ -49,13 +50,13 @@ func TestServe(t *testing.T) {
 		types []string
 		check func(t *testing.T, evs []proto.Event)
 	}{
-		{`{"id":"1","op":"run-suite","suite":"s","round":4}`, []string{"result", "done"}, func(t *testing.T, evs []proto.Event) {
-			if string(evs[0].Data) != `{"round":4}` || evs[1].ID != "1" {
+		{`{"id":"1","op":"run-suite","suite":"s","round":4}`, []string{"progress", "result", "done"}, func(t *testing.T, evs []proto.Event) {
+			if evs[0].Msg != "round 4" || string(evs[1].Data) != `{"round":4}` || evs[2].ID != "1" {
 				t.Errorf("events = %+v", evs)
 			}
 		}},
-		{`{"id":"2","op":"run-suite","suite":"broken"}`, []string{"error", "done"}, func(t *testing.T, evs []proto.Event) {
-			if evs[0].Msg != "workload crashed" {
+		{`{"id":"2","op":"run-suite","suite":"broken"}`, []string{"progress", "error", "done"}, func(t *testing.T, evs []proto.Event) {
+			if evs[1].Msg != "workload crashed" {
 				t.Errorf("error = %q", evs[0].Msg)
 			}
 		}},
