@@ -64,7 +64,9 @@ type machine struct {
 	release func() // gives the pool slot back
 
 	mu        sync.Mutex // one request at a time
-	ch        *channel
+	ch        *channel   // the current connection to the agent, under mu
+	chMu      sync.Mutex // Close may run while Boot or Do holds mu
+	chans     []*channel // every connection opened, closed by Close
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -124,6 +126,9 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 		return info, m.blame(ctx, err, "waiting for the agent port")
 	}
 	m.ch = newChannel(conn)
+	m.chMu.Lock()
+	m.chans = append(m.chans, m.ch)
+	m.chMu.Unlock()
 
 	var probe <-chan time.Time
 	if l.probe > 0 {
@@ -308,9 +313,11 @@ func (m *machine) closeChannel() {
 func (m *machine) Close() error {
 	m.closeOnce.Do(func() {
 		m.closeErr = m.hv.destroy()
-		if m.ch != nil {
-			m.ch.Close()
+		m.chMu.Lock()
+		for _, ch := range m.chans {
+			ch.Close()
 		}
+		m.chMu.Unlock()
 		if m.dir != "" {
 			os.RemoveAll(m.dir)
 		}
