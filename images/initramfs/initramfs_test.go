@@ -1,10 +1,10 @@
 package initramfs
 
 import (
-	"debug/elf"
 	"bytes"
 	"compress/gzip"
 	"context"
+	"debug/elf"
 	"io"
 	"os"
 	"os/exec"
