@@ -114,8 +114,12 @@ func (s *sandbox) run(ctx context.Context, log io.Writer, dir string, env []stri
 	cmd.Stdout = log
 	cmd.Stderr = log
 	err := cmd.Run()
-	if err != nil && ctx.Err() == context.DeadlineExceeded {
-		return errTimeout
+	if err != nil && ctx.Err() != nil {
+		// Stopped by us (time limit, SIGINT): not the code's own failure.
+		if ctx.Err() == context.DeadlineExceeded {
+			return errTimeout
+		}
+		return ctx.Err()
 	}
 	return err
 }

@@ -48,6 +48,15 @@ func TestSandbox(t *testing.T) {
 			t.Error("build user could write to /etc")
 		}
 	})
+	t.Run("canceled", func(t *testing.T) {
+		// SIGINT to patchbot cancels the context: the machine's doing, so
+		// not an exit status that would read as a failed build.
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(200*time.Millisecond, cancel)
+		if _, err := run(t, ctx, "sleep", "60"); err != context.Canceled {
+			t.Errorf("error = %v, want context.Canceled", err)
+		}
+	})
 	t.Run("time limit", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
