@@ -211,6 +211,21 @@ func TestPatchedBuilds(t *testing.T) {
 		if bd.BzImage == base.BzImage {
 			t.Error("patched build shares the base's bzImage")
 		}
+		// The patched tree's files are hard links of the base's: git am
+		// must have replaced the patched file, not written through the link.
+		const op = ".readahead = squashfs_readahead"
+		for _, c := range []struct {
+			dir  string
+			want bool
+		}{{base.Dir, true}, {bd.Dir, false}} {
+			src, err := os.ReadFile(filepath.Join(c.dir, treeDir, "fs/squashfs/file.c"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(src), op); got != c.want {
+				t.Errorf("%s: file.c has %q = %v, want %v", c.dir, op, got, c.want)
+			}
+		}
 	})
 	t.Run("fuse rfc does not build", func(t *testing.T) {
 		_, err := b.Patched(context.Background(), base, patchMails(t, "../testdata/mbox/fuse-waitq-rfc.mbox"))
