@@ -100,6 +100,11 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 			Initrd:  v.spec.Initramfs,
 			Cmdline: strings.TrimSpace(baseCmdline + " " + v.spec.Cmdline),
 		},
+		// What the qemu backend gets by default: ACPI (libvirt passes
+		// -no-acpi without it, and SMP guests then see one CPU) and
+		// TCG's most capable CPU model.
+		Features:   &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}},
+		CPU:        &libvirtxml.DomainCPU{Mode: "maximum"},
 		OnPoweroff: "destroy",
 		OnReboot:   "destroy",
 		OnCrash:    "destroy",

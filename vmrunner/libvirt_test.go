@@ -38,7 +38,7 @@ func TestLibvirtDomainXML(t *testing.T) {
 		`<cmdline>console=ttyS0 panic=-1 quiet</cmdline>`, `<vcpu>3</vcpu>`, `<memory unit="MiB">300</memory>`,
 		`<serial type="file">`, `<source path="/w/console.log"`, `<source mode="bind" path="/w/agent.sock"`,
 		`name="org.patchbot.agent.0"`, `<target dev="vda" bus="virtio"`, `<target dev="vdb" bus="virtio"`,
-		`<readonly>`, `<on_reboot>destroy</on_reboot>`,
+		`<readonly>`, `<on_reboot>destroy</on_reboot>`, `<acpi>`, `<cpu mode="maximum">`,
 	} {
 		if !strings.Contains(xml, want) {
 			t.Errorf("domain XML lacks %s:\n%s", want, xml)
