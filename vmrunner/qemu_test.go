@@ -185,3 +185,29 @@ func TestQEMUBootMinimalKernel(t *testing.T) {
 	p := qemuTestPool(t)
 	bootAndCheck(t, p, minimalKernel(t))
 }
+
+// A kernel that crashes while a request runs fails the request with the
+// panic lines, not with a timeout.
+func TestQEMUPanicDuringRequest(t *testing.T) {
+	p := qemuTestPool(t)
+	k := debianKernel(t)
+	vm, err := p.Create(context.Background(), Spec{Kernel: k.bzImage, Initramfs: k.initramfs, MemMiB: 256, BootTimeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	if _, err := vm.Boot(context.Background()); err != nil {
+		t.Fatalf("Boot: %v\nconsole:\n%s", err, vm.Console())
+	}
+	_, err = vm.Do(context.Background(), proto.Request{Op: proto.OpExec, Argv: []string{"/init", "-exit", "0", "-write", "/proc/sysrq-trigger", "c"}}, nil)
+	var be *BootError
+	if !errors.As(err, &be) {
+		t.Fatalf("crash during exec: err = %v (%T), want a *BootError\nconsole:\n%s", err, err, vm.Console())
+	}
+	if be.Reason != "kernel panic" && be.Reason != "oops" {
+		t.Errorf("reason = %q, want a panic or oops", be.Reason)
+	}
+	if !strings.Contains(string(be.Excerpt), "sysrq") {
+		t.Errorf("excerpt does not show the crash:\n%s", be.Excerpt)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner/agent"
@@ -23,10 +24,16 @@ func main() {
 	// output in a guest that has no other binaries.
 	exit := flag.Int("exit", -1, "print the arguments and exit with this status (for testing exec)")
 	head := flag.String("head", "", "with -exit: first print the text at the start of this file, up to a NUL byte")
+	write := flag.String("write", "", "with -exit: first write the arguments to this file (e.g. /proc/sysrq-trigger)")
 	flag.Parse()
 	if *exit >= 0 {
 		if *head != "" {
 			printHead(*head)
+		}
+		if *write != "" {
+			if err := os.WriteFile(*write, []byte(strings.Join(flag.Args(), " ")), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+			}
 		}
 		fmt.Println(flag.Args())
 		os.Exit(*exit)
