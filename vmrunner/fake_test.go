@@ -188,3 +188,19 @@ func TestFakeRunDeadline(t *testing.T) {
 		t.Fatalf("oops during a request: err = %v, want an oops BootError", err)
 	}
 }
+
+// The caller's own deadline is not the kernel's hang.
+func TestCallerDeadlineIsNotAHang(t *testing.T) {
+	p := newFakePool(t, Config{})
+	vm, err := p.Create(context.Background(), Spec{Kernel: fakeKernel(t), Cmdline: "fake.hang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err = vm.Boot(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || IsBoot(err) {
+		t.Errorf("Boot past the caller's deadline: err = %v (%T), want context.DeadlineExceeded and no BootError", err, err)
+	}
+}

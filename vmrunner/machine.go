@@ -44,6 +44,10 @@ type launch struct {
 	probe time.Duration
 }
 
+// errDeadline is the cause of a boot or run deadline passing: the guest's
+// hang, told apart from the caller's own deadline.
+var errDeadline = errors.New("vm deadline")
+
 // errNoProgress: the guest showed no kernel output within launch.probe.
 var errNoProgress = errors.New("no kernel output")
 
@@ -119,7 +123,7 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 	}
 	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "repro", l.repro)
 
-	ctx, cancel := context.WithTimeout(ctx, m.spec.BootTimeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, m.spec.BootTimeout, errDeadline)
 	defer cancel()
 	conn, err := m.dialLoop(ctx)
 	if err != nil {
@@ -222,7 +226,9 @@ func (m *machine) blame(ctx context.Context, cause error, doing string) error {
 		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output}
 	default:
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	// Only our own deadline is a hang; the caller's deadline or
+	// cancellation is passed through as it is.
+	if errors.Is(context.Cause(ctx), errDeadline) {
 		return &BootError{Reason: fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing), Excerpt: excerpt(out, -1)}
 	}
 	if ctx.Err() != nil {
@@ -246,7 +252,7 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 	sent := make(chan error, 1)
 	ch := m.ch
 	go func() { sent <- ch.send(req) }()
-	runCtx, cancel := context.WithTimeout(ctx, m.spec.RunTimeout)
+	runCtx, cancel := context.WithTimeoutCause(ctx, m.spec.RunTimeout, errDeadline)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
