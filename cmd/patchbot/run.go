@@ -41,6 +41,8 @@ func runRun(ctx context.Context, args []string) error {
 	base := fs.String("base", "", "base ref in --tree")
 	backend := fs.String("backend", "", "VM backend: qemu or libvirt (default from the config: qemu)")
 	stateDir := fs.String("state", "", "state directory (default from the config)")
+	cpus := fs.Int("cpus", 0, "vCPUs of each VM (default from the config: 4)")
+	mem := fs.Int("mem", 0, "memory of each VM in MiB (default from the config: 1024)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
 	}
@@ -60,8 +62,13 @@ func runRun(ctx context.Context, args []string) error {
 			*o.dst = o.v
 		}
 	}
-	if *runs > 0 {
-		cfg.Suites.Runs = *runs
+	for _, o := range []struct {
+		dst *int
+		v   int
+	}{{&cfg.Suites.Runs, *runs}, {&cfg.VM.CPUs, *cpus}, {&cfg.VM.MemMiB, *mem}} {
+		if o.v > 0 {
+			*o.dst = o.v
+		}
 	}
 	if *send {
 		cfg.SMTP.Enabled = true
