@@ -1,6 +1,7 @@
 package vmrunner
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -24,7 +25,7 @@ var (
 func needLibvirtd(t testing.TB) {
 	t.Helper()
 	daemonsOnce.Do(func() {
-		if _, err := os.Stat(libvirtSocket); err == nil {
+		if libvirtdUp() {
 			return
 		}
 		if _, err := exec.LookPath("libvirtd"); err != nil {
@@ -45,7 +46,7 @@ func needLibvirtd(t testing.TB) {
 			daemons = append(daemons, cmd)
 		}
 		for i := 0; i < 100; i++ {
-			if _, err := os.Stat(libvirtSocket); err == nil {
+			if libvirtdUp() {
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -55,6 +56,17 @@ func needLibvirtd(t testing.TB) {
 	if daemonsErr != "" {
 		t.Skip(daemonsErr)
 	}
+}
+
+// libvirtdUp reports whether libvirtd answers on its socket; a socket
+// file left by a killed daemon does not count.
+func libvirtdUp() bool {
+	c, err := net.DialTimeout("unix", libvirtSocket, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 func TestMain(m *testing.M) {
