@@ -147,19 +147,32 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 		// Paused until the console is connected: QEMU drops what a TCP
 		// console prints while no one listens.
 		flags |= libvirt.DomainStartPaused
-		v.conPort, v.agentPort = randomPort(), randomPort()
-	}
-	xml, err := v.domainXML(name)
-	l := launch{accel: "tcg", repro: xml}
-	if err != nil {
-		return l, fmt.Errorf("libvirt: domain XML: %w", err)
 	}
 	if err := os.WriteFile(v.spec.ConsoleLog, nil, 0o644); err != nil {
-		return l, &InfraError{Op: "create console log", Err: err}
+		return launch{}, &InfraError{Op: "create console log", Err: err}
 	}
-	dom, err := v.conn.DomainCreateXML(xml, flags)
-	if err != nil {
-		return l, &InfraError{Op: "create libvirt domain " + name, Err: err}
+	var (
+		l   launch
+		dom libvirt.Domain
+	)
+	// Remote ports are picked at random; a clash fails the start, so try
+	// other ports a few times.
+	for attempt := 0; ; attempt++ {
+		if v.tcpHost != "" {
+			v.conPort, v.agentPort = randomPort(), randomPort()
+		}
+		xml, err := v.domainXML(name)
+		l = launch{accel: "tcg", repro: xml}
+		if err != nil {
+			return l, fmt.Errorf("libvirt: domain XML: %w", err)
+		}
+		dom, err = v.conn.DomainCreateXML(xml, flags)
+		if err == nil {
+			break
+		}
+		if v.tcpHost == "" || attempt == 2 {
+			return l, &InfraError{Op: "create libvirt domain " + name, Err: err}
+		}
 	}
 	done := make(chan struct{})
 	v.mu.Lock()
@@ -177,8 +190,7 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	return l, nil
 }
 
-// randomPort picks a port for a remote chardev; a clash makes the domain
-// fail to start, which is an InfraError and retried.
+// randomPort picks a port for a remote chardev.
 func randomPort() int {
 	var b [2]byte
 	rand.Read(b[:])
