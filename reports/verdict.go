@@ -74,7 +74,33 @@ func factor(r Row) string {
 	return fmt.Sprintf("%.1f%%", math.Abs(r.Change)*100)
 }
 
-func short3(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+// short3 prints three significant digits, and large counts whole rather
+// than with an exponent, as a person writes them: 4938, 463, 9.71, 0.925.
+func short3(v float64) string {
+	if math.Abs(v) >= 1000 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// headline ranks the metrics a verdict prefers to cite among costs: the
+// seed's own metric first, then the scheduler's counters, then latency.
+// Others (derived counters) rank after them, by size of change.
+var headline = map[string]int{
+	"wakeups_per_release": 1,
+	"sched_wakeup":        2,
+	"context_switches":    3,
+	"latency_mean":        4,
+	"latency_p99":         5,
+	"elapsed":             6,
+}
+
+func rank(r Row) int {
+	if n, ok := headline[r.Metric]; ok {
+		return n
+	}
+	return len(headline) + 1
+}
 
 // Verdict is the reply's first sentence for a comparison. It cites only
 // significant changes: the two largest improvements and the largest
@@ -113,12 +139,17 @@ func Verdict(c *Comparison) string {
 			costs = append(costs, r)
 		}
 	}
+	sort.SliceStable(costs, func(i, j int) bool { return rank(costs[i]) < rank(costs[j]) })
 	var claims []string
 	switch {
 	case len(rates) > 0 && len(costs) > 0:
 		claims = []string{claim(rates[0]), claim(costs[0])}
+	case len(costs) > 0:
+		for _, r := range costs[:min(2, len(costs))] {
+			claims = append(claims, claim(r))
+		}
 	default:
-		for _, r := range better[:min(2, len(better))] {
+		for _, r := range rates[:min(2, len(rates))] {
 			claims = append(claims, claim(r))
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner"
 )
@@ -104,7 +105,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	if err := os.MkdirAll(runDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
-	run := &reports.Run{Thread: req.Thread, Runs: req.Runs}
+	// Counters and times are positive with multiplicative noise: judge
+	// them on the log scale (see reports/stats.LogWelch).
+	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Test: stats.LogWelch}}
 	if err := writeSeries(filepath.Join(runDir, "series.mbox"), req.Patches); err != nil {
 		return nil, err
 	}
