@@ -41,6 +41,9 @@ type Build struct {
 	Warnings []Warning
 	// NewWarnings are the warnings the series added (patched builds only).
 	NewWarnings []Warning
+	// Dropped are requested options a series' Kconfig change turned off
+	// (patched builds only; a base with any fails with a ConfigError).
+	Dropped []Dropped `json:",omitempty"`
 }
 
 // Builder builds kernels from a base and a config into the cache.

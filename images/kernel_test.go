@@ -208,6 +208,9 @@ func TestPatchedBuilds(t *testing.T) {
 			!strings.Contains(bd.NewWarnings[0].Message, "squashfs_readahead") {
 			t.Errorf("new warnings = %v, want one -Wunused-function for squashfs_readahead", bd.NewWarnings)
 		}
+		if len(bd.Dropped) != 0 {
+			t.Errorf("series dropped config options: %v", bd.Dropped)
+		}
 		if bd.BzImage == base.BzImage {
 			t.Error("patched build shares the base's bzImage")
 		}

@@ -42,7 +42,16 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		}
 		bd.Head = strings.TrimSpace(string(head))
 		at := &bind{From: tree, To: filepath.Join(base.Dir, treeDir)}
-		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, at.To, at, "bzImage") })
+		if err := st.run("make bzImage", func() error { return b.make(ctx, sb, log, at.To, at, "bzImage") }); err != nil {
+			return err
+		}
+		// make re-ran Kconfig if the series touched it: say what it lost.
+		final, err := os.ReadFile(filepath.Join(tree, outDir, ".config"))
+		if err != nil {
+			return infra("reading .config", err)
+		}
+		bd.Dropped = CheckConfig(b.Config.Fragments, final)
+		return nil
 	})
 	if err != nil {
 		return nil, err

@@ -210,6 +210,9 @@ func printReport(w io.Writer, r buildReport) {
 			for _, nw := range k.b.NewWarnings {
 				fmt.Fprintf(w, "    %s\n", nw)
 			}
+			for _, d := range k.b.Dropped {
+				fmt.Fprintf(w, "  config option lost to the series' Kconfig change: %s\n", d)
+			}
 		}
 	}
 	if f := r.Error; f != nil {
