@@ -105,29 +105,21 @@ func (s *Store) Jobs(ctx context.Context) ([]*Job, error) {
 var ErrNoJob = errors.New("no job ready")
 
 // ClaimJob moves the oldest queued job whose time has come to running and
-// returns it, or ErrNoJob.
+// returns it, or ErrNoJob. It is one UPDATE … RETURNING statement: a
+// read-then-write transaction can fail with SQLITE_BUSY when a source
+// writes mail in between, which a single writing statement cannot.
 func (s *Store) ClaimJob(ctx context.Context, now time.Time) (*Job, error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer tx.Rollback()
-	j, err := scanJob(tx.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs
-		WHERE state = ? AND not_before <= ? ORDER BY id LIMIT 1`,
-		JobQueued, now.UTC().Format(timeFormat)))
+	j, err := scanJob(s.db.QueryRowContext(ctx, `UPDATE jobs SET state = ?, attempts = attempts + 1, updated = ?
+		WHERE id = (SELECT id FROM jobs WHERE state = ? AND not_before <= ? ORDER BY id LIMIT 1)
+		RETURNING `+jobColumns,
+		JobRunning, time.Now().UTC().Format(timeFormat), JobQueued, now.UTC().Format(timeFormat)))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNoJob
 	}
 	if err != nil {
 		return nil, fmt.Errorf("claiming a job: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, `UPDATE jobs SET state = ?, attempts = attempts + 1, updated = ? WHERE id = ?`,
-		JobRunning, time.Now().UTC().Format(timeFormat), j.ID); err != nil {
-		return nil, fmt.Errorf("claiming job %d: %w", j.ID, err)
-	}
-	j.State = JobRunning
-	j.Attempts++
-	return j, tx.Commit()
+	return j, nil
 }
 
 // UpdateJob records a job's progress or end: its state, stage, blame and

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -98,5 +99,43 @@ func TestMessagesAndCommands(t *testing.T) {
 	}
 	if n, _ := s.CommandsSince("dev@x", now.Add(time.Minute)); n != 0 {
 		t.Errorf("CommandsSince(future) = %d, want 0", n)
+	}
+}
+
+// A source writing mail while the worker claims jobs must not make the
+// claim fail with SQLITE_BUSY (seen with a read-then-write transaction).
+func TestClaimJobWhileSourcesWrite(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const jobs = 50
+	for i := 0; i < jobs; i++ {
+		if _, _, err := s.AddJob(ctx, Job{Dedupe: fmt.Sprintf("series:x:v%d", i), Request: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 300; i++ {
+			id := fmt.Sprintf("m%d@x", i)
+			if err := s.SaveMessage(ctx, "imap", fmt.Sprint(i), id, id, []byte("mail")); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	claimed := 0
+	for claimed < jobs {
+		if _, err := s.ClaimJob(ctx, time.Now()); err != nil {
+			t.Fatalf("ClaimJob after %d claims: %v", claimed, err)
+		}
+		claimed++
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
