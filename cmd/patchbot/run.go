@@ -35,13 +35,13 @@ func runRun(ctx context.Context, args []string) error {
 	configPath := fs.String("config", "", "patchbot.yaml (default: the embedded defaults)")
 	suiteList := fs.String("suites", "", "comma-separated suites (default: those the touched files select)")
 	profile := fs.String("profile", "", "suite profile: quick or full (default from the config: quick)")
-	runs := fs.Int("runs", 0, "runs per kernel, interleaved (default from the config: 3)")
+	runs := fs.Int("runs", 0, "runs per kernel, interleaved (default from the config: 5)")
 	send := fs.Bool("send", false, "send the reply through the configured SMTP server")
 	tree := fs.String("tree", "", "kernel git tree (default: Debian's linux-source-6.1, imported once)")
 	base := fs.String("base", "", "base ref in --tree")
 	backend := fs.String("backend", "", "VM backend: qemu or libvirt (default from the config: qemu)")
 	stateDir := fs.String("state", "", "state directory (default from the config)")
-	cpus := fs.Int("cpus", 0, "vCPUs of each VM (default from the config: 4)")
+	cpus := fs.Int("cpus", 0, "vCPUs of each VM (default from the config: 2)")
 	mem := fs.Int("mem", 0, "memory of each VM in MiB (default from the config: 1024)")
 	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
 		return exitError{2}
