@@ -141,6 +141,9 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 	return b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *os.File) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		err := st.run("checkout", func() error {
+			// A build directory removed by hand (or by a disk clean-up) leaves its
+			// worktree registered; forget such worktrees before adding this one.
+			git(ctx, "", "--git-dir="+base.Repo, "worktree", "prune")
 			_, err := git(ctx, "", "--git-dir="+base.Repo, "worktree", "add", "--detach", tree, base.Commit)
 			return infra("checking out "+short(base.Commit), err)
 		})

@@ -230,6 +230,25 @@ func TestPatchedBuilds(t *testing.T) {
 			}
 		}
 	})
+	t.Run("cache directory removed by hand", func(t *testing.T) {
+		// Deleting a cached build leaves its worktree registered in the
+		// base repository; the next build of that series must still work.
+		mails := patchMails(t, "../testdata/mbox/squashfs-thundering-herd.mbox")
+		bd, err := b.Patched(context.Background(), base, mails)
+		if err != nil {
+			t.Fatalf("Patched: %v", err)
+		}
+		if err := os.RemoveAll(bd.Dir); err != nil {
+			t.Fatal(err)
+		}
+		again, err := b.Patched(context.Background(), base, mails)
+		if err != nil {
+			t.Fatalf("Patched after removing %s: %v", bd.Dir, err)
+		}
+		if again.Cached || again.Head == "" {
+			t.Errorf("rebuild: cached %v, head %q; want a fresh build with its commit", again.Cached, again.Head)
+		}
+	})
 	t.Run("fuse rfc does not build", func(t *testing.T) {
 		_, err := b.Patched(context.Background(), base, patchMails(t, "../testdata/mbox/fuse-waitq-rfc.mbox"))
 		var be *BuildError

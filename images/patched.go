@@ -83,6 +83,9 @@ func patchedRecord(base *Build, patches [][]byte) *Build {
 // than writing through the link, so the base tree stays as it was.
 func copyTree(ctx context.Context, base *Build, tree string) error {
 	baseTree := filepath.Join(base.Dir, treeDir)
+	// A build directory removed by hand (or by a disk clean-up) leaves its
+	// worktree registered; forget such worktrees before adding this one.
+	git(ctx, "", "--git-dir="+base.Repo, "worktree", "prune")
 	if _, err := git(ctx, "", "--git-dir="+base.Repo, "worktree", "add", "--no-checkout", "--detach", tree, base.Commit); err != nil {
 		return infra("adding worktree", err)
 	}
