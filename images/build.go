@@ -170,6 +170,9 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 // cached runs build under the key's lock unless the cache has it.
 func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time.Time,
 	build func(*stages, *sandbox, *os.File) error) (*Build, error) {
+	if err := reachable(b.Cache); err != nil {
+		return nil, err
+	}
 	kernels := filepath.Join(b.Cache, "kernels")
 	bd.Dir = filepath.Join(kernels, bd.Key)
 	unlock, err := lockFile(ctx, bd.Dir+".lock", b.Progress)
