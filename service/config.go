@@ -40,6 +40,9 @@ type Config struct {
 	Commands CommandsConfig `yaml:"commands"`
 	// HTTP serves /healthz and /metrics; empty disables it.
 	HTTP string `yaml:"http"`
+	// IncompleteAfter is how long a series may wait for its missing parts
+	// before patchbot answers that it could not test it, and why.
+	IncompleteAfter time.Duration `yaml:"incomplete_after"`
 }
 
 // SourceConfig is one watched source; exactly one kind is set.
@@ -110,10 +113,11 @@ func DefaultConfig() Config {
 		// 64 threads queue for the cache. Five runs: with three a side,
 		// even an 8.5 -> 0.95 change cannot pass Holm across a reply's
 		// metrics.
-		VM:       VMConfig{Backend: "qemu", CPUs: 2, MemMiB: 1024, Concurrency: 1},
-		Suites:   SuitesConfig{Profile: "quick", Runs: 5},
-		Reply:    reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
-		Commands: CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
+		VM:              VMConfig{Backend: "qemu", CPUs: 2, MemMiB: 1024, Concurrency: 1},
+		Suites:          SuitesConfig{Profile: "quick", Runs: 5},
+		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
+		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
+		IncompleteAfter: 6 * time.Hour,
 	}
 }
 
@@ -182,6 +186,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SMTP.Enabled && c.SMTP.Addr == "" {
 		errs = append(errs, "smtp.enabled is on but smtp.addr is empty")
+	}
+	if c.IncompleteAfter <= 0 {
+		errs = append(errs, "incomplete_after: want a positive duration")
 	}
 	if c.Commands.PerSenderPerHour < 0 {
 		errs = append(errs, "commands.per_sender_per_hour: negative")

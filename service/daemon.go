@@ -139,7 +139,11 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 	for _, s := range series {
 		log := d.Log.With("series", s.Subject, "version", s.Version)
 		if !s.Complete {
-			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason)
+			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason,
+				"answer_after", d.Config.IncompleteAfter)
+			if err := d.waitForParts(ctx, thread, s); err != nil {
+				return err
+			}
 			continue
 		}
 		if !touches(s.Files(), d.Config.Paths) {
@@ -156,6 +160,99 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		}
 	}
 	return nil
+}
+
+// waitForParts queues a job that looks at an incomplete series again once
+// IncompleteAfter has passed: if the parts are still missing, the author is
+// told which, and why the series was not tested.
+func (d *Daemon) waitForParts(ctx context.Context, thread string, s *mailbox.Series) error {
+	if len(s.Patches) == 0 && s.Cover == nil {
+		return nil
+	}
+	replyTo, subject, refs := "", s.Subject, []string(nil)
+	if s.Cover != nil {
+		replyTo, refs = s.Cover.MessageID, s.Cover.References
+	} else {
+		replyTo, subject, refs = s.Patches[0].MessageID, s.Patches[0].Subject, s.Patches[0].Message.References
+	}
+	req := &Request{Title: s.Subject,
+		Thread:     reports.Thread{Subject: subject, MessageID: replyTo, References: refs, Author: s.Author},
+		Incomplete: &IncompleteCheck{ThreadID: thread, Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	_, _, err = d.Store.AddJob(ctx, store.Job{Dedupe: fmt.Sprintf("incomplete:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
+		Trigger: "incomplete", Title: s.Subject, Request: data, NotBefore: time.Now().Add(d.Config.IncompleteAfter)})
+	return err
+}
+
+// checkIncomplete runs an incomplete-series job: nothing to say when the
+// series was completed meanwhile (its own job tests it), else the answer.
+func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
+	c := req.Incomplete
+	series, err := d.thread(ctx, c.ThreadID, "")
+	if err != nil {
+		return err
+	}
+	for _, s := range series {
+		if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
+			continue
+		}
+		if s.Complete {
+			d.Log.Info("series completed while waiting; its own job tests it", "series", s.Subject)
+			return nil
+		}
+		missing := make([]string, len(s.Missing))
+		for i, m := range s.Missing {
+			missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
+		}
+		body := fmt.Sprintf("Hello,\n\npatchbot did not test this series: it is incomplete. After waiting %s,\n"+
+			"patch(es) %s never arrived.", humanDuration(d.Config.IncompleteAfter), strings.Join(missing, ", "))
+		if s.Reason != "" {
+			body += "\n\n" + wrapText(s.Reason, 72)
+		}
+		body += "\n\nA complete resend (or the missing parts in this thread) will be tested."
+		r := &reports.Reply{Header: reports.Header{
+			From: d.Config.Reply.From, To: []string{req.Thread.Author}, Subject: reSubject(req.Thread.Subject),
+			Date:       time.Now(),
+			MessageID:  fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(d.Config.Reply.From)),
+			InReplyTo:  req.Thread.MessageID,
+			References: append(append([]string{}, req.Thread.References...), req.Thread.MessageID),
+		}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"}
+		return d.queueReply(ctx, r)
+	}
+	return nil
+}
+
+// humanDuration writes 6h0m0s as "6 hours" and 90m as "1h30m0s".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0 && d > time.Hour:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d == time.Hour:
+		return "an hour"
+	case d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
+}
+
+// wrapText breaks s into lines of at most width columns at spaces.
+func wrapText(s string, width int) string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		if line != "" && len(line)+1+len(w) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += w
+	}
+	return strings.Join(append(lines, line), "\n")
 }
 
 // thread assembles the series of a stored thread, leaving out one mail
@@ -371,6 +468,16 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 	if err := json.Unmarshal(j.Request, &req); err != nil {
 		j.State, j.Blame, j.Error = store.JobFailed, string(BlameInfra), "undecodable request: "+err.Error()
 		d.Store.UpdateJob(ctx, j)
+		return
+	}
+	if req.Incomplete != nil {
+		if err := d.checkIncomplete(ctx, j, &req); err != nil {
+			j.State, j.Blame, j.Error = store.JobQueued, string(BlameInfra), err.Error()
+			j.NotBefore = time.Now().Add(d.Backoff)
+		} else {
+			j.State, j.Stage = store.JobDone, "done"
+		}
+		d.Store.UpdateJob(context.WithoutCancel(ctx), j)
 		return
 	}
 	j.RunDir = filepath.Join(d.Config.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
@@ -281,5 +282,39 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	}
 	if !strings.Contains(help, "#patchbot test [SUITE ...]") {
 		t.Errorf("help was not answered:\n%s", help)
+	}
+}
+
+func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.Config.IncompleteAfter = time.Hour
+	d.ingestFile(t, "list", "../testdata/mailbox/missing-part.mbox")
+	jobs, _ := d.Store.Jobs(ctx)
+	if len(jobs) != 1 || jobs[0].Trigger != "incomplete" {
+		t.Fatalf("jobs = %+v, want one waiting incomplete-series job", jobs)
+	}
+	if ran, _ := d.RunOnce(ctx); ran {
+		t.Fatal("the incomplete-series job ran before its wait was over")
+	}
+	// The wait is over.
+	j := jobs[0]
+	j.NotBefore = time.Now().Add(-time.Minute)
+	d.Store.UpdateJob(ctx, j)
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("the incomplete-series job did not run after its wait")
+	}
+	out := d.outbox(t)
+	if len(out) != 1 {
+		t.Fatalf("outbox = %d mails, want 1", len(out))
+	}
+	raw := string(out[0].Raw)
+	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an hour", "2/3 never arrived"} {
+		if !strings.Contains(raw, want) {
+			t.Errorf("answer lacks %q:\n%s", want, raw)
+		}
+	}
+	if d.builder.builds != 0 {
+		t.Error("an incomplete series was built")
 	}
 }

@@ -33,6 +33,18 @@ type Request struct {
 	// Command is the email command line this job answers, quoted in the
 	// reply; empty for a series seen on a list or a run from the CLI.
 	Command string `json:"command,omitempty"`
+	// Incomplete marks a job that only checks, once its wait is over,
+	// whether the series of this thread and version is still missing parts,
+	// and if so answers why it was not tested.
+	Incomplete *IncompleteCheck `json:"incomplete,omitempty"`
+}
+
+// IncompleteCheck names the series an incomplete-series job looks at.
+type IncompleteCheck struct {
+	ThreadID string `json:"thread_id"`
+	Author   string `json:"author"`
+	Title    string `json:"title"`
+	Version  int    `json:"version"`
 }
 
 // Builder builds the base and patched kernels (images.Builder). Base gets

@@ -38,14 +38,19 @@ type Job struct {
 
 const timeFormat = time.RFC3339Nano
 
-// AddJob queues a job unless one with the same dedupe key exists. It
-// returns the job's id and whether it was new.
+// AddJob queues a job unless one with the same dedupe key exists. A job
+// with a NotBefore waits until then. It returns the job's id and whether it
+// was new.
 func (s *Store) AddJob(ctx context.Context, j Job) (int64, bool, error) {
 	now := time.Now().UTC().Format(timeFormat)
+	notBefore := now
+	if !j.NotBefore.IsZero() {
+		notBefore = j.NotBefore.UTC().Format(timeFormat)
+	}
 	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs
 		(dedupe, trigger, title, request, state, not_before, created, updated)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dedupe) DO NOTHING`,
-		j.Dedupe, j.Trigger, j.Title, j.Request, JobQueued, now, now, now)
+		j.Dedupe, j.Trigger, j.Title, j.Request, JobQueued, notBefore, now, now)
 	if err != nil {
 		return 0, false, fmt.Errorf("adding job %s: %w", j.Dedupe, err)
 	}
