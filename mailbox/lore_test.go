@@ -66,7 +66,7 @@ func (a *loreArchive) publish(t *testing.T, list string, entries []loreEntry) {
 	for _, msgs := range threads {
 		var mbox bytes.Buffer
 		for _, m := range msgs {
-			writeMboxEntry(&mbox, m.Raw)
+			WriteMboxEntry(&mbox, m.Raw)
 		}
 		var gz bytes.Buffer
 		zw := gzip.NewWriter(&gz)

@@ -98,9 +98,9 @@ func unescapeFrom(line []byte) []byte {
 	return line
 }
 
-// writeMboxEntry writes one mail in mboxrd form: a separator line, the mail
+// WriteMboxEntry writes one mail in mboxrd form: a separator line, the mail
 // with "From " lines (and already-escaped ones) quoted, and a blank line.
-func writeMboxEntry(w io.Writer, raw []byte) error {
+func WriteMboxEntry(w io.Writer, raw []byte) error {
 	bw := bufio.NewWriter(w)
 	bw.WriteString("From mboxrd@z Thu Jan  1 00:00:00 1970\n")
 	for len(raw) > 0 {

@@ -132,7 +132,7 @@ func TestReadMboxEscaping(t *testing.T) {
 	}
 	var mbox bytes.Buffer
 	for _, b := range bodies {
-		if err := writeMboxEntry(&mbox, []byte(b)); err != nil {
+		if err := WriteMboxEntry(&mbox, []byte(b)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -180,7 +180,7 @@ func TestMboxSourceCursor(t *testing.T) {
 	// The file grows: only the new mail comes.
 	f, _ := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
 	f.Write([]byte("\n"))
-	writeMboxEntry(f, testMail(7))
+	WriteMboxEntry(f, testMail(7))
 	f.Close()
 	if ids, _ := pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{"imap-7@demo.example"}) {
 		t.Fatalf("after append: %v", ids)

@@ -124,7 +124,7 @@ func (s *Series) Files() []string {
 // `git am -3` applies.
 func (s *Series) WriteMbox(w io.Writer) error {
 	for _, p := range s.Patches {
-		if err := writeMboxEntry(w, p.Raw); err != nil {
+		if err := WriteMboxEntry(w, p.Raw); err != nil {
 			return fmt.Errorf("writing patch %d/%d: %w", p.Index, s.Total, err)
 		}
 	}

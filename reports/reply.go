@@ -130,7 +130,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	h := Header{
 		From:      from.String(),
 		To:        []string{run.Thread.Author},
-		Subject:   replySubject(run.Thread.Subject),
+		Subject:   ReplySubject(run.Thread.Subject),
 		Date:      run.Finished.UTC(),
 		InReplyTo: trimID(run.Thread.MessageID),
 	}
@@ -233,8 +233,8 @@ func modelLines(m *Model, c *Comparison) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// replySubject prefixes "Re: " once.
-func replySubject(s string) string {
+// ReplySubject is a reply's subject: "Re: " prefixed once.
+func ReplySubject(s string) string {
 	s = strings.TrimSpace(s)
 	if strings.HasPrefix(strings.ToLower(s), "re:") {
 		return s

@@ -2,9 +2,10 @@ package service
 
 import (
 	"fmt"
-	"net/mail"
 	"strings"
 	"time"
+
+	"github.com/patchbot/patchbot/mailbox"
 )
 
 // CommandLog remembers when each sender gave a command, so that the rate
@@ -18,10 +19,10 @@ type CommandLog interface {
 // is quoted back to the sender when the config says refused commands are
 // answered.
 func Authorize(cfg CommandsConfig, log CommandLog, now time.Time, sender, author string) (bool, string, error) {
-	s := normAddr(sender)
-	allowed := cfg.AllowAuthor && s != "" && s == normAddr(author)
+	s := mailbox.AddrOf(sender)
+	allowed := cfg.AllowAuthor && s != "" && s == mailbox.AddrOf(author)
 	for _, a := range cfg.Allow {
-		if a = normAddr(a); a != "" && (a == s || (strings.HasPrefix(a, "@") && strings.HasSuffix(s, a))) {
+		if a = mailbox.AddrOf(a); a != "" && (a == s || (strings.HasPrefix(a, "@") && strings.HasSuffix(s, a))) {
 			allowed = true
 		}
 	}
@@ -38,13 +39,4 @@ func Authorize(cfg CommandsConfig, log CommandLog, now time.Time, sender, author
 		}
 	}
 	return true, "", nil
-}
-
-// normAddr reduces "Name <a@B.org>" to "a@b.org".
-func normAddr(s string) string {
-	s = strings.TrimSpace(s)
-	if a, err := mail.ParseAddress(s); err == nil {
-		s = a.Address
-	}
-	return strings.ToLower(strings.Trim(s, "<>"))
 }

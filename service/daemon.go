@@ -210,11 +210,11 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 		body := fmt.Sprintf("Hello,\n\npatchbot did not test this series: it is incomplete. After waiting %s,\n"+
 			"patch(es) %s never arrived.", humanDuration(d.Config.IncompleteAfter), strings.Join(missing, ", "))
 		if s.Reason != "" {
-			body += "\n\n" + wrapText(s.Reason, 72)
+			body += "\n\n" + reports.Wrap(s.Reason, 72)
 		}
 		body += "\n\nA complete resend (or the missing parts in this thread) will be tested."
 		r := &reports.Reply{Header: reports.Header{
-			From: d.Config.Reply.From, To: []string{req.Thread.Author}, Subject: reSubject(req.Thread.Subject),
+			From: d.Config.Reply.From, To: []string{req.Thread.Author}, Subject: reports.ReplySubject(req.Thread.Subject),
 			Date:       time.Now(),
 			MessageID:  fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(d.Config.Reply.From)),
 			InReplyTo:  req.Thread.MessageID,
@@ -236,23 +236,6 @@ func humanDuration(d time.Duration) string {
 		return fmt.Sprintf("%d minutes", d/time.Minute)
 	}
 	return d.String()
-}
-
-// wrapText breaks s into lines of at most width columns at spaces.
-func wrapText(s string, width int) string {
-	var lines []string
-	line := ""
-	for _, w := range strings.Fields(s) {
-		if line != "" && len(line)+1+len(w) > width {
-			lines = append(lines, line)
-			line = ""
-		}
-		if line != "" {
-			line += " "
-		}
-		line += w
-	}
-	return strings.Join(append(lines, line), "\n")
 }
 
 // thread assembles the series of a stored thread, leaving out one mail
@@ -393,7 +376,7 @@ instance allows.`
 // answer puts a short reply to m in the outbox.
 func (d *Daemon) answer(ctx context.Context, m *mailbox.Message, key, body string) error {
 	r := &reports.Reply{Header: reports.Header{
-		From: d.Config.Reply.From, To: []string{m.From}, Subject: reSubject(m.Subject), Date: time.Now(),
+		From: d.Config.Reply.From, To: []string{m.From}, Subject: reports.ReplySubject(m.Subject), Date: time.Now(),
 		MessageID:  fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key)),
 		InReplyTo:  m.MessageID,
 		References: append(append([]string{}, m.References...), m.MessageID),
@@ -579,13 +562,6 @@ func domainOf(from string) string {
 		return a[i+1:]
 	}
 	return "patchbot.invalid"
-}
-
-func reSubject(s string) string {
-	if strings.HasPrefix(strings.ToLower(s), "re:") {
-		return s
-	}
-	return "Re: " + s
 }
 
 func sanitize(s string) string {

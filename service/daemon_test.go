@@ -149,6 +149,16 @@ func TestDaemonSeedSeriesOneJobOneReply(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(j.RunDir, "run.json")); err != nil {
 		t.Errorf("run directory: %v", err)
 	}
+	// The run directory's series.mbox is what the reply's commands rerun.
+	var kept []*mailbox.Message
+	if _, err := (&mailbox.Mbox{Path: filepath.Join(j.RunDir, "series.mbox")}).Poll(ctx, "",
+		func(m *mailbox.Message, _ string) error { kept = append(kept, m); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ss := mailbox.Assemble(kept); len(ss) != 1 || len(ss[0].Patches) != 1 ||
+		ss[0].Patches[0].MessageID != "20260724190556.1950693-1-usama.arif@linux.dev" {
+		t.Errorf("series.mbox does not hold the seed patch: %d mails", len(kept))
+	}
 
 	// The same mail again (a restarted source re-reading from scratch):
 	// no new job.

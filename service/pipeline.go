@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
@@ -233,21 +235,13 @@ func (p *Pipeline) stage(name string) {
 // writeSeries keeps the patch mails as an mbox that git am (and patchbot
 // run --mbox) accepts.
 func writeSeries(path string, patches [][]byte) error {
-	var b strings.Builder
+	var b bytes.Buffer
 	for _, p := range patches {
-		b.WriteString("From patchbot Thu Jan  1 00:00:00 1970\n")
-		for _, line := range strings.SplitAfter(string(p), "\n") {
-			if strings.HasPrefix(strings.TrimLeft(line, ">"), "From ") {
-				b.WriteString(">") // mboxrd escaping
-			}
-			b.WriteString(line)
+		if err := mailbox.WriteMboxEntry(&b, p); err != nil {
+			return err
 		}
-		if !strings.HasSuffix(b.String(), "\n") {
-			b.WriteString("\n")
-		}
-		b.WriteString("\n")
 	}
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
 		return fmt.Errorf("writing the series into the run directory: %w", err)
 	}
 	return nil
