@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -216,7 +215,7 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 		r := &reports.Reply{Header: reports.Header{
 			From: d.Config.Reply.From, To: []string{req.Thread.Author}, Subject: reports.ReplySubject(req.Thread.Subject),
 			Date:       time.Now(),
-			MessageID:  fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(d.Config.Reply.From)),
+			MessageID:  d.jobReplyID(j),
 			InReplyTo:  req.Thread.MessageID,
 			References: append(append([]string{}, req.Thread.References...), req.Thread.MessageID),
 		}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"}
@@ -464,6 +463,7 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 		return
 	}
 	j.RunDir = filepath.Join(d.Config.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
+	req.ReplyID = d.jobReplyID(j)
 	j.Stage = "running"
 	d.Store.UpdateJob(ctx, j)
 	log.Info("job started")
@@ -491,16 +491,6 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 		if out.Run.Failure != nil {
 			d.Metrics.Failures.WithLabelValues(string(BlamePatch)).Inc()
 			j.Blame, j.Error = string(BlamePatch), string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
-		}
-		if req.Command != "" {
-			out.Reply.Body = "> " + req.Command + "\n\n" + out.Reply.Body
-		}
-		// One Message-ID per job, whatever run of it produced the reply: a
-		// job re-run after a crash finds its reply already in the outbox.
-		out.Reply.Header.MessageID = fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID,
-			shortHash(j.Dedupe), domainOf(d.Config.Reply.From))
-		if raw, err := out.Reply.Bytes(); err == nil {
-			os.WriteFile(filepath.Join(j.RunDir, reports.ReplyFile), raw, 0o644)
 		}
 		if err := d.queueReply(bg, out.Reply); err != nil {
 			j.State, j.Blame, j.Error = store.JobQueued, string(BlameInfra), err.Error()
@@ -549,6 +539,12 @@ func touches(files, prefixes []string) bool {
 		}
 	}
 	return false
+}
+
+// jobReplyID is the Message-ID of a job's reply: one per job, whatever run
+// of it produced the reply.
+func (d *Daemon) jobReplyID(j *store.Job) string {
+	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(d.Config.Reply.From))
 }
 
 func shortHash(s string) string {

@@ -149,6 +149,10 @@ func TestDaemonSeedSeriesOneJobOneReply(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(j.RunDir, "run.json")); err != nil {
 		t.Errorf("run directory: %v", err)
 	}
+	// The run directory keeps the very mail the outbox holds.
+	if kept, err := os.ReadFile(filepath.Join(j.RunDir, "reply.eml")); err != nil || string(kept) != raw {
+		t.Errorf("run directory's reply.eml differs from the outbox's mail (err %v)", err)
+	}
 	// The run directory's series.mbox is what the reply's commands rerun.
 	var kept []*mailbox.Message
 	if _, err := (&mailbox.Mbox{Path: filepath.Join(j.RunDir, "series.mbox")}).Poll(ctx, "",

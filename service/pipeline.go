@@ -35,6 +35,10 @@ type Request struct {
 	// Command is the email command line this job answers, quoted in the
 	// reply; empty for a series seen on a list or a run from the CLI.
 	Command string `json:"command,omitempty"`
+	// ReplyID is the reply's Message-ID; empty lets reports derive one
+	// from the run. The daemon gives one per job, so that a job re-run
+	// after a crash finds its reply already in the outbox.
+	ReplyID string `json:"reply_id,omitempty"`
 	// Incomplete marks a job that only checks, once its wait is over,
 	// whether the series of this thread and version is still missing parts,
 	// and if so answers why it was not tested.
@@ -147,12 +151,12 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		run.Failure = &reports.Failure{Stage: reports.StageApply, Patch: applyErr.Subject,
 			Detail:  firstLine(applyErr.Hunk, fmt.Sprintf("patch %d does not apply", applyErr.Index)),
 			Excerpt: excerpt(string(applyErr.Output), 40)}
-		return p.finish(run, runDir)
+		return p.finish(req, run, runDir)
 	case errors.As(err, &buildErr):
 		run.Failure = &reports.Failure{Stage: reports.StageBuild, Detail: firstLine(strings.Join(buildErr.Lines, "\n"), "the kernel does not build"),
 			Excerpt: strings.Join(buildErr.Lines, "\n")}
 		copyFile(buildErr.Log, filepath.Join(runDir, "build-patched.log"))
-		return p.finish(run, runDir)
+		return p.finish(req, run, runDir)
 	case err != nil:
 		return nil, fmt.Errorf("building the patched kernel: %w", err)
 	}
@@ -188,11 +192,11 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		case errors.As(err, &bootErr):
 			run.Failure = &reports.Failure{Stage: reports.StageBoot, Kernel: "patched",
 				Detail: bootErr.Reason, Excerpt: string(bootErr.Excerpt)}
-			return p.finish(run, runDir)
+			return p.finish(req, run, runDir)
 		case errors.As(err, &guestErr):
 			run.Failure = &reports.Failure{Stage: reports.StageSuite, Kernel: "patched",
 				Detail: fmt.Sprintf("suite %s failed in the guest: %s", name, guestErr.Msg)}
-			return p.finish(run, runDir)
+			return p.finish(req, run, runDir)
 		case err != nil:
 			return nil, fmt.Errorf("running suite %s: %w", name, err)
 		}
@@ -203,10 +207,10 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			run.Model = p.Model(out.Base)
 		}
 	}
-	return p.finish(run, runDir)
+	return p.finish(req, run, runDir)
 }
 
-func (p *Pipeline) finish(run *reports.Run, runDir string) (*Outcome, error) {
+func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string) (*Outcome, error) {
 	p.stage("report")
 	run.Finished = time.Now().UTC()
 	if err := reports.SaveRun(runDir, run); err != nil {
@@ -215,6 +219,12 @@ func (p *Pipeline) finish(run *reports.Run, runDir string) (*Outcome, error) {
 	reply, err := reports.Render(run, p.Reply)
 	if err != nil {
 		return nil, fmt.Errorf("rendering the reply: %w", err)
+	}
+	if req.Command != "" {
+		reply.Body = "> " + req.Command + "\n\n" + reply.Body
+	}
+	if req.ReplyID != "" {
+		reply.Header.MessageID = req.ReplyID
 	}
 	raw, err := reply.Bytes()
 	if err != nil {
