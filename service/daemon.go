@@ -212,14 +212,7 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 			body += "\n\n" + reports.Wrap(s.Reason, 72)
 		}
 		body += "\n\nA complete resend (or the missing parts in this thread) will be tested."
-		r := &reports.Reply{Header: reports.Header{
-			From: d.Config.Reply.From, To: []string{req.Thread.Author}, Subject: reports.ReplySubject(req.Thread.Subject),
-			Date:       time.Now(),
-			MessageID:  d.jobReplyID(j),
-			InReplyTo:  req.Thread.MessageID,
-			References: append(append([]string{}, req.Thread.References...), req.Thread.MessageID),
-		}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"}
-		return d.queueReply(ctx, r)
+		return d.shortReply(ctx, req.Thread, d.jobReplyID(j), body)
 	}
 	return nil
 }
@@ -374,13 +367,19 @@ instance allows.`
 
 // answer puts a short reply to m in the outbox.
 func (d *Daemon) answer(ctx context.Context, m *mailbox.Message, key, body string) error {
-	r := &reports.Reply{Header: reports.Header{
-		From: d.Config.Reply.From, To: []string{m.From}, Subject: reports.ReplySubject(m.Subject), Date: time.Now(),
-		MessageID:  fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key)),
-		InReplyTo:  m.MessageID,
-		References: append(append([]string{}, m.References...), m.MessageID),
-	}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"}
-	return d.queueReply(ctx, r)
+	return d.shortReply(ctx, reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: m.From},
+		fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key)), body)
+}
+
+// shortReply puts a plain answer (no comparison) to the thread's mail, from
+// patchbot to its author, in the outbox.
+func (d *Daemon) shortReply(ctx context.Context, t reports.Thread, messageID, body string) error {
+	return d.queueReply(ctx, &reports.Reply{Header: reports.Header{
+		From: d.Config.Reply.From, To: []string{t.Author}, Subject: reports.ReplySubject(t.Subject), Date: time.Now(),
+		MessageID:  messageID,
+		InReplyTo:  t.MessageID,
+		References: append(append([]string{}, t.References...), t.MessageID),
+	}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"})
 }
 
 func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
