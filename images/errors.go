@@ -3,6 +3,8 @@ package images
 import (
 	"fmt"
 	"strings"
+
+	"github.com/patchbot/patchbot/blame"
 )
 
 // Errors carry blame. ApplyError and BuildError are the patch's fault and
@@ -18,6 +20,9 @@ type ApplyError struct {
 	Output  []byte // git am's own output
 }
 
+// Blame: a series that does not apply is the patch's.
+func (e *ApplyError) Blame() blame.Blame { return blame.Patch }
+
 func (e *ApplyError) Error() string {
 	return fmt.Sprintf("patch %d (%q) does not apply", e.Index, e.Subject)
 }
@@ -27,6 +32,9 @@ type BuildError struct {
 	Lines []string // the compiler's and linker's error lines
 	Log   string   // path of the full build log
 }
+
+// Blame: a kernel that does not build with the series is the patch's.
+func (e *BuildError) Blame() blame.Blame { return blame.Patch }
 
 func (e *BuildError) Error() string {
 	first := "see the build log"
@@ -57,6 +65,10 @@ func (d Dropped) String() string {
 	return fmt.Sprintf("%s=%s (got %s)", d.Option, d.Want, got)
 }
 
+// Blame: the requested config is ours; when a base does not keep it, the
+// config is wrong, not the patch.
+func (e *ConfigError) Blame() blame.Blame { return blame.Infra }
+
 func (e *ConfigError) Error() string {
 	s := make([]string, len(e.Dropped))
 	for i, d := range e.Dropped {
@@ -73,6 +85,7 @@ type InfraError struct {
 
 func (e *InfraError) Error() string { return e.Op + ": " + e.Err.Error() }
 func (e *InfraError) Unwrap() error { return e.Err }
+func (e *InfraError) Blame() blame.Blame { return blame.Infra }
 
 func infra(op string, err error) error {
 	if err == nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+
+	"github.com/patchbot/patchbot/blame"
 )
 
 // BootError is the kernel's fault: it panicked, oopsed, hung past a
@@ -13,6 +15,10 @@ type BootError struct {
 	Reason  string // e.g. "kernel panic", "oops", "no agent ready within 60s"
 	Excerpt []byte
 }
+
+// Blame: a kernel that does not boot is at fault (which kernel, base or
+// patched, is for the caller to say with blame.On).
+func (e *BootError) Blame() blame.Blame { return blame.Patch }
 
 func (e *BootError) Error() string {
 	if len(e.Excerpt) == 0 {
@@ -40,6 +46,7 @@ func (e *InfraError) Error() string {
 }
 
 func (e *InfraError) Unwrap() error { return e.Err }
+func (e *InfraError) Blame() blame.Blame { return blame.Infra }
 
 // GuestError is an "error" event from the agent: the request failed inside
 // a healthy guest (a suite crashed, a command was not found).
@@ -47,6 +54,10 @@ type GuestError struct {
 	Op  string
 	Msg string
 }
+
+// Blame: a request that fails inside a healthy guest is the kernel's (the
+// caller says which kernel).
+func (e *GuestError) Blame() blame.Blame { return blame.Patch }
 
 func (e *GuestError) Error() string { return fmt.Sprintf("guest %s: %s", e.Op, e.Msg) }
 
