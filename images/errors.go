@@ -83,8 +83,8 @@ type InfraError struct {
 	Err error
 }
 
-func (e *InfraError) Error() string { return e.Op + ": " + e.Err.Error() }
-func (e *InfraError) Unwrap() error { return e.Err }
+func (e *InfraError) Error() string      { return e.Op + ": " + e.Err.Error() }
+func (e *InfraError) Unwrap() error      { return e.Err }
 func (e *InfraError) Blame() blame.Blame { return blame.Infra }
 
 func infra(op string, err error) error {

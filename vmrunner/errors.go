@@ -45,7 +45,7 @@ func (e *InfraError) Error() string {
 	return s
 }
 
-func (e *InfraError) Unwrap() error { return e.Err }
+func (e *InfraError) Unwrap() error      { return e.Err }
 func (e *InfraError) Blame() blame.Blame { return blame.Infra }
 
 // GuestError is an "error" event from the agent: the request failed inside
