@@ -123,9 +123,24 @@ func (s *Series) Files() []string {
 // WriteMbox writes the series' patches, in order, as an mboxrd file that
 // `git am -3` applies.
 func (s *Series) WriteMbox(w io.Writer) error {
-	for _, p := range s.Patches {
-		if err := WriteMboxEntry(w, p.Raw); err != nil {
-			return fmt.Errorf("writing patch %d/%d: %w", p.Index, s.Total, err)
+	return WriteMbox(w, s.Mails())
+}
+
+// Mails are the series' patches as the mails git am applies, in order.
+func (s *Series) Mails() [][]byte {
+	out := make([][]byte, len(s.Patches))
+	for i, p := range s.Patches {
+		out[i] = p.Raw
+	}
+	return out
+}
+
+// WriteMbox writes mails, in order, as an mboxrd file (what git am and
+// patchbot run --mbox read).
+func WriteMbox(w io.Writer, mails [][]byte) error {
+	for i, m := range mails {
+		if err := WriteMboxEntry(w, m); err != nil {
+			return fmt.Errorf("writing mail %d of %d: %w", i+1, len(mails), err)
 		}
 	}
 	return nil

@@ -1,0 +1,176 @@
+package mailbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+)
+
+// SourceConfig names one mail source; exactly one kind is set. It is the
+// `sources:` entry of patchbot.yaml, and what the CLI's --mbox, --maildir,
+// --imap and --lore flags make.
+type SourceConfig struct {
+	Name    string        `yaml:"name"`
+	IMAP    *IMAPConfig   `yaml:"imap,omitempty"`
+	Lore    string        `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/, or a thread URL
+	Mbox    string        `yaml:"mbox,omitempty"`
+	Maildir string        `yaml:"maildir,omitempty"`
+	Poll    time.Duration `yaml:"poll"`
+	// Trusted says that every mail of this source comes from where it says
+	// (a private list whose server checks senders), so commands in it need
+	// no DKIM proof.
+	Trusted bool `yaml:"trusted"`
+}
+
+// IMAPConfig names an IMAP mailbox. The password is read from
+// PasswordFile (mode 0600), never given inline or on a command line.
+type IMAPConfig struct {
+	Addr         string `yaml:"addr"` // host:port
+	TLS          bool   `yaml:"tls"`
+	User         string `yaml:"user"`
+	PasswordFile string `yaml:"password_file"`
+	Mailbox      string `yaml:"mailbox"`
+}
+
+// Kind is the source's kind: "imap", "lore", "mbox" or "maildir".
+func (c SourceConfig) Kind() string {
+	switch {
+	case c.IMAP != nil:
+		return "imap"
+	case c.Lore != "":
+		return "lore"
+	case c.Mbox != "":
+		return "mbox"
+	case c.Maildir != "":
+		return "maildir"
+	}
+	return ""
+}
+
+// Validate checks that exactly one kind is set and its fields are usable.
+func (c SourceConfig) Validate() error {
+	n := 0
+	for _, set := range []bool{c.IMAP != nil, c.Lore != "", c.Mbox != "", c.Maildir != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return fmt.Errorf("exactly one of imap, lore, mbox, maildir must be set (got %d)", n)
+	}
+	if c.IMAP != nil && (c.IMAP.Addr == "" || c.IMAP.User == "") {
+		return errors.New("imap: addr and user are required")
+	}
+	if c.Poll < 0 {
+		return errors.New("poll: negative")
+	}
+	return nil
+}
+
+// Open makes the source a config names. It is the one way from config (or
+// flags) to a Source: the daemon and every command use it.
+func Open(c SourceConfig, log *slog.Logger) (Source, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.IMAP != nil:
+		s := &IMAP{Addr: c.IMAP.Addr, TLS: c.IMAP.TLS, User: c.IMAP.User, Mailbox: c.IMAP.Mailbox,
+			Logger: log, PollInterval: c.Poll}
+		if c.IMAP.PasswordFile != "" {
+			pw, err := ReadSecret(c.IMAP.PasswordFile)
+			if err != nil {
+				return nil, err
+			}
+			s.Password = pw
+		}
+		return s, nil
+	case c.Lore != "":
+		s, err := NewLore(c.Lore)
+		if err != nil {
+			return nil, err
+		}
+		s.Logger = log
+		return s, nil
+	case c.Mbox != "":
+		return &Mbox{Path: c.Mbox, Logger: log}, nil
+	default:
+		return &Maildir{Dir: c.Maildir, Logger: log}, nil
+	}
+}
+
+// ReadSecret reads a password file: its first line, without the newline.
+// The file must not be readable by group or others.
+func ReadSecret(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("reading secret: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("secret %s is readable by others (mode %04o): chmod 600 it", path, st.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading secret: %w", err)
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	return strings.TrimRight(line, "\r"), nil
+}
+
+// Collect reads every mail of src from the beginning. Mail that does not
+// parse is skipped by the source (and logged), as the daemon does.
+func Collect(ctx context.Context, src Source) ([]*Message, error) {
+	var msgs []*Message
+	if _, err := src.Poll(ctx, "", func(m *Message, _ string) error {
+		msgs = append(msgs, m)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading mail: %w", err)
+	}
+	return msgs, nil
+}
+
+// Choose picks the series to test among those assembled from some mail,
+// as b4 am does: version 0 means the newest version that is complete;
+// another number asks for that version. Notes say what a reader should
+// know about the choice (a newer version that is incomplete was passed
+// over). An incomplete chosen version is an error naming what is missing.
+func Choose(all []*Series, version int) (*Series, []string, error) {
+	var best, newest *Series
+	for _, s := range all {
+		if len(s.Patches) == 0 {
+			continue
+		}
+		if version != 0 && s.Version != version {
+			continue
+		}
+		if newest == nil || s.Version > newest.Version || s.Version == newest.Version && s.Date.After(newest.Date) {
+			newest = s
+		}
+		if !s.Complete {
+			continue
+		}
+		if best == nil || s.Version > best.Version || s.Version == best.Version && s.Date.After(best.Date) {
+			best = s
+		}
+	}
+	switch {
+	case best == nil && newest == nil && version != 0:
+		return nil, nil, fmt.Errorf("no v%d of a patch series in the mail", version)
+	case best == nil && newest == nil:
+		return nil, nil, errors.New("no patch series found in the mail")
+	case best == nil:
+		return nil, nil, fmt.Errorf("series %q v%d is incomplete (missing %s): %s",
+			newest.Subject, newest.Version, indexList(newest.Missing), newest.Reason)
+	}
+	var notes []string
+	if newest != best && newest.Version > best.Version {
+		notes = append(notes, fmt.Sprintf("v%d is incomplete (missing %s); testing v%d, the newest complete version",
+			newest.Version, indexList(newest.Missing), best.Version))
+	}
+	return best, notes, nil
+}
