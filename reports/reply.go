@@ -63,8 +63,9 @@ type Reply struct {
 var ErrNotPatchFault = errors.New("the failure is not the patch's fault")
 
 // Render composes the reply to run. It is a pure function of its inputs:
-// the Message-ID is derived from the run, so that rendering twice gives
-// the same mail and the outbox can recognise it.
+// everything it says comes from run and opt (the Message-ID is run.ReplyID,
+// or derived from the run), so that rendering twice gives the same mail
+// and the outbox can recognise it.
 func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	if run.Thread.MessageID == "" {
 		return nil, errors.New("rendering reply: the run names no message to reply to")
@@ -146,7 +147,10 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
-	h.MessageID = messageID(run, from.Address)
+	h.MessageID = trimID(run.ReplyID)
+	if h.MessageID == "" {
+		h.MessageID = messageID(run, from.Address)
+	}
 	return &Reply{Header: h, Body: text}, nil
 }
 
@@ -343,8 +347,8 @@ func shellLines(cmd string) string {
 	const first, cont = "  $ ", "      "
 	var lines []string
 	line := first
-	for _, word := range strings.Fields(cmd) {
-		if line != first && line != cont && utf8.RuneCountInString(line)+len(word)+2 > MaxColumns {
+	for _, word := range shellWords(cmd) {
+		if line != first && line != cont && utf8.RuneCountInString(line)+1+len(word)+2 > MaxColumns {
 			lines = append(lines, line+" \\")
 			line = cont
 		}
@@ -354,6 +358,33 @@ func shellLines(cmd string) string {
 		line += word
 	}
 	return strings.Join(append(lines, line), "\n")
+}
+
+// shellWords splits a command line at the blanks outside single quotes
+// (ShellQuote's quoting), so that a line is only ever continued between
+// arguments.
+func shellWords(cmd string) []string {
+	var words []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range cmd {
+		switch {
+		case r == '\'':
+			quoted = !quoted
+			cur.WriteRune(r)
+		case !quoted && (r == ' ' || r == '\t'):
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	return words
 }
 
 // tidy squeezes runs of blank lines (left by template conditionals) to one

@@ -85,8 +85,16 @@ type Run struct {
 	NewWarnings []string `json:"new_warnings,omitempty"`
 	Failure     *Failure `json:"failure,omitempty"`
 	Model       *Model   `json:"model,omitempty"`
-	// ResultsURL is where the run's artifacts were published, if they were.
-	ResultsURL string    `json:"results_url,omitempty"`
+	// ResultsURL is where the run's artifacts can be read: the dashboard's
+	// page of the run, or a published copy.
+	ResultsURL string `json:"results_url,omitempty"`
+	// ReplyID is the reply's Message-ID; empty derives one from the run.
+	// The daemon gives one per job, so that a job re-run after a crash
+	// renders the same reply and the outbox recognises it.
+	ReplyID string `json:"reply_id,omitempty"`
+	// Command is the email command the run answers, quoted at the top of
+	// the reply; empty for a series seen on a list or a run from the CLI.
+	Command string `json:"command,omitempty"`
 	Finished   time.Time `json:"finished"`
 	Options    Options   `json:"options"`
 

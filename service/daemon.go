@@ -14,9 +14,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites"
 )
 
 // Daemon watches sources, queues jobs, runs them one at a time, and puts
@@ -28,8 +31,8 @@ type Daemon struct {
 	Pipeline *Pipeline
 	// Sources by name; the name keys the stored cursor.
 	Sources map[string]mailbox.Source
-	// Flush sends what the outbox holds; nil when sending is off.
-	Flush   func(ctx context.Context) error
+	// Outbox holds the replies; it sends them when it has a Sender.
+	Outbox  *outbox.Outbox
 	Log     *slog.Logger
 	Metrics *Metrics
 	// Poll is how often sources without a push mechanism are read and the
@@ -56,6 +59,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		d.Log.Info("requeued jobs interrupted by a restart", "jobs", n)
 	}
 	var wg sync.WaitGroup
+	// The outbox is flushed at start (a reply a crash or an SMTP outage
+	// left queued) and every minute, not only when a new reply is queued.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		d.Outbox.Run(ctx, time.Minute)
+	}()
 	for name, src := range d.Sources {
 		wg.Add(1)
 		go func() {
@@ -84,6 +94,12 @@ func (d *Daemon) defaults() {
 	}
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
+	}
+	if d.Outbox == nil {
+		d.Outbox = &outbox.Outbox{Store: d.Store, Log: d.Log}
+	}
+	if d.Outbox.OnUncertain == nil {
+		d.Outbox.OnUncertain = func(store.OutboxMessage) { d.Metrics.Uncertain.Inc() }
 	}
 	d.wake = make(chan struct{}, 1)
 }
@@ -149,11 +165,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 			log.Info("series touches no watched path; not tested", "files", s.Files())
 			continue
 		}
-		replyTo := s.Patches[0].MessageID
-		if s.Cover != nil {
-			replyTo = s.Cover.MessageID
-		}
-		req := d.request(s, replyTo)
+		req := NewRequest(s, d.Config.Suites, ReplyTarget(s))
 		if err := d.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version), req); err != nil {
 			return err
 		}
@@ -206,13 +218,8 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 		for i, m := range s.Missing {
 			missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
 		}
-		body := fmt.Sprintf("Hello,\n\npatchbot did not test this series: it is incomplete. After waiting %s,\n"+
-			"patch(es) %s never arrived.", humanDuration(d.Config.IncompleteAfter), strings.Join(missing, ", "))
-		if s.Reason != "" {
-			body += "\n\n" + reports.Wrap(s.Reason, 72)
-		}
-		body += "\n\nA complete resend (or the missing parts in this thread) will be tested."
-		return d.shortReply(ctx, req.Thread, d.jobReplyID(j), body)
+		return d.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
+			MessageID: d.jobReplyID(j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
 	}
 	return nil
 }
@@ -246,27 +253,6 @@ func (d *Daemon) thread(ctx context.Context, thread, skip string) ([]*mailbox.Se
 		msgs = append(msgs, m)
 	}
 	return mailbox.Assemble(msgs), nil
-}
-
-// request describes the test of a series, answering the mail replyTo.
-func (d *Daemon) request(s *mailbox.Series, replyTo string) *Request {
-	return NewRequest(s, d.Config.Suites.Profile, d.Config.Suites.Runs, replyTo)
-}
-
-// NewRequest describes the test of a complete series, answering the mail
-// replyTo (the patch, the cover letter, or an email command).
-func NewRequest(s *mailbox.Series, profile string, runs int, replyTo string) *Request {
-	req := &Request{Title: s.Subject, Files: s.Files(), Base: s.Base, Profile: profile, Runs: runs}
-	for _, p := range s.Patches {
-		req.Patches = append(req.Patches, p.Raw)
-	}
-	p0 := s.Patches[0]
-	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
-		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
-	if s.Cover != nil && replyTo == s.Cover.MessageID {
-		req.Thread.Subject, req.Thread.References = s.Cover.Subject, s.Cover.References
-	}
-	return req
 }
 
 func (d *Daemon) enqueue(ctx context.Context, trigger, dedupe string, req *Request) error {
@@ -303,14 +289,17 @@ func (d *Daemon) commands(ctx context.Context, m *mailbox.Message, thread string
 	for i, c := range cmds {
 		key := fmt.Sprintf("%s#%d", m.MessageID, i)
 		log := d.Log.With("command", c.Line, "from", m.From)
-		var answer string
+		a := reports.Answer{Command: c.Line, Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID,
+			References: m.References, Author: m.From}, MessageID: fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key))}
 		switch {
 		case c.Err != "":
-			answer = fmt.Sprintf("patchbot could not understand this command:\n\n> %s\n\n%s\n\n%s", c.Line, c.Err, helpText)
+			a.Kind, a.Reason = reports.AnswerNotUnderstood, c.Err
+			a.Suites, a.Profiles = suiteNames()
 		case c.Name == "help":
-			answer = "> " + c.Line + "\n\n" + helpText
+			a.Kind = reports.AnswerHelp
+			a.Suites, a.Profiles = suiteNames()
 		case target == nil:
-			answer = fmt.Sprintf("> %s\n\nThere is no patch series in this thread that patchbot could test.", c.Line)
+			a.Kind = reports.AnswerNoSeries
 		default:
 			ok, reason, err := Authorize(d.Config.Commands, d.Store, time.Now(), m.From, target.Author)
 			if err != nil {
@@ -325,11 +314,11 @@ func (d *Daemon) commands(ctx context.Context, m *mailbox.Message, thread string
 				if !d.Config.Commands.AnswerRefused {
 					continue
 				}
-				answer = fmt.Sprintf("> %s\n\npatchbot did not run this command: %s.", c.Line, reason)
+				a.Kind, a.Reason = reports.AnswerRefused, reason
 				break
 			}
 			d.Metrics.Commands.WithLabelValues("accepted").Inc()
-			req := d.request(target, m.MessageID)
+			req := NewRequest(target, d.Config.Suites, m.MessageID)
 			req.Thread.Subject = m.Subject
 			req.Thread.References = append(append([]string{}, m.References...), m.MessageID)
 			req.Thread.Author = m.From
@@ -345,41 +334,37 @@ func (d *Daemon) commands(ctx context.Context, m *mailbox.Message, thread string
 			}
 			continue
 		}
-		if err := d.answer(ctx, m, key, answer); err != nil {
+		if err := d.answer(ctx, a); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-const helpText = `patchbot understands these commands, one per line, in a reply to a
-patch or a cover letter:
-
-  #patchbot test [SUITE ...] [profile=quick|full]
-      build the kernel with and without the series, run the suites
-      (by default those that fit the files the series touches), and
-      answer with the comparison
-  #patchbot help
-      this text
-
-Commands are taken from the series' author and from the addresses this
-instance allows.`
-
-// answer puts a short reply to m in the outbox.
-func (d *Daemon) answer(ctx context.Context, m *mailbox.Message, key, body string) error {
-	return d.shortReply(ctx, reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: m.From},
-		fmt.Sprintf("patchbot-answer-%s@patchbot", sanitize(key)), body)
+// suiteNames lists the valid suites and profiles, for help and errors.
+func suiteNames() (names, profiles []string) {
+	all, _ := suites.All()
+	seen := map[string]bool{}
+	for _, s := range all {
+		names = append(names, s.Name)
+		for _, p := range s.ProfileNames() {
+			if !seen[p] {
+				seen[p] = true
+				profiles = append(profiles, p)
+			}
+		}
+	}
+	return names, profiles
 }
 
-// shortReply puts a plain answer (no comparison) to the thread's mail, from
-// patchbot to its author, in the outbox.
-func (d *Daemon) shortReply(ctx context.Context, t reports.Thread, messageID, body string) error {
-	return d.queueReply(ctx, &reports.Reply{Header: reports.Header{
-		From: d.Config.Reply.From, To: []string{t.Author}, Subject: reports.ReplySubject(t.Subject), Date: time.Now(),
-		MessageID:  messageID,
-		InReplyTo:  t.MessageID,
-		References: append(append([]string{}, t.References...), t.MessageID),
-	}, Body: body + "\n\n-- \npatchbot, an automated kernel patch tester\n"})
+// answer renders a short answer and puts it in the outbox.
+func (d *Daemon) answer(ctx context.Context, a reports.Answer) error {
+	a.Date = time.Now()
+	r, err := reports.RenderAnswer(a, d.Config.Reply)
+	if err != nil {
+		return err
+	}
+	return d.queueReply(ctx, r)
 }
 
 func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
@@ -391,8 +376,8 @@ func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
 	if err != nil {
 		return err
 	}
-	_, added, err := d.Store.Enqueue(ctx, store.OutboxMessage{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(d.Config.Reply.From), Recipients: rcpt, Raw: raw})
+	added, err := d.Outbox.Put(ctx, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(d.Config.Reply.From), To: rcpt, Raw: raw})
 	if err != nil {
 		return fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
@@ -400,10 +385,8 @@ func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
 		d.Metrics.Replies.Inc()
 		d.Log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
 	}
-	if d.Flush != nil {
-		if err := d.Flush(ctx); err != nil {
-			d.Log.Warn("sending the outbox", "err", err)
-		}
+	if _, err := d.Outbox.Flush(ctx); err != nil {
+		d.Log.Warn("sending the outbox", "err", err)
 	}
 	return nil
 }
@@ -447,13 +430,13 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 	log := d.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
 	var req Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
-		j.State, j.Blame, j.Error = store.JobFailed, string(BlameInfra), "undecodable request: "+err.Error()
+		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "undecodable request: "+err.Error()
 		d.Store.UpdateJob(ctx, j)
 		return
 	}
 	if req.Incomplete != nil {
 		if err := d.checkIncomplete(ctx, j, &req); err != nil {
-			j.State, j.Blame, j.Error = store.JobQueued, string(BlameInfra), err.Error()
+			j.State, j.Blame, j.Error = store.JobQueued, blame.Of(err), err.Error()
 			j.NotBefore = time.Now().Add(d.Backoff)
 		} else {
 			j.State, j.Stage = store.JobDone, "done"
@@ -477,8 +460,10 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 		j.State, j.Stage = store.JobQueued, "interrupted"
 		log.Info("job interrupted by shutdown; it will run again after restart")
 	case err != nil:
-		d.Metrics.Failures.WithLabelValues(string(BlameInfra)).Inc()
-		j.Blame, j.Error = string(BlameInfra), err.Error()
+		// Execute's errors are never the patch's (blame.Of is Infra): a
+		// base kernel that panics is retried, not mailed.
+		j.Blame, j.Error = blame.Of(err), err.Error()
+		d.Metrics.Failures.WithLabelValues(string(j.Blame)).Inc()
 		if j.Attempts >= d.MaxAttempts {
 			j.State = store.JobFailed
 			log.Error("job failed for good (infrastructure)", "err", err)
@@ -488,11 +473,11 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 		}
 	default:
 		if out.Run.Failure != nil {
-			d.Metrics.Failures.WithLabelValues(string(BlamePatch)).Inc()
-			j.Blame, j.Error = string(BlamePatch), string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
+			d.Metrics.Failures.WithLabelValues(string(blame.Patch)).Inc()
+			j.Blame, j.Error = blame.Patch, string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
 		}
 		if err := d.queueReply(bg, out.Reply); err != nil {
-			j.State, j.Blame, j.Error = store.JobQueued, string(BlameInfra), err.Error()
+			j.State, j.Blame, j.Error = store.JobQueued, blame.Infra, err.Error()
 			break
 		}
 		j.State, j.Stage = store.JobDone, "done"

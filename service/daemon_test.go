@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
@@ -22,10 +24,18 @@ import (
 type fakeBuilder struct {
 	patchedErr error
 	builds     int
+	bzImage    string // directory of the "base" and "patched" kernel files
+}
+
+func (f *fakeBuilder) path(name string) string {
+	if f.bzImage == "" {
+		return "/nonexistent/" + name
+	}
+	return filepath.Join(f.bzImage, name)
 }
 
 func (f *fakeBuilder) Base(ctx context.Context, baseCommit string) (*images.Build, error) {
-	return &images.Build{BzImage: "/nonexistent/base", Commit: "1111111111111111111111111111111111111111",
+	return &images.Build{BzImage: f.path("base"), Commit: "1111111111111111111111111111111111111111",
 		ConfigHash: "cafe", Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
 }
 
@@ -34,7 +44,7 @@ func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [
 	if f.patchedErr != nil {
 		return nil, f.patchedErr
 	}
-	return &images.Build{BzImage: "/nonexistent/patched", Commit: "1111111111111111111111111111111111111111", Head: "2222222222222222222222222222222222222222",
+	return &images.Build{BzImage: f.path("patched"), Commit: "1111111111111111111111111111111111111111", Head: "2222222222222222222222222222222222222222",
 		ConfigHash: base.ConfigHash, Compiler: base.Compiler, Series: len(patches)}, nil
 }
 
@@ -42,10 +52,10 @@ func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [
 // tasks per release, with a little noise.
 type fakeTester struct {
 	err   error
-	tests []TestSpec
+	tests []invm.Spec
 }
 
-func (f *fakeTester) Test(ctx context.Context, t TestSpec) (*TestOutcome, error) {
+func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, error) {
 	f.tests = append(f.tests, t)
 	if f.err != nil {
 		return nil, f.err
@@ -62,8 +72,8 @@ func (f *fakeTester) Test(ctx context.Context, t TestSpec) (*TestOutcome, error)
 		}
 		return r
 	}
-	return &TestOutcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
-		Info: vmrunner.Info{Backend: "fake", Accel: "tcg"}, CPUs: 4, MemMiB: 1024}, nil
+	return &invm.Outcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
+		Backend: "fake", Accel: "tcg", CPUs: 4, MemMiB: 1024}, nil
 }
 
 type testDaemon struct {
@@ -104,7 +114,7 @@ func (d *testDaemon) ingestFile(t *testing.T, source, path string) {
 
 func (d *testDaemon) outbox(t *testing.T) []store.OutboxMessage {
 	t.Helper()
-	msgs, err := d.Store.Pending(context.Background())
+	msgs, err := d.Store.OutboxIn(context.Background(), store.Queued)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +219,7 @@ func TestDaemonPatchFailureIsAnswered(t *testing.T) {
 		t.Fatal("no job for the FUSE RFC")
 	}
 	jobs, _ := d.Store.Jobs(ctx)
-	if jobs[0].State != store.JobDone || jobs[0].Blame != "patch" {
+	if jobs[0].State != store.JobDone || jobs[0].Blame != blame.Patch {
 		t.Errorf("job = %+v, want done with the patch to blame", jobs[0])
 	}
 	out := d.outbox(t)
@@ -229,7 +239,7 @@ func TestDaemonInfraFailureIsRetriedNotMailed(t *testing.T) {
 	d.RunOnce(ctx)
 	jobs, _ := d.Store.Jobs(ctx)
 	j := jobs[0]
-	if j.State != store.JobQueued || j.Blame != "infra" || !j.NotBefore.After(j.Updated.Add(-1)) {
+	if j.State != store.JobQueued || j.Blame != blame.Infra || !j.NotBefore.After(j.Updated.Add(-1)) {
 		t.Errorf("job = %+v, want queued again, blamed on the infrastructure, with a backoff", j)
 	}
 	if ran, _ := d.RunOnce(ctx); ran {
@@ -237,6 +247,44 @@ func TestDaemonInfraFailureIsRetriedNotMailed(t *testing.T) {
 	}
 	if out := d.outbox(t); len(out) != 0 {
 		t.Errorf("an infrastructure failure was mailed: %d mails", len(out))
+	}
+}
+
+// A base kernel that panics at boot is patchbot's problem, not the
+// author's: nothing is mailed and the job is retried as the
+// infrastructure's. The panic comes from the fake VM backend through the
+// real A/B driver, so the blame travels by type from vmrunner up.
+func TestDaemonBaseKernelPanicIsRetriedNotMailed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	for _, f := range []string{"base", "patched"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("not a kernel"), 0o644)
+	}
+	d.builder.bzImage = dir
+	d.Pipeline.Tester = &invm.Tester{VM: invm.VMConfig{Backend: "fake"}, BaseCmdline: "fake.panic"}
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("no job ran")
+	}
+	jobs, _ := d.Store.Jobs(ctx)
+	j := jobs[0]
+	if j.State != store.JobQueued || j.Blame != blame.Infra || !strings.Contains(j.Error, "Kernel panic") {
+		t.Errorf("job = state %s, blame %q, error %q; want queued again, the infrastructure's, with the panic", j.State, j.Blame, j.Error)
+	}
+	if out := d.outbox(t); len(out) != 0 {
+		t.Errorf("a base kernel's panic was mailed to the author: %d mails", len(out))
+	}
+	// The same panic on the patched kernel is the patch's, and answered.
+	d.Pipeline.Tester = &invm.Tester{VM: invm.VMConfig{Backend: "fake"}, PatchedCmdline: "fake.panic"}
+	j.NotBefore = time.Now().Add(-time.Minute)
+	d.Store.UpdateJob(ctx, j)
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("the retry did not run")
+	}
+	out := d.outbox(t)
+	if len(out) != 1 || !strings.Contains(string(out[0].Raw), "does not boot") {
+		t.Fatalf("the patched kernel's panic was not answered: %d mails", len(out))
 	}
 }
 
@@ -291,7 +339,7 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	if !strings.Contains(replyToCmd, "> #patchbot test cache-contention profile=quick") {
 		t.Errorf("the command's reply does not quote it:\n%s", replyToCmd)
 	}
-	if !strings.Contains(refusal, "neither the series' author") {
+	if !strings.Contains(refusal, "is neither the") {
 		t.Errorf("the stranger's command was not refused with the reason:\n%s", refusal)
 	}
 	if !strings.Contains(help, "#patchbot test [SUITE ...]") {
@@ -323,7 +371,7 @@ func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
 		t.Fatalf("outbox = %d mails, want 1", len(out))
 	}
 	raw := string(out[0].Raw)
-	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an hour", "2/3 never arrived"} {
+	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an", "hour, patch(es) 2/3 never arrived"} {
 		if !strings.Contains(raw, want) {
 			t.Errorf("answer lacks %q:\n%s", want, raw)
 		}

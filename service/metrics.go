@@ -21,6 +21,9 @@ type Metrics struct {
 	Replies      prometheus.Counter
 	Commands     *prometheus.CounterVec // accepted, refused
 	SourceErrors *prometheus.CounterVec // by source
+	// Uncertain counts deliveries whose outcome is unknown (the link broke
+	// after the final "."): each needs a person to check.
+	Uncertain prometheus.Counter
 }
 
 // NewMetrics makes the metrics and registers them.
@@ -41,17 +44,23 @@ func NewMetrics() *Metrics {
 			Help: "Email commands by outcome."}, []string{"outcome"}),
 		SourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_source_errors_total",
 			Help: "Failures reading a source."}, []string{"source"}),
+		Uncertain: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_uncertain_total",
+			Help: "Replies whose delivery outcome is unknown and that are not resent."}),
 	}
 	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
-		prometheus.NewGoCollector())
+		m.Uncertain, prometheus.NewGoCollector())
 	return m
 }
 
-// Serve answers /healthz and /metrics on addr until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+// Serve answers /healthz and /metrics on addr until ctx ends, and hands
+// every other path to pages (the dashboard) when it is not nil.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger, pages http.Handler) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	if pages != nil {
+		mux.Handle("/", pages)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -1,75 +1,107 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/vmrunner"
+	"github.com/patchbot/patchbot/suites/invm"
 )
 
-// NewPipeline wires the real stages from a config: images/ for builds,
-// VMs of the configured backend for the suites, the reference model's
-// predictions, and the reply options.
-func NewPipeline(cfg Config, progress io.Writer, log *slog.Logger) (*Pipeline, error) {
+// NewPipeline wires the real stages from a config: images.Kernels for the
+// builds, invm.Tester for VMs of the configured shape, and the reply
+// options.
+func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	b, err := images.DefaultBuilder(progress)
 	if err != nil {
 		return nil, err
 	}
-	pool := vmrunner.Config{Limit: cfg.VM.Concurrency, Log: log}
-	if len(cfg.VM.URIs) > 0 {
-		pool.URI = cfg.VM.URIs[0]
-	}
 	return &Pipeline{
-		Builder:  &KernelBuilder{Builder: b, Tree: cfg.Kernel.Tree, Ref: cfg.Kernel.Base, Progress: progress},
-		Tester:   &VMTester{Backend: cfg.VM.Backend, CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Pool: pool},
-		Model:    ModelFromNotes,
+		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Progress: progress},
+		Tester:   &invm.Tester{VM: cfg.VM},
 		Reply:    cfg.Reply,
 		Progress: progress,
-		Commands: ReproCommands,
+		VM:       cfg.VM,
+		Tree:     cfg.Kernel,
 	}, nil
 }
 
-// ReproCommands are the lines a reader runs to repeat a test with patchbot.
-func ReproCommands(req *Request, runDir string) []string {
-	suites := ""
-	if len(req.Suites) > 0 {
-		suites = " --suites " + strings.Join(req.Suites, ",")
-	}
-	id := strings.Trim(req.Thread.MessageID, "<>")
-	return []string{
-		fmt.Sprintf("b4 am -o - '%s' > series.mbox", id),
-		fmt.Sprintf("patchbot run --mbox series.mbox%s --profile %s --runs %d", suites, req.Profile, req.Runs),
-	}
-}
-
-// OpenStore opens the state database in the config's state directory.
+// OpenStore opens the state database (state.db) in the config's state
+// directory, which it creates 0700: the database, the runs and the
+// secrets' copies in it are patchbot's alone.
 func OpenStore(cfg Config) (*store.Store, error) {
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
+	}
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("closing the state directory to others: %w", err)
 	}
 	return store.Open(filepath.Join(cfg.StateDir, "state.db"))
 }
 
-// NewFlush returns what sends the outbox, or nil when sending is off.
-func NewFlush(cfg Config, st *store.Store, log *slog.Logger) (func(context.Context) error, error) {
+// NewOutbox is the outbox of st, sending through the configured SMTP
+// server when smtp.enabled is on (otherwise replies are only queued).
+func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
+	o := &outbox.Outbox{Store: st, Log: log}
 	if !cfg.SMTP.Enabled {
-		return nil, nil
+		return o, nil
 	}
-	tr, err := sender.NewSMTP(cfg.SMTP)
+	sc := cfg.SMTP
+	if sc.From == "" {
+		sc.From = mailbox.AddrOf(cfg.Reply.From)
+	}
+	tr, err := sender.NewSMTP(sc)
 	if err != nil {
 		return nil, err
 	}
-	ob := &sender.Outbox{Store: st, Transport: tr, Log: log}
-	return func(ctx context.Context) error {
-		_, err := ob.Flush(ctx)
-		return err
-	}, nil
+	o.Sender = tr
+	return o, nil
+}
+
+// OpenSources opens every configured source, by the name its cursor is
+// stored under.
+func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error) {
+	out := map[string]mailbox.Source{}
+	for i, s := range cfg.Sources {
+		name := SourceName(i, s)
+		src, err := mailbox.Open(s, log)
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", name, err)
+		}
+		out[name] = src
+	}
+	return out, nil
+}
+
+// NewDaemon wires a daemon from a config: the state database, the
+// pipeline, the sources and the outbox. The caller closes d.Store.
+func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
+	st, err := OpenStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Daemon, error) {
+		st.Close()
+		return nil, err
+	}
+	p, err := NewPipeline(cfg, nil)
+	if err != nil {
+		return fail(err)
+	}
+	srcs, err := OpenSources(cfg, log)
+	if err != nil {
+		return fail(err)
+	}
+	ob, err := NewOutbox(cfg, st, log)
+	if err != nil {
+		return fail(err)
+	}
+	return &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/patchbot/patchbot/blame"
 )
 
 // JobState is where a job is in its life.
@@ -27,7 +29,7 @@ type Job struct {
 	Request   []byte
 	State     JobState
 	Stage     string
-	Blame     string // "patch" or "infra" once something failed
+	Blame     blame.Blame // whose fault the last failure was
 	Error     string
 	Attempts  int
 	NotBefore time.Time

@@ -9,23 +9,15 @@ import (
 	"time"
 )
 
-// OutboxState is how far sending a reply got. The states exist so that a
-// crash at any point neither loses a reply nor sends it twice:
-//
-//	queued ──► sending ──► delivering ──► sent
-//	   ▲          │
-//	   └──────────┘ (a failed attempt, or a crash: the server never
-//	                 received the final "." so it delivered nothing)
-//
-// "delivering" is recorded just before the end of the SMTP DATA: from then
-// on the server may have the mail, so a crash leaves it for a person to
-// check (Uncertain) rather than sending it again.
+// OutboxState is how far sending a reply got. The rules for moving between
+// states are the outbox package's (mailbox/outbox); the store keeps them
+// durable and makes each move a compare-and-set on state and owner.
 type OutboxState string
 
 const (
 	Queued     OutboxState = "queued"
-	Sending    OutboxState = "sending"
-	Delivering OutboxState = "delivering"
+	Sending    OutboxState = "sending"    // claimed by Owner until LeaseUntil; the final "." not yet sent
+	Delivering OutboxState = "delivering" // the final "." may have reached the server
 	Sent       OutboxState = "sent"
 	Failed     OutboxState = "failed" // rejected for good by the server
 )
@@ -40,12 +32,19 @@ type OutboxMessage struct {
 	State      OutboxState
 	Attempts   int
 	LastError  string
+	Owner      string    // who holds the claim ("" when none)
+	LeaseUntil time.Time // the claim's end
+	NotBefore  time.Time // a retry waits until then
 	Created    time.Time
 	Updated    time.Time
 }
 
-// ErrStateChanged means another sender moved the message first.
+// ErrStateChanged means the message is no longer in the state (or held by
+// the owner) that a move expected: another sender moved it first.
 var ErrStateChanged = errors.New("outbox message changed state meanwhile")
+
+// ErrNoMessage means no outbox message is ready to be sent.
+var ErrNoMessage = errors.New("no outbox message ready")
 
 // Enqueue writes m to the outbox as queued. A message whose Message-ID is
 // already there is not added again: enqueueing is idempotent, so a job
@@ -59,7 +58,7 @@ func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added b
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply: %w", err)
 	}
-	now := time.Now().UTC().Format(time.RFC3339Nano)
+	now := time.Now().UTC().Format(timeFormat)
 	res, err := s.db.ExecContext(ctx, `INSERT INTO outbox
 		(message_id, sender, recipients, raw, state, created, updated)
 		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
@@ -78,18 +77,51 @@ func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added b
 	return id, false, nil
 }
 
-// Transition moves message id from state from to state to, and fails with
-// ErrStateChanged if it is no longer in from: a compare-and-set, so that two
-// senders cannot both claim a message. Moving to Sending counts an attempt;
-// errText is recorded as the last error.
-func (s *Store) Transition(ctx context.Context, id int64, from, to OutboxState, errText string) error {
-	attempt := 0
-	if to == Sending {
-		attempt = 1
+// ClaimOutbox gives owner the oldest message that may be sent now: a queued
+// one whose retry time has come, or one left in "sending" whose lease ran
+// out (its sender died before the final "." and the server delivered
+// nothing). It is one UPDATE … RETURNING, so two senders never get the same
+// message. It counts an attempt; ErrNoMessage when there is nothing to send.
+func (s *Store) ClaimOutbox(ctx context.Context, owner string, lease time.Duration, now time.Time) (*OutboxMessage, error) {
+	t := now.UTC().Format(timeFormat)
+	rows, err := s.db.QueryContext(ctx, `UPDATE outbox SET state = ?, owner = ?, lease_until = ?,
+		attempts = attempts + 1, updated = ?
+		WHERE id = (SELECT id FROM outbox
+			WHERE (state = ? AND not_before <= ?) OR (state = ? AND lease_until < ?)
+			ORDER BY id LIMIT 1)
+		RETURNING `+outboxColumns,
+		string(Sending), owner, now.Add(lease).UTC().Format(timeFormat), t,
+		string(Queued), t, string(Sending), t)
+	if err != nil {
+		return nil, fmt.Errorf("claiming an outbox message: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox SET state = ?, attempts = attempts + ?,
-		last_error = ?, updated = ? WHERE id = ? AND state = ?`,
-		string(to), attempt, errText, time.Now().UTC().Format(time.RFC3339Nano), id, string(from))
+	ms, err := scanOutbox(rows)
+	if err != nil {
+		return nil, fmt.Errorf("claiming an outbox message: %w", err)
+	}
+	if len(ms) == 0 {
+		return nil, ErrNoMessage
+	}
+	return &ms[0], nil
+}
+
+// MoveOutbox moves message id, held by owner, from state from to state to,
+// recording errText as its last error and, for a retry, the time before
+// which it is not sent again. It fails with ErrStateChanged when the
+// message is not in from or not held by owner (its lease ran out and
+// another sender has it). Leaving Sending or Delivering ends the claim.
+func (s *Store) MoveOutbox(ctx context.Context, id int64, owner string, from, to OutboxState, errText string, notBefore time.Time) error {
+	nb := ""
+	if !notBefore.IsZero() {
+		nb = notBefore.UTC().Format(timeFormat)
+	}
+	newOwner := owner
+	if to != Sending && to != Delivering {
+		newOwner = ""
+	}
+	res, err := s.db.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = ?, last_error = ?, not_before = ?,
+		updated = ? WHERE id = ? AND state = ? AND owner = ?`,
+		string(to), newOwner, errText, nb, time.Now().UTC().Format(timeFormat), id, string(from), owner)
 	if err != nil {
 		return fmt.Errorf("outbox message %d %s -> %s: %w", id, from, to, err)
 	}
@@ -99,22 +131,30 @@ func (s *Store) Transition(ctx context.Context, id int64, from, to OutboxState, 
 	return nil
 }
 
-// Pending lists the messages that may be sent: queued ones, and ones left
-// in "sending" by a crash (their SMTP transaction never completed).
-func (s *Store) Pending(ctx context.Context) ([]OutboxMessage, error) {
-	return s.list(ctx, `state IN ('queued', 'sending')`)
+// OutboxIn lists the messages in the given states, oldest first.
+func (s *Store) OutboxIn(ctx context.Context, states ...OutboxState) ([]OutboxMessage, error) {
+	if len(states) == 0 {
+		return nil, nil
+	}
+	q := `SELECT ` + outboxColumns + ` FROM outbox WHERE state IN (?` + repeat(",?", len(states)-1) + `) ORDER BY id`
+	args := make([]any, len(states))
+	for i, st := range states {
+		args[i] = string(st)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing outbox: %w", err)
+	}
+	return scanOutbox(rows)
 }
 
-// Uncertain lists messages that a crash left while the server was
-// completing delivery: they may or may not have gone out, and are never
-// resent automatically.
-func (s *Store) Uncertain(ctx context.Context) ([]OutboxMessage, error) {
-	return s.list(ctx, `state = 'delivering'`)
-}
-
-// Message returns one outbox message by id.
-func (s *Store) Message(ctx context.Context, id int64) (*OutboxMessage, error) {
-	ms, err := s.list(ctx, `id = ?`, id)
+// OutboxMessageByID returns one outbox message.
+func (s *Store) OutboxMessageByID(ctx context.Context, id int64) (*OutboxMessage, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+outboxColumns+` FROM outbox WHERE id = ?`, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox message %d: %w", id, err)
+	}
+	ms, err := scanOutbox(rows)
 	if err != nil {
 		return nil, err
 	}
@@ -124,28 +164,36 @@ func (s *Store) Message(ctx context.Context, id int64) (*OutboxMessage, error) {
 	return &ms[0], nil
 }
 
-func (s *Store) list(ctx context.Context, where string, args ...any) ([]OutboxMessage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, message_id, sender, recipients, raw, state,
-		attempts, last_error, created, updated FROM outbox WHERE `+where+` ORDER BY id`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing outbox: %w", err)
-	}
+const outboxColumns = `id, message_id, sender, recipients, raw, state, attempts, last_error,
+	owner, lease_until, not_before, created, updated`
+
+func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 	defer rows.Close()
 	var out []OutboxMessage
 	for rows.Next() {
 		var m OutboxMessage
-		var rcpt, state, created, updated string
+		var rcpt, state, lease, nb, created, updated string
 		if err := rows.Scan(&m.ID, &m.MessageID, &m.From, &rcpt, &m.Raw, &state,
-			&m.Attempts, &m.LastError, &created, &updated); err != nil {
-			return nil, fmt.Errorf("listing outbox: %w", err)
+			&m.Attempts, &m.LastError, &m.Owner, &lease, &nb, &created, &updated); err != nil {
+			return nil, fmt.Errorf("reading outbox: %w", err)
 		}
 		if err := json.Unmarshal([]byte(rcpt), &m.Recipients); err != nil {
 			return nil, fmt.Errorf("outbox message %d: recipients: %w", m.ID, err)
 		}
 		m.State = OutboxState(state)
-		m.Created, _ = time.Parse(time.RFC3339Nano, created)
-		m.Updated, _ = time.Parse(time.RFC3339Nano, updated)
+		m.LeaseUntil, _ = time.Parse(timeFormat, lease)
+		m.NotBefore, _ = time.Parse(timeFormat, nb)
+		m.Created, _ = time.Parse(timeFormat, created)
+		m.Updated, _ = time.Parse(timeFormat, updated)
 		out = append(out, m)
 	}
 	return out, rows.Err()
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for i := 0; i < n; i++ {
+		out += s
+	}
+	return out
 }

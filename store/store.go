@@ -76,6 +76,14 @@ var migrations = []string{
 		accepted   INTEGER NOT NULL
 	);
 	CREATE INDEX commands_sender ON commands(sender, at);`,
+	// 3: outbox claims. A sender holds a message by owner and lease, so
+	// that two senders never deliver it both, and a sender that died
+	// mid-transaction loses it when the lease runs out; a transient failure
+	// waits until not_before.
+	`
+	ALTER TABLE outbox ADD COLUMN owner TEXT NOT NULL DEFAULT '';
+	ALTER TABLE outbox ADD COLUMN lease_until TEXT NOT NULL DEFAULT '';
+	ALTER TABLE outbox ADD COLUMN not_before TEXT NOT NULL DEFAULT '';`,
 }
 
 // Store is an open database.

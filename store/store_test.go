@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func open(t *testing.T) (*Store, string) {
@@ -43,7 +44,7 @@ func TestMigrationsApplyOnce(t *testing.T) {
 	}
 }
 
-func TestOutboxLifecycle(t *testing.T) {
+func TestOutboxClaims(t *testing.T) {
 	s, _ := open(t)
 	ctx := context.Background()
 	m := OutboxMessage{MessageID: "a@x", From: "bot@x", Recipients: []string{"dev@y", "list@z"}, Raw: []byte("Subject: hi\r\n\r\nhi\r\n")}
@@ -54,34 +55,90 @@ func TestOutboxLifecycle(t *testing.T) {
 	if id2, added, err := s.Enqueue(ctx, m); err != nil || added || id2 != id {
 		t.Fatalf("second Enqueue = %d, %v, %v; want the same id, not added", id2, added, err)
 	}
-	steps := []struct {
-		from, to OutboxState
-		pending  int
-	}{
-		{Queued, Sending, 1},
-		{Sending, Queued, 1}, // a failed attempt goes back to the queue
-		{Queued, Sending, 1},
-		{Sending, Delivering, 0},
-		{Delivering, Sent, 0},
+	now := time.Now()
+	a, err := s.ClaimOutbox(ctx, "a", time.Minute, now)
+	if err != nil || a.ID != id || a.State != Sending || a.Owner != "a" || a.Attempts != 1 {
+		t.Fatalf("ClaimOutbox(a) = %+v, %v", a, err)
 	}
-	for _, st := range steps {
-		if err := s.Transition(ctx, id, st.from, st.to, ""); err != nil {
-			t.Fatal(err)
-		}
-		p, err := s.Pending(ctx)
-		if err != nil || len(p) != st.pending {
-			t.Fatalf("after %s -> %s: Pending = %d, %v; want %d", st.from, st.to, len(p), err, st.pending)
-		}
+	// Held: nobody else gets it while the lease runs.
+	if _, err := s.ClaimOutbox(ctx, "b", time.Minute, now.Add(30*time.Second)); !errors.Is(err, ErrNoMessage) {
+		t.Fatalf("ClaimOutbox(b) during a's lease: %v, want ErrNoMessage", err)
 	}
-	if err := s.Transition(ctx, id, Queued, Sending, ""); !errors.Is(err, ErrStateChanged) {
-		t.Errorf("claiming a sent message: %v, want ErrStateChanged", err)
+	// a failed transiently: back in the queue, not before a minute.
+	if err := s.MoveOutbox(ctx, id, "a", Sending, Queued, "timeout", now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
 	}
-	got, err := s.Message(ctx, id)
+	if _, err := s.ClaimOutbox(ctx, "b", time.Minute, now.Add(30*time.Second)); !errors.Is(err, ErrNoMessage) {
+		t.Fatalf("ClaimOutbox before the retry time: %v, want ErrNoMessage", err)
+	}
+	b, err := s.ClaimOutbox(ctx, "b", time.Minute, now.Add(2*time.Minute))
+	if err != nil || b.Owner != "b" || b.Attempts != 2 || b.LastError != "timeout" {
+		t.Fatalf("ClaimOutbox(b) after the retry time = %+v, %v", b, err)
+	}
+	// b dies; after its lease c takes over, and b's late moves fail.
+	c, err := s.ClaimOutbox(ctx, "c", time.Minute, now.Add(4*time.Minute))
+	if err != nil || c.Owner != "c" {
+		t.Fatalf("ClaimOutbox(c) after b's lease = %+v, %v", c, err)
+	}
+	if err := s.MoveOutbox(ctx, id, "b", Sending, Delivering, "", time.Time{}); !errors.Is(err, ErrStateChanged) {
+		t.Errorf("a move by the owner who lost the lease: %v, want ErrStateChanged", err)
+	}
+	if err := s.MoveOutbox(ctx, id, "c", Sending, Delivering, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	// Delivering is never claimed again, whatever its lease says.
+	if _, err := s.ClaimOutbox(ctx, "d", time.Minute, now.Add(time.Hour)); !errors.Is(err, ErrNoMessage) {
+		t.Errorf("ClaimOutbox of a delivering message: %v, want ErrNoMessage", err)
+	}
+	if err := s.MoveOutbox(ctx, id, "c", Delivering, Sent, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.OutboxMessageByID(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != Sent || got.Attempts != 2 || len(got.Recipients) != 2 || string(got.Raw) != string(m.Raw) {
+	if got.State != Sent || got.Owner != "" || got.Attempts != 3 || len(got.Recipients) != 2 || string(got.Raw) != string(m.Raw) {
 		t.Errorf("message = %+v", got)
+	}
+	if sent, _ := s.OutboxIn(ctx, Sent); len(sent) != 1 {
+		t.Errorf("OutboxIn(sent) = %d messages, want 1", len(sent))
+	}
+}
+
+// Two senders claiming at once never both get a message.
+func TestOutboxClaimIsExclusive(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	const n = 40
+	for i := 0; i < n; i++ {
+		s.Enqueue(ctx, OutboxMessage{MessageID: fmt.Sprintf("m%d@x", i), From: "bot@x", Recipients: []string{"a@y"}, Raw: []byte("x")})
+	}
+	got := make(chan int64, 2*n)
+	done := make(chan struct{})
+	for _, owner := range []string{"a", "b"} {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				m, err := s.ClaimOutbox(ctx, owner, time.Hour, time.Now())
+				if err != nil {
+					return
+				}
+				got <- m.ID
+			}
+		}()
+	}
+	<-done
+	<-done
+	close(got)
+	seen := map[int64]bool{}
+	for id := range got {
+		if seen[id] {
+			t.Fatalf("message %d claimed twice", id)
+		}
+		seen[id] = true
+	}
+	if len(seen) != n {
+		t.Errorf("claimed %d messages, want %d", len(seen), n)
 	}
 }
 

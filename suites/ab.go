@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
@@ -23,8 +24,12 @@ type Guest interface {
 // guest that runs it.
 type Side struct {
 	Label string
-	Guest Guest
-	Accel string // from the boot, for the Result
+	// Kernel says who is to blame when the side fails (base: the
+	// infrastructure; patched: the patch). Empty blames nobody in
+	// particular: a failure is the infrastructure's.
+	Kernel blame.Kernel
+	Guest  Guest
+	Accel  string // from the boot, for the Result
 	// Params are extra request parameters, e.g. ParamImage = "/dev/vda".
 	Params map[string]string
 }
@@ -57,6 +62,9 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, rounds int, progress 
 			t0 := time.Now()
 			raw, err := s.Guest.Do(ctx, req, nil)
 			if err != nil {
+				if s.Kernel != "" {
+					err = blame.On(s.Kernel, err)
+				}
 				return out, fmt.Errorf("%s round %d on %s: %w", cfg.Suite, n, s.Label, err)
 			}
 			var res Result

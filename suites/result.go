@@ -42,7 +42,10 @@ type Result struct {
 	Finished      time.Time `json:"finished"`
 	Samples       []Sample  `json:"samples"`
 	Missing       []Missing `json:"missing,omitempty"`
-	// Notes carries facts a reader of the report needs, e.g. the model's
-	// predicted wake-ups per release for the same shape.
+	// Notes carries facts a reader of the report needs, e.g. which probe
+	// counted releases.
 	Notes map[string]string `json:"notes,omitempty"`
+	// Model is the reference model's prediction for the run's shape
+	// (cache-contention only).
+	Model *Prediction `json:"model,omitempty"`
 }

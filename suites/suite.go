@@ -58,6 +58,18 @@ type Params struct {
 	MaxBytes      int   `yaml:"max_bytes"`
 	// Model shape for the wake-ups-per-release prediction (cache-contention).
 	CacheEntries int `yaml:"cache_entries"`
+	// ModelCheck is the shape the model checker explores exhaustively for
+	// the patched policy (cache-contention): small, since the state space
+	// grows fast with waiters.
+	ModelCheck ModelCheck `yaml:"model_check"`
+}
+
+// ModelCheck is a shape for suites/refcache's exhaustive checker.
+type ModelCheck struct {
+	Threads       int `yaml:"threads"`
+	Entries       int `yaml:"entries"`
+	Blocks        int `yaml:"blocks"`
+	GetsPerThread int `yaml:"gets_per_thread"`
 }
 
 // Duration is a time.Duration written as "2s" in YAML.

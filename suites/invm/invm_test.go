@@ -1,4 +1,4 @@
-package vmrun
+package invm
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 )
 
@@ -36,7 +37,7 @@ func TestGuestCacheContention(t *testing.T) {
 	defer cancel()
 	results, err := Run(ctx, Options{
 		Suite: "cache-contention", Profile: "quick",
-		Kernels:  []Kernel{{Label: "base", BzImage: k.BzImage}},
+		Kernels:  []Kernel{{Side: blame.Base, BzImage: k.BzImage}},
 		CacheDir: t.TempDir(), Progress: testWriter{t},
 	})
 	if err != nil {
@@ -84,12 +85,12 @@ func TestGuestCacheContention(t *testing.T) {
 	if _, ok := res.Notes["release_sites/read-storm"]; ok {
 		t.Errorf("release wake-ups attributed through a tail call on a kernel built without sibling calls")
 	}
-	if _, ok := res.Notes["model/wake-all/wakeups_per_release"]; !ok {
-		t.Error("no model prediction in the notes")
+	if res.Model == nil || res.Model.WakeupsPerRelease["wake-all"] == 0 {
+		t.Fatal("no model prediction with the result")
 	}
-	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %s)",
+	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %.2f)",
 		got["read-storm/files_per_s"], got["read-storm/sched_wakeup"], got["read-storm/wakeups_per_release"],
-		res.Notes["model/wake-all/wakeups_per_release"])
+		res.Model.WakeupsPerRelease["wake-all"])
 }
 
 type testWriter struct{ t *testing.T }

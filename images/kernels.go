@@ -1,0 +1,103 @@
+package images
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// TreeConfig names the base tree (the `kernel:` part of patchbot.yaml).
+// An empty Tree is Debian's linux-source-6.1, imported once into the
+// cache; otherwise Tree is a git repository and Base a ref in it.
+type TreeConfig struct {
+	Tree string `yaml:"tree"`
+	Base string `yaml:"base"`
+}
+
+// OpenTree opens the base a config names: the Debian import (into cache)
+// or the ref in the operator's tree (HEAD when no ref is given). A ref with
+// no tree is looked up in the Debian import, whose commit ids are the same
+// on every machine.
+func OpenTree(ctx context.Context, cache string, c TreeConfig, progress io.Writer) (Base, error) {
+	if c.Tree == "" {
+		b, err := ImportDebian(ctx, cache, progress)
+		if err != nil || c.Base == "" {
+			return b, err
+		}
+		return resolve(ctx, b.Repo, c.Base)
+	}
+	ref := c.Base
+	if ref == "" {
+		ref = "HEAD"
+	}
+	return OpenBase(ctx, c.Tree, ref)
+}
+
+// Kernels builds the two kernels of a test: the base (the configured tree,
+// or the commit a series names as its base-commit when the tree has it)
+// and the patched kernel on top of it. The tree is opened once.
+type Kernels struct {
+	Builder  *Builder
+	Tree     TreeConfig
+	Progress io.Writer
+
+	mu   sync.Mutex
+	base *Base
+}
+
+// Base builds (or finds in the cache) the base kernel. A series'
+// base-commit is used when the tree has that commit; when it has not, the
+// configured base is used and the progress says so.
+func (k *Kernels) Base(ctx context.Context, baseCommit string) (*Build, error) {
+	base, err := k.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if baseCommit != "" {
+		if b, err := base.WithBaseCommit(ctx, baseCommit); err == nil {
+			base = b
+		} else if k.Progress != nil {
+			fmt.Fprintf(k.Progress, "base-commit %s is not in the tree; using %s\n", short(baseCommit), short(base.Commit))
+		}
+	}
+	b, err := k.Builder.Base(ctx, base)
+	if err != nil {
+		return nil, err
+	}
+	if b.Title == "" {
+		b.Title = base.title(ctx)
+	}
+	return b, nil
+}
+
+// Patched applies the series (one mail per patch, in order) on the base
+// build and rebuilds incrementally.
+func (k *Kernels) Patched(ctx context.Context, base *Build, patches [][]byte) (*Build, error) {
+	return k.Builder.Patched(ctx, base, patches)
+}
+
+func (k *Kernels) open(ctx context.Context) (Base, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.base != nil {
+		return *k.base, nil
+	}
+	b, err := OpenTree(ctx, k.Builder.Cache, k.Tree, k.Progress)
+	if err != nil {
+		return b, err
+	}
+	k.base = &b
+	return b, nil
+}
+
+// title is the subject line of the base commit, e.g. "Import Debian
+// linux-source-6.1 6.1.192-3" or "Linux 6.13-rc2".
+func (b Base) title(ctx context.Context) string {
+	out, err := git(ctx, "", "--git-dir="+b.Repo, "log", "-1", "--format=%s", b.Commit)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
