@@ -53,7 +53,7 @@ func (r Repro) Commands() []string {
 
 // ShellQuote quotes s for a POSIX shell: as it is when it holds only
 // characters no shell treats specially, else in single quotes, with each
-// single quote written as '\''.
+// single quote written as '\”.
 func ShellQuote(s string) string {
 	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_") == "" {
 		return s

@@ -94,9 +94,9 @@ type Run struct {
 	ReplyID string `json:"reply_id,omitempty"`
 	// Command is the email command the run answers, quoted at the top of
 	// the reply; empty for a series seen on a list or a run from the CLI.
-	Command string `json:"command,omitempty"`
-	Finished   time.Time `json:"finished"`
-	Options    Options   `json:"options"`
+	Command  string    `json:"command,omitempty"`
+	Finished time.Time `json:"finished"`
+	Options  Options   `json:"options"`
 
 	// Base and Patched are the raw results, kept in their own files of
 	// the run directory.

@@ -113,4 +113,3 @@ func TestNewSMTPChecksConfig(t *testing.T) {
 		}
 	}
 }
-
