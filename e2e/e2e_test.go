@@ -47,10 +47,14 @@ func TestEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	httpAddr := freeAddr(t)
 	cfgPath := filepath.Join(dir, "patchbot.yaml")
+	pwFile := filepath.Join(dir, "imap-password")
+	if err := os.WriteFile(pwFile, []byte(imap.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, cfgPath, fmt.Sprintf(`state_dir: %s
 sources:
   - name: fsdevel
-    imap: {addr: %q, user: %q, password: %q, mailbox: INBOX}
+    imap: {addr: %q, user: %q, password_file: %q, mailbox: INBOX}
     poll: 2s
 vm: {backend: qemu, cpus: 2, mem_mib: 1024}
 suites: {profile: quick, runs: 3}
@@ -58,7 +62,7 @@ smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
 reply: {from: "patchbot <%s>"}
 commands: {allow: [maintainer@example.org], answer_refused: true}
 http: %s
-`, filepath.Join(dir, "state"), imap.Addr, imap.User, imap.Password, pf.Addr, botAddr,
+`, filepath.Join(dir, "state"), imap.Addr, imap.User, pwFile, pf.Addr, botAddr,
 		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, httpAddr))
 
 	d := startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon.log"))
