@@ -135,8 +135,11 @@ func (o *Outbox) Flush(ctx context.Context) (sent int, err error) {
 		return 0, nil
 	}
 	var errs []error
+	// Claims are judged against the time the flush began: a message that
+	// fails now waits until a later flush, however short its backoff.
+	start := time.Now()
 	for ctx.Err() == nil {
-		m, err := o.Store.ClaimOutbox(ctx, o.owner(), o.lease(), time.Now())
+		m, err := o.Store.ClaimOutbox(ctx, o.owner(), o.lease()+time.Since(start), start)
 		if errors.Is(err, store.ErrNoMessage) {
 			break
 		}
