@@ -166,3 +166,60 @@ func BenchmarkEnqueue(b *testing.B) {
 		}
 	}
 }
+
+// A delivery left "delivering" by a dead sender becomes uncertain once,
+// when its lease has run out; the mail seen coming back on a source
+// settles it as sent; a person can queue an uncertain one again.
+func TestOutboxUncertain(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	at := time.Now()
+	for _, id := range []string{"a@x", "b@x"} {
+		if _, _, err := s.Enqueue(ctx, OutboxMessage{MessageID: id, From: "bot@x", Recipients: []string{"dev@y"},
+			Raw: []byte("x"), ThreadID: "t@x"}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.ClaimOutbox(ctx, "dead", time.Minute, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MoveOutbox(ctx, m.ID, "dead", Sending, Delivering, "", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if un, _ := s.MarkUncertain(ctx, at); len(un) != 0 {
+		t.Fatalf("marked %d uncertain while their leases run", len(un))
+	}
+	un, err := s.MarkUncertain(ctx, at.Add(2*time.Minute))
+	if err != nil || len(un) != 2 || un[0].State != Uncertain {
+		t.Fatalf("MarkUncertain = %+v, %v", un, err)
+	}
+	if again, _ := s.MarkUncertain(ctx, at.Add(3*time.Minute)); len(again) != 0 {
+		t.Errorf("reported %d uncertain deliveries twice", len(again))
+	}
+	s.Update(ctx, func(tx *Tx) error {
+		if ok, err := tx.SeenOutbox(ctx, "a@x"); !ok || err != nil {
+			t.Errorf("SeenOutbox = %v, %v", ok, err)
+		}
+		if n, _ := tx.OutboxSince(ctx, "t@x", at.Add(-time.Minute)); n != 2 {
+			t.Errorf("OutboxSince(thread) = %d, want 2", n)
+		}
+		if n, _ := tx.OutboxSince(ctx, "other@x", at.Add(-time.Minute)); n != 0 {
+			t.Errorf("OutboxSince(other thread) = %d, want 0", n)
+		}
+		if n, _ := tx.OutboxSince(ctx, "", at.Add(time.Minute)); n != 0 {
+			t.Errorf("OutboxSince(future) = %d, want 0", n)
+		}
+		return nil
+	})
+	if err := s.RequeueUncertain(ctx, un[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := s.OutboxIn(ctx, OutboxStates...)
+	if len(ms) != 2 || ms[0].State != Sent || ms[1].State != Queued || ms[1].Owner != "" {
+		t.Errorf("after seen and requeue: %+v", ms)
+	}
+	if err := s.RequeueUncertain(ctx, un[0].ID); !errors.Is(err, ErrStateChanged) {
+		t.Errorf("requeueing a sent message: %v", err)
+	}
+}
