@@ -31,6 +31,11 @@ type Origin struct {
 	// AutoSubmitted: Auto-Submitted is set and not "no" (RFC 3834): a
 	// machine wrote the mail, and a machine must not answer it.
 	AutoSubmitted bool
+	// Recipients are the To: and Cc: addresses, each exactly one address
+	// ("Name <addr>"), read from the raw fields: an encoded word is
+	// decoded only inside a name, never split into more addresses. An
+	// entry that is not an address is left out.
+	Recipients []string
 	// Auth are the Authentication-Results fields above the From: field,
 	// topmost first: those the receiving servers prepended. Fields below
 	// From: were written by the sender and are not read.
@@ -45,12 +50,14 @@ func OriginOf(m *Message) Origin {
 		o.SenderErr = fmt.Errorf("reading the header: %w", err)
 		return o
 	}
-	var froms []string
+	var froms, rcpt []string
 	fields := h.Fields()
 	for fields.Next() {
 		switch strings.ToLower(fields.Key()) {
 		case "from":
 			froms = append(froms, fields.Value())
+		case "to", "cc":
+			rcpt = append(rcpt, fields.Value())
 		case "authentication-results":
 			if len(froms) > 0 {
 				continue // below From:, the sender's own
@@ -59,6 +66,9 @@ func OriginOf(m *Message) Origin {
 				o.Auth = append(o.Auth, ar)
 			}
 		}
+	}
+	for _, v := range rcpt {
+		o.Recipients = append(o.Recipients, addressList(v)...)
 	}
 	switch len(froms) {
 	case 0:
@@ -116,6 +126,51 @@ func singleAddress(v string) (string, error) {
 		return "", fmt.Errorf("From: %q decodes to text with %d addresses in it", v, n)
 	}
 	return addr, nil
+}
+
+// addressList reads an address list field, entry by entry when the whole
+// does not parse (kernel mail has odd entries), leaving out what is not
+// one address.
+func addressList(v string) []string {
+	p := &mail.AddressParser{WordDecoder: &mime.WordDecoder{CharsetReader: charsetReader}}
+	list, err := p.ParseList(v)
+	if err != nil {
+		list = nil
+		for _, part := range splitTopLevel(v) {
+			if a, err := p.Parse(part); err == nil {
+				list = append(list, a)
+			}
+		}
+	}
+	out := make([]string, 0, len(list))
+	for _, a := range list {
+		out = append(out, a.String()) // the name quoted or encoded: it reads back as this one address
+	}
+	return out
+}
+
+// splitTopLevel splits at the commas outside quotes, comments and angle
+// brackets.
+func splitTopLevel(v string) []string {
+	var parts []string
+	depth, quoted, start := 0, false, 0
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; {
+		case c == '\\' && quoted:
+			i++
+		case c == '"':
+			quoted = !quoted
+		case quoted:
+		case c == '(' || c == '<':
+			depth++
+		case (c == ')' || c == '>') && depth > 0:
+			depth--
+		case c == ',' && depth == 0:
+			parts = append(parts, v[start:i])
+			start = i + 1
+		}
+	}
+	return append(parts, v[start:])
 }
 
 // charsetReader lets the decoders read the charsets kernel mail uses; an

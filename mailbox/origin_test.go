@@ -126,6 +126,20 @@ func TestOriginDKIMPass(t *testing.T) {
 	}
 }
 
+func TestOriginRecipients(t *testing.T) {
+	m := &Message{Raw: []byte("From: a@x.org\r\nTo: Dev One <dev@x.org>\r\n" +
+		"Cc: =?UTF-8?B?eEBldmlsLmV4YW1wbGUsIHlAZXZpbC5leGFtcGxl?= <z@evil.example>,\r\n \"Doe, J\" <jd@x.org>,\r\n" +
+		" not an address, list@vger.kernel.org\r\n\r\n")}
+	var got []string
+	for _, r := range OriginOf(m).Recipients {
+		got = append(got, AddrOf(r))
+	}
+	// The encoded name stays a name; the odd entry is left out.
+	if want := "dev@x.org z@evil.example jd@x.org list@vger.kernel.org"; strings.Join(got, " ") != want {
+		t.Errorf("recipients %q, want %q", got, want)
+	}
+}
+
 func TestOriginListAndAutoSubmitted(t *testing.T) {
 	m := &Message{Raw: []byte("From: a@x.org\r\nList-Id: Linux FS devel <linux-fsdevel.vger.kernel.org>\r\n" +
 		"List-Post: <mailto:linux-fsdevel@vger.kernel.org>\r\nAuto-Submitted: auto-replied\r\n\r\n")}

@@ -61,7 +61,7 @@ type decision struct {
 	Outcome store.CommandOutcome
 	Answer  *reports.Answer
 	Request *Request
-	// Dedupe keys the job; OptOut records the asker's "stop".
+	// OptOut records the asker's "stop".
 	OptOut bool
 	Why    string // for the log
 }
@@ -70,7 +70,7 @@ type decision struct {
 // and malformed commands count), then what it asks. target is the newest
 // series in the thread (nil when there is none); mkRequest makes its job.
 func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *mailbox.Series,
-	mkRequest func() *Request, now time.Time) (decision, error) {
+	mkRequest func() (*Request, error), now time.Time) (decision, error) {
 	cfg := d.Config.Commands
 	answer := func(kind reports.AnswerKind, reason string) decision {
 		a := c.answer
@@ -118,7 +118,10 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if err := CheckProfile(c.Profile); err != nil {
 		return answer(reports.AnswerInvalid, err.Error()), nil
 	}
-	req := mkRequest()
+	req, err := mkRequest()
+	if err != nil {
+		return decision{}, err
+	}
 	if len(c.Suites) > 0 {
 		req.Suites = c.Suites
 	}

@@ -78,17 +78,8 @@ func (d *Daemon) step(s Step) {
 // cached, so the retry costs only the stage that was running).
 func (d *Daemon) Run(ctx context.Context) error {
 	d.defaults()
-	requeued, parked, err := d.Store.RecoverJobs(ctx, d.MaxCrashes)
-	if err != nil {
+	if err := d.recoverJobs(ctx); err != nil {
 		return err
-	}
-	for _, j := range requeued {
-		d.Log.Warn("job was running when the daemon died; queued again", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
-	}
-	for _, j := range parked {
-		d.Metrics.Parked.Inc()
-		d.Log.Error("job parked: the daemon died while running it; it will not run again and its author is not mailed "+
-			"until a person unparks it", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
 	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
 		ids := make([]string, len(un))
@@ -118,6 +109,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return nil
 }
 
+// recoverJobs runs once at start: a job left running was running when the
+// daemon died. It is queued again, or parked after MaxCrashes deaths.
+func (d *Daemon) recoverJobs(ctx context.Context) error {
+	requeued, parked, err := d.Store.RecoverJobs(ctx, d.MaxCrashes)
+	if err != nil {
+		return err
+	}
+	for _, j := range requeued {
+		d.Log.Warn("job was running when the daemon died; queued again", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
+	}
+	for _, j := range parked {
+		d.Metrics.Parked.Inc()
+		d.Log.Error("job parked: the daemon died while running it; it will not run again and its author is not mailed "+
+			"until a person unparks it", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
+	}
+	return nil
+}
+
 func (d *Daemon) defaults() {
 	if d.Log == nil {
 		d.Log = slog.Default()
@@ -142,6 +151,9 @@ func (d *Daemon) defaults() {
 	}
 	if d.Outbox.MaxRecipients == 0 {
 		d.Outbox.MaxRecipients = d.Config.Limits.MaxRecipients
+	}
+	if d.Outbox.OptOut == nil {
+		d.Outbox.OptOut = optOutAddrs(d.Config.Limits)
 	}
 	if d.Outbox.OnUncertain == nil {
 		d.Outbox.OnUncertain = func(store.OutboxMessage) { d.Metrics.Uncertain.Inc() }
@@ -264,11 +276,11 @@ func (in *ingest) act(ctx context.Context) error {
 			"an allowed sender can ask with #patchbot test in its thread", "from", in.origin.Sender)
 		return nil
 	}
-	series, lists, listMail, err := in.threadSeries(ctx, "")
+	view, err := in.threadSeries(ctx, "")
 	if err != nil {
 		return err
 	}
-	for _, s := range series {
+	for _, s := range view.series {
 		log := in.log.With("series", s.Subject, "version", s.Version)
 		if !touches(s.Files(), d.Config.Paths) {
 			log.Info("series touches no watched path; not tested", "files", s.Files(), "complete", s.Complete)
@@ -289,7 +301,9 @@ func (in *ingest) act(ctx context.Context) error {
 			continue
 		}
 		req := NewRequest(s, d.Config.Suites, ReplyTarget(s))
-		d.boundThread(&req.Thread, lists, listMail[ReplyTarget(s)])
+		if err := in.boundThread(ctx, &req.Thread, view, ReplyTarget(s)); err != nil {
+			return err
+		}
 		if _, err := req.SuiteNames(); err != nil {
 			log.Info("no suite to run for this series; not tested", "err", err)
 			continue
@@ -317,16 +331,23 @@ func (in *ingest) optedOut(ctx context.Context, addr string) (bool, error) {
 	return in.tx.OptedOut(ctx, a)
 }
 
-// threadSeries assembles the series of the mail's thread as the
-// transaction sees it, leaving out one mail (the command being answered).
-// It also returns the list addresses the thread's mail came through, and
-// which mails (by Message-ID) came through a list.
-func (in *ingest) threadSeries(ctx context.Context, skip string) ([]*mailbox.Series, map[string]bool, map[string]bool, error) {
+// threadView is a stored thread as the transaction sees it.
+type threadView struct {
+	series []*mailbox.Series
+	lists  map[string]bool // the list addresses its mail came through
+	// origins by Message-ID, and whether each mail came through a list.
+	origins map[string]mailbox.Origin
+	viaList map[string]bool
+}
+
+// threadSeries assembles the series of the mail's thread, leaving out one
+// mail (the command being answered).
+func (in *ingest) threadSeries(ctx context.Context, skip string) (*threadView, error) {
 	stored, err := in.tx.Thread(ctx, in.thread)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	lists, listMail := map[string]bool{}, map[string]bool{}
+	v := &threadView{lists: map[string]bool{}, origins: map[string]mailbox.Origin{}, viaList: map[string]bool{}}
 	var msgs []*mailbox.Message
 	for _, sm := range stored {
 		m, err := mailbox.ParseBytes(sm.Raw)
@@ -334,11 +355,36 @@ func (in *ingest) threadSeries(ctx context.Context, skip string) ([]*mailbox.Ser
 			continue // it was parsed once already; a stored mail that no longer parses is skipped
 		}
 		o := mailbox.OriginOf(m)
-		listAddrs(o, lists)
-		listMail[m.MessageID] = in.listMail(sm.Source, o)
+		listAddrs(o, v.lists)
+		v.origins[m.MessageID], v.viaList[m.MessageID] = o, in.listMail(sm.Source, o)
 		msgs = append(msgs, m)
 	}
-	return mailbox.Assemble(msgs), lists, listMail, nil
+	v.series = mailbox.Assemble(msgs)
+	return v, nil
+}
+
+// boundThread makes a reply's recipients safe before it is composed (see
+// Daemon.boundThread): the Cc is read again from the raw header of the
+// mail the series is answered on (target), so that a name cannot smuggle
+// in addresses, and opted-out addresses are left out.
+func (in *ingest) boundThread(ctx context.Context, t *reports.Thread, v *threadView, target string) error {
+	o, ok := v.origins[target]
+	if ok {
+		t.Lists, t.Cc = o.Recipients, nil
+	}
+	var keep []string
+	for _, a := range t.Lists {
+		out, err := in.optedOut(ctx, a)
+		if err != nil {
+			return err
+		}
+		if !out {
+			keep = append(keep, a)
+		}
+	}
+	t.Lists = keep
+	in.d.boundThread(t, v.lists, v.viaList[target])
+	return nil
 }
 
 // waitForParts queues a job that looks at an incomplete series again once
@@ -397,12 +443,12 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		return nil
 	}
 	cmds, ignored := mailbox.FoldCommands(all, mailbox.MaxCommands)
-	series, lists, listMail, err := in.threadSeries(ctx, m.MessageID)
+	view, err := in.threadSeries(ctx, m.MessageID)
 	if err != nil {
 		return err
 	}
 	var target *mailbox.Series
-	for _, s := range series {
+	for _, s := range view.series {
 		if len(s.Patches) > 0 && (target == nil || s.Version > target.Version) {
 			target = s
 		}
@@ -413,17 +459,14 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		cmd.answer = reports.Answer{Command: c.Line,
 			Thread:    reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			MessageID: fmt.Sprintf("patchbot-answer-%s-%s@%s", sanitize(m.MessageID), strconv.Itoa(i), domainOf(d.Config.Reply.From))}
-		if i == 0 {
-			cmd.answer.Ignored = ignored
-		}
-		mkRequest := func() *Request {
+		cmd.answer.Ignored = ignored // said in the mail's first answer only
+		mkRequest := func() (*Request, error) {
 			req := NewRequest(target, d.Config.Suites, m.MessageID)
 			req.Thread.Subject = m.Subject
 			req.Thread.References = append(append([]string{}, m.References...), m.MessageID)
 			req.Thread.Author = o.Sender
 			req.Command = c.Line
-			d.boundThread(&req.Thread, lists, listMail[ReplyTarget(target)])
-			return req
+			return req, in.boundThread(ctx, &req.Thread, view, ReplyTarget(target))
 		}
 		dc, err := d.decide(ctx, in.tx, cmd, target, mkRequest, in.now)
 		if err != nil {
@@ -436,6 +479,8 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			}
 			if !sent {
 				dc.Outcome, dc.Why = store.CommandDropped, why
+			} else {
+				ignored = 0
 			}
 		}
 		if dc.OptOut {
@@ -537,11 +582,11 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 	c := req.Incomplete
 	return d.Store.Update(ctx, func(tx *store.Tx) error {
 		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
-		series, _, _, err := in.threadSeries(ctx, "")
+		view, err := in.threadSeries(ctx, "")
 		if err != nil {
 			return err
 		}
-		for _, s := range series {
+		for _, s := range view.series {
 			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
 				continue
 			}

@@ -65,6 +65,16 @@ func (l LimitsConfig) optedOut(addr string) bool {
 	return false
 }
 
+// optOutAddrs are the config's opt-outs as bare addresses, for the
+// outbox's last filter.
+func optOutAddrs(l LimitsConfig) []string {
+	var out []string
+	for _, a := range l.OptOut {
+		out = append(out, mailbox.AddrOf(a))
+	}
+	return out
+}
+
 // oneAddress re-formats s ("Name <addr>") as exactly one address, its
 // name quoted or encoded as needed, or says it is not one: text that reads
 // as several addresses is never put in a header patchbot writes.
@@ -79,7 +89,8 @@ func oneAddress(s string) (string, bool) {
 // boundThread makes a reply's recipients safe before it is composed: the
 // author as one address, and, when cc is set, the series' To and Cc as
 // single addresses, lists first, cut so that To and Cc (with the
-// configured extra Cc) stay within the cap. Without cc (a series sent to
+// configured extra Cc) stay within the cap: the lists are kept before
+// any person. Without cc (a series sent to
 // patchbot alone, not through a list) the reply goes to the author only.
 func (d *Daemon) boundThread(t *reports.Thread, lists map[string]bool, cc bool) {
 	if a, ok := oneAddress(t.Author); ok {
@@ -89,7 +100,10 @@ func (d *Daemon) boundThread(t *reports.Thread, lists map[string]bool, cc bool) 
 	if cc {
 		all = append(append(all, t.Lists...), t.Cc...)
 	}
-	t.Lists, t.Cc = capCc(mailbox.AddrOf(t.Author), all, lists, d.Config.Limits.MaxRecipients-1-len(d.Config.Reply.ExtraCc))
+	listCc, people := capCc(mailbox.AddrOf(t.Author), all, lists, d.Config.Limits.MaxRecipients-1-len(d.Config.Reply.ExtraCc))
+	// All in Lists, as NewRequest has them: reply.no_list_cc leaves the
+	// whole Cc off, and the header names the lists first.
+	t.Lists, t.Cc = append(listCc, people...), nil
 }
 
 // capCc keeps at most n addresses of cc, each parsed as one address and

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,6 +74,9 @@ type Outbox struct {
 	Lease time.Duration
 	// MaxRecipients refuses a mail with more envelope recipients; default 25.
 	MaxRecipients int
+	// OptOut are addresses never mailed (the config's list), beside those
+	// the store holds.
+	OptOut []string
 	// Retry is the first wait after a transient failure, doubled each
 	// attempt up to an hour; default one minute.
 	Retry time.Duration
@@ -170,6 +174,9 @@ func (o *Outbox) PutTx(ctx context.Context, tx *store.Tx, m Message) (added bool
 		out, err := tx.OptedOut(ctx, a)
 		if err != nil {
 			return false, err
+		}
+		for _, o := range o.OptOut {
+			out = out || strings.EqualFold(strings.TrimSpace(o), a)
 		}
 		if !out {
 			to = append(to, a)
