@@ -46,6 +46,10 @@ type Daemon struct {
 	// MaxCrashes parks a job that was running when the daemon died this
 	// many times; default 2.
 	MaxCrashes int
+	// FlushEvery is how often the outbox is flushed besides at start and
+	// when a reply is committed (a retry, a dead sender's claim that ran
+	// out); default one minute.
+	FlushEvery time.Duration
 	// OnStep is called at each step of handling a mail and running a job;
 	// crash tests stop the process there. Nil in production.
 	OnStep func(Step)
@@ -94,7 +98,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d.Outbox.Run(ctx, time.Minute)
+		d.Outbox.Run(ctx, d.FlushEvery)
 	}()
 	for name, src := range d.Sources {
 		wg.Add(1)
@@ -142,6 +146,9 @@ func (d *Daemon) defaults() {
 	}
 	if d.MaxCrashes == 0 {
 		d.MaxCrashes = 2
+	}
+	if d.FlushEvery == 0 {
+		d.FlushEvery = time.Minute
 	}
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()

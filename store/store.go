@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -110,6 +111,8 @@ var migrations = []string{
 	);`,
 }
 
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
+
 // Store is an open database.
 type Store struct {
 	db *sql.DB
@@ -129,7 +132,10 @@ func Open(path string) (*Store, error) {
 	// read first and wrote later could fail halfway with SQLITE_BUSY when
 	// another connection wrote in between, and busy_timeout cannot help.
 	q.Add("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// The path goes in a file: URI, where "?" starts the query and "#" a
+	// fragment: escaped, a state directory named "a#b" is that directory,
+	// not a database called "a" shared by everyone.
+	db, err := sql.Open("sqlite", "file:"+uriPath.Replace(path)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -221,5 +222,27 @@ func TestOutboxUncertain(t *testing.T) {
 	}
 	if err := s.RequeueUncertain(ctx, un[0].ID); !errors.Is(err, ErrStateChanged) {
 		t.Errorf("requeueing a sent message: %v", err)
+	}
+}
+
+// A path with the characters a file: URI gives meaning to opens that file.
+func TestOpenOddPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run#1?x=%41")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SaveMessage(context.Background(), "src", "7", "a@x", "a@x", []byte("mail")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.db")); err != nil {
+		t.Errorf("the database is not where asked: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "run")); err == nil {
+		t.Error("a database named by the path's start was made")
 	}
 }
