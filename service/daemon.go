@@ -311,6 +311,10 @@ func (in *ingest) act(ctx context.Context) error {
 		if err := in.boundThread(ctx, &req.Thread, view, ReplyTarget(s)); err != nil {
 			return err
 		}
+		if req.Thread.Author == "" {
+			log.Info("the series' author is not one address; not tested", "author", s.Author)
+			continue
+		}
 		if _, err := req.SuiteNames(); err != nil {
 			log.Info("no suite to run for this series; not tested", "err", err)
 			continue
@@ -411,6 +415,9 @@ func (in *ingest) waitForParts(ctx context.Context, s *mailbox.Series) error {
 		Thread:     reports.Thread{Subject: subject, MessageID: replyTo, References: refs, Author: s.Author},
 		Incomplete: &IncompleteCheck{ThreadID: in.thread, Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
 	in.d.boundThread(&req.Thread, nil, false)
+	if req.Thread.Author == "" {
+		return nil // nobody to tell
+	}
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err

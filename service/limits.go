@@ -95,6 +95,8 @@ func oneAddress(s string) (string, bool) {
 func (d *Daemon) boundThread(t *reports.Thread, lists map[string]bool, cc bool) {
 	if a, ok := oneAddress(t.Author); ok {
 		t.Author = a
+	} else {
+		t.Author = "" // nobody to answer: the caller does not queue the job
 	}
 	var all []string
 	if cc {

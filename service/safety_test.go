@@ -499,3 +499,20 @@ func TestUncertainReplySeenOnSourceIsSent(t *testing.T) {
 		t.Errorf("state %s, want sent", got.State)
 	}
 }
+
+// A series whose author's From: reads as several addresses once decoded
+// is not tested: its reply would have nobody safe to go to.
+func TestSeriesFromSeveralAddressesNotTested(t *testing.T) {
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	seed, _ := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	// "a@evil.example, b@evil.example" in base64, as a display name.
+	seed = bytes.Replace(seed, []byte("From: Usama Arif <usama.arif@linux.dev>"),
+		[]byte("From: =?UTF-8?B?YUBldmlsLmV4YW1wbGUsIGJAZXZpbC5leGFtcGxl?= <usama.arif@linux.dev>"), 1)
+	path := filepath.Join(dir, "forged.mbox")
+	os.WriteFile(path, seed, 0o644)
+	d.ingestFile(t, "list", path)
+	if jobs, _ := d.Store.Jobs(context.Background()); len(jobs) != 0 {
+		t.Errorf("%d jobs for a series whose author is not one address", len(jobs))
+	}
+}
