@@ -23,6 +23,7 @@ import (
 // fakeBuilder builds nothing: it returns kernels, or the error it is told.
 type fakeBuilder struct {
 	patchedErr error
+	onPatched  func() // called as the patched kernel "builds"
 	builds     int
 	bzImage    string // directory of the "base" and "patched" kernel files
 }
@@ -41,6 +42,9 @@ func (f *fakeBuilder) Base(ctx context.Context, baseCommit string) (*images.Buil
 
 func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error) {
 	f.builds++
+	if f.onPatched != nil {
+		f.onPatched()
+	}
 	if f.patchedErr != nil {
 		return nil, f.patchedErr
 	}

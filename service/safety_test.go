@@ -516,3 +516,23 @@ func TestSeriesFromSeveralAddressesNotTested(t *testing.T) {
 		t.Errorf("%d jobs for a series whose author is not one address", len(jobs))
 	}
 }
+
+// A clean shutdown in the middle of a job gives its claim back: restarts
+// do not spend the job's attempts.
+func TestShutdownGivesTheAttemptBack(t *testing.T) {
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	for i := 0; i < 2*d.MaxAttempts; i++ {
+		ctx, cancel := context.WithCancel(context.Background())
+		d.builder.onPatched = cancel
+		d.builder.patchedErr = context.Canceled
+		if ran, _ := d.RunOnce(ctx); !ran {
+			t.Fatalf("round %d: the job did not run", i)
+		}
+	}
+	jobs, _ := d.Store.Jobs(context.Background())
+	if j := jobs[0]; j.State != store.JobQueued || j.Attempts != 0 || j.Stage != "interrupted" {
+		t.Errorf("after %d shutdowns: job %s, stage %q, %d attempts; want queued with none spent",
+			2*d.MaxAttempts, j.State, j.Stage, j.Attempts)
+	}
+}
