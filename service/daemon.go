@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -472,7 +470,9 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
 		cmd.answer = reports.Answer{Command: c.Line,
 			Thread:    reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
-			MessageID: fmt.Sprintf("patchbot-answer-%s-%s@%s", sanitize(m.MessageID), strconv.Itoa(i), domainOf(d.Config.Reply.From))}
+			// A hash, not the command's Message-ID: two Message-IDs must not
+			// make one answer's, and a sender's text has no place in ours.
+			MessageID: fmt.Sprintf("patchbot-answer-%s@%s", shortHash(cmd.key), domainOf(d.Config.Reply.From))}
 		cmd.answer.Ignored = ignored // said in the mail's first answer only
 		mkRequest := func() (*Request, error) {
 			req := NewRequest(target, d.Config.Suites, m.MessageID)
@@ -835,16 +835,4 @@ func domainOf(from string) string {
 		return a[i+1:]
 	}
 	return "patchbot.invalid"
-}
-
-func sanitize(s string) string {
-	var b bytes.Buffer
-	for _, r := range s {
-		if r < 128 && (r == '.' || r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	return b.String()
 }
