@@ -469,7 +469,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 	for i, c := range cmds {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
 		cmd.answer = reports.Answer{Command: c.Line,
-			Thread:    reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
+			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			// A hash, not the command's Message-ID: two Message-IDs must not
 			// make one answer's, and a sender's text has no place in ours.
 			MessageID: fmt.Sprintf("patchbot-answer-%s@%s", shortHash(cmd.key), domainOf(d.Config.Reply.From))}
