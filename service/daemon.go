@@ -368,22 +368,13 @@ func (d *Daemon) answer(ctx context.Context, a reports.Answer) error {
 }
 
 func (d *Daemon) queueReply(ctx context.Context, r *reports.Reply) error {
-	raw, err := r.Bytes()
+	added, err := PutReply(ctx, d.Outbox, d.Config.Reply, r)
 	if err != nil {
 		return err
-	}
-	rcpt, err := r.Recipients()
-	if err != nil {
-		return err
-	}
-	added, err := d.Outbox.Put(ctx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(d.Config.Reply.From), To: rcpt, Raw: raw})
-	if err != nil {
-		return fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
 	if added {
 		d.Metrics.Replies.Inc()
-		d.Log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+		d.Log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", r.Header.To, "cc", len(r.Header.Cc))
 	}
 	if _, err := d.Outbox.Flush(ctx); err != nil {
 		d.Log.Warn("sending the outbox", "err", err)
