@@ -14,6 +14,8 @@ pkgs=(
   linux-image-amd64
   # mail servers for the integration tests, and b4 to compare series assembly
   dovecot-imapd postfix b4
+  # the fleet's queue (tests start a throwaway cluster of their own)
+  postgresql
   git ca-certificates iproute2 util-linux
 )
 
