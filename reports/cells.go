@@ -47,3 +47,12 @@ func Headline(run *Run) (string, *Comparison, error) {
 	}
 	return Verdict(c), c, nil
 }
+
+// Legend is the paragraph under the reply's table that says how changes
+// were judged, on one line.
+func Legend(c *Comparison) string {
+	var b strings.Builder
+	tw := &lineWriter{w: &b}
+	tw.legend(c)
+	return strings.Join(strings.Fields(b.String()), " ")
+}

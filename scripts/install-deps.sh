@@ -14,6 +14,8 @@ pkgs=(
   linux-image-amd64
   # mail servers for the integration tests, and b4 to compare series assembly
   dovecot-imapd postfix b4
+  # the dashboard's browser test (reports/web), and the fonts its plots name
+  chromium fonts-liberation
   git ca-certificates iproute2 util-linux
 )
 

@@ -26,6 +26,9 @@ type Plot struct {
 	ID    string `json:"id"`
 	Kind  string `json:"kind"` // runs, grid, curve, model
 	Title string `json:"title"`
+	// Group is the table's heading a per-metric figure sits under
+	// ("suite / workload (cell)"); empty for the overview figures.
+	Group string `json:"group,omitempty"`
 	URL   string `json:"url"`
 	// Marks counts what the figure draws one of per measurement: a run's
 	// value (kinds runs, curve, model) or a cell (grid).
@@ -57,7 +60,10 @@ var fontOnce sync.Once
 // newPlot starts a figure. Sans-serif text reads better at these sizes
 // than gonum's default serif; the default is set once, before any plot.
 func newPlot(title string) *plot.Plot {
-	fontOnce.Do(func() { plot.DefaultFont.Variant = "Sans" })
+	fontOnce.Do(func() {
+		plot.DefaultFont.Variant = "Sans"
+		plotter.DefaultFont.Variant = "Sans"
+	})
 	p := plot.New()
 	p.Title.Text = title
 	p.Title.TextStyle.Font.Size = vg.Points(9)
@@ -65,7 +71,26 @@ func newPlot(title string) *plot.Plot {
 	p.Y.Label.TextStyle.Font.Size = vg.Points(8)
 	p.X.Tick.Label.Font.Size = vg.Points(7)
 	p.Y.Tick.Label.Font.Size = vg.Points(7)
+	p.Y.Tick.Marker = plainTicks{}
 	return p
+}
+
+// plainTicks are gonum's default ticks labelled without trailing zeros
+// ("22500", not "22500.00").
+type plainTicks struct{}
+
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(min, max)
+	for i, t := range ticks {
+		switch {
+		case t.Label == "":
+		case t.Value == math.Trunc(t.Value) && math.Abs(t.Value) < 1e15:
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'f', 0, 64)
+		default:
+			ticks[i].Label = strconv.FormatFloat(t.Value, 'g', 6, 64)
+		}
+	}
+	return ticks
 }
 
 // samplesOf returns each row's raw values per kernel in round order, by
@@ -108,11 +133,7 @@ func values(ss []suites.Sample) []float64 {
 // round order left to right, with the mean and mean ± stddev (the spread
 // the reply prints as ±N%).
 func stripPlot(r reports.Row, vals [2][]float64) ([]byte, int, error) {
-	title := r.Workload + " " + r.Metric
-	if c := r.Cell(); c != "" {
-		title += " (" + c + ")"
-	}
-	p := newPlot(title)
+	p := newPlot(r.Metric)
 	p.Y.Label.Text = r.Unit
 	marks := 0
 	lo, hi := math.Inf(1), math.Inf(-1)
@@ -162,7 +183,7 @@ func stripPlot(r reports.Row, vals [2][]float64) ([]byte, int, error) {
 	p.NominalX("base", "patched")
 	p.X.Min, p.X.Max = -0.5, 1.5
 	setRange(&p.Y, lo, hi)
-	svg, err := render(p, 2.7*vg.Inch, 2.1*vg.Inch)
+	svg, err := render(p, 2.35*vg.Inch, 1.9*vg.Inch)
 	return svg, marks, err
 }
 

@@ -18,7 +18,6 @@ import (
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -43,6 +42,29 @@ type RunView struct {
 	Failure   *reports.Failure `json:"failure,omitempty"`
 }
 
+// PlotGroup is the figures under one heading of the page.
+type PlotGroup struct {
+	Title string
+	Plots []Plot
+}
+
+// PlotGroups splits the plots for the page: the overview (grids, curves,
+// the model), then the per-metric figures under the table's headings.
+func (v *RunView) PlotGroups() []PlotGroup {
+	var out []PlotGroup
+	for _, p := range v.Plots {
+		title := p.Group
+		if title == "" {
+			title = "overview"
+		}
+		if len(out) == 0 || out[len(out)-1].Title != title {
+			out = append(out, PlotGroup{Title: title})
+		}
+		out[len(out)-1].Plots = append(out[len(out)-1].Plots, p)
+	}
+	return out
+}
+
 // PatchView is one patch of the series, from the run's series.mbox.
 type PatchView struct {
 	Subject   string `json:"subject"`
@@ -57,7 +79,7 @@ type TableView struct {
 	Alpha      float64          `json:"alpha"`
 	Judged     int              `json:"judged"`
 	NoiseShown float64          `json:"noise_shown"`
-	MinRuns    int              `json:"min_runs"` // a side needs this many runs to be judged
+	Legend     string           `json:"legend"` // the reply's, under its table
 	Rows       []RowView        `json:"rows"`
 	Missing    []suites.Missing `json:"missing,omitempty"`
 }
@@ -160,16 +182,21 @@ func (s *server) loreLink(messageID string) string {
 // draws its figures.
 func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Comparison) (*TableView, []Plot, error) {
 	t := &TableView{Test: c.Test, Alpha: c.Alpha, Judged: c.Judged(), NoiseShown: c.Options.NoiseShown,
-		MinRuns: stats.MinSamples, Missing: c.Missing}
+		Legend: reports.Legend(c), Missing: c.Missing}
 	samples := samplesOf(run.Base, run.Patched)
 	var plots []Plot
 	plotURL := func(id string) string { return s.link(s.runPath(name) + "plots/" + id + ".svg") }
-	add := func(id, kind, title string, svg []byte, marks int) {
+	var overview []Plot
+	add := func(id, kind, group, title string, svg []byte, marks int) {
 		if svg == nil {
 			return
 		}
-		plots = append(plots, Plot{ID: id, Kind: kind, Title: title, URL: plotURL(id), Marks: marks,
-			SVG: template.HTML(svg)})
+		p := Plot{ID: id, Kind: kind, Group: group, Title: title, URL: plotURL(id), Marks: marks, SVG: template.HTML(svg)}
+		if group == "" {
+			overview = append(overview, p)
+		} else {
+			plots = append(plots, p)
+		}
 	}
 	// Workloads laid out as grids or curves get one figure per metric;
 	// every other row gets its own.
@@ -224,7 +251,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 			if err != nil {
 				return nil, nil, fmt.Errorf("drawing %s: %w", g, err)
 			}
-			add(id, "runs", g+": "+metricName(r.Metric, r.Unit), svg, marks)
+			add(id, "runs", g, g+": "+metricName(r.Metric, r.Unit), svg, marks)
 			rv.Plot = id
 		}
 		t.Rows = append(t.Rows, rv)
@@ -243,7 +270,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 		if err != nil {
 			return nil, nil, fmt.Errorf("drawing %s: %w", title, err)
 		}
-		add(id, g.kind, title, svg, marks)
+		add(id, g.kind, "", title, svg, marks)
 	}
 	if m := run.Model; m != nil {
 		metric := modelMetric(m)
@@ -257,9 +284,10 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 		if err != nil {
 			return nil, nil, fmt.Errorf("drawing the model: %w", err)
 		}
-		add("model", "model", "wake-ups per release, measured and predicted", svg, marks)
+		add("model", "model", "", "wake-ups per release, measured and predicted", svg, marks)
 	}
-	return t, plots, nil
+	// The figures that sum a run up first, then one per metric.
+	return t, append(overview, plots...), nil
 }
 
 func modelMetric(m *reports.Model) string {

@@ -118,6 +118,14 @@ type server struct {
 // New returns the dashboard's handler. It scans StateDir/runs once before
 // returning, so that the first page is as fast as the next.
 func New(o Options) (http.Handler, error) {
+	s, err := newServer(o)
+	if err != nil {
+		return nil, err
+	}
+	return s.routes(), nil
+}
+
+func newServer(o Options) (*server, error) {
 	if o.StateDir == "" {
 		return nil, errors.New("dashboard: no state directory")
 	}
@@ -148,7 +156,7 @@ func New(o Options) (http.Handler, error) {
 	if err := s.runs.refresh(); err != nil {
 		return nil, err
 	}
-	return s.routes(), nil
+	return s, nil
 }
 
 // RunURL is the address of a run's page, for the reply's "results:" line:
