@@ -212,7 +212,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	sub, err := checkSubmission(v.Lore, v.MessageID, mbox, r.PostForm["suite"], v.Profile, v.Submitter)
+	sub, err := s.checkSubmission(v.Lore, v.MessageID, mbox, r.PostForm["suite"], v.Profile, v.Submitter)
 	if err != nil {
 		s.formError(w, r, http.StatusBadRequest, v, err.Error())
 		return
@@ -274,7 +274,7 @@ func (s *server) apiSubmit(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, http.StatusRequestEntityTooLarge, fmt.Sprintf("the mbox is larger than %d bytes", s.o.MaxUpload))
 		return
 	}
-	sub, err := checkSubmission(req.LoreURL, req.MessageID, []byte(req.Mbox), req.Suites, req.Profile, req.Submitter)
+	sub, err := s.checkSubmission(req.LoreURL, req.MessageID, []byte(req.Mbox), req.Suites, req.Profile, req.Submitter)
 	if err != nil {
 		httpError(w, r, http.StatusBadRequest, err.Error())
 		return
@@ -299,7 +299,7 @@ func (s *server) tokenOK(got string) bool {
 
 // checkSubmission checks what a form or API request asks for; the content
 // (is there a series, does it apply) is the queue's to judge.
-func checkSubmission(lore, msgid string, mbox []byte, suiteNames []string, profile, submitter string) (Submission, error) {
+func (s *server) checkSubmission(lore, msgid string, mbox []byte, suiteNames []string, profile, submitter string) (Submission, error) {
 	lore, msgid = strings.TrimSpace(lore), strings.Trim(strings.TrimSpace(msgid), "<>")
 	n := 0
 	for _, set := range []bool{lore != "", msgid != "", len(mbox) > 0} {
@@ -316,6 +316,11 @@ func checkSubmission(lore, msgid string, mbox []byte, suiteNames []string, profi
 		u, err := url.Parse(lore)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || len(lore) > 2048 {
 			return Submission{}, errors.New("the lore URL must be an http(s) URL of a thread, e.g. https://lore.kernel.org/all/MESSAGE-ID/")
+		}
+		// The daemon fetches what is named here: only the archives it is
+		// told of, never an address of the operator's network.
+		if !contains(s.o.LoreHosts, strings.ToLower(u.Host)) {
+			return Submission{}, fmt.Errorf("the lore URL must be on %s", strings.Join(s.o.LoreHosts, " or "))
 		}
 	case msgid != "":
 		if len(msgid) > 250 || !strings.Contains(msgid, "@") || strings.IndexFunc(msgid, func(r rune) bool {

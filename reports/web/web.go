@@ -50,6 +50,10 @@ type Options struct {
 	// LoreURL is where a Message-ID is looked up for the series' links
 	// (default "https://lore.kernel.org/all/").
 	LoreURL string
+	// LoreHosts are the hosts a lore URL given on the form may name
+	// (host or host:port; default: LoreURL's host). The queue fetches it,
+	// so nothing else is let through.
+	LoreHosts []string
 	// MaxUpload caps an uploaded mbox (default 8 MiB).
 	MaxUpload int64
 	Log       *slog.Logger
@@ -135,6 +139,18 @@ func newServer(o Options) (*server, error) {
 	if !strings.HasSuffix(o.LoreURL, "/") {
 		o.LoreURL += "/"
 	}
+	lore, err := url.Parse(o.LoreURL)
+	if err != nil || (lore.Scheme != "http" && lore.Scheme != "https") || lore.Host == "" {
+		return nil, fmt.Errorf("dashboard: lore URL %q: want http(s)://host/path/", o.LoreURL)
+	}
+	if len(o.LoreHosts) == 0 {
+		o.LoreHosts = []string{lore.Host}
+	}
+	hosts := make([]string, len(o.LoreHosts))
+	for i, h := range o.LoreHosts {
+		hosts[i] = strings.ToLower(h)
+	}
+	o.LoreHosts = hosts
 	if o.MaxUpload <= 0 {
 		o.MaxUpload = 8 << 20
 	}

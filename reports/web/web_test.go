@@ -302,6 +302,7 @@ func TestSubmitForm(t *testing.T) {
 		{"token with a suffix", formPost{fields: with(msgid, "token", token+"x"), cookie: cookie}, 403, false, "Wrong token"},
 		{"nothing asked", formPost{fields: with(msgid, "msgid", ""), cookie: cookie}, 400, false, "exactly one"},
 		{"two things asked", formPost{fields: with(msgid, "lore", "https://lore.kernel.org/all/x@y/"), cookie: cookie}, 400, false, "exactly one"},
+		{"lore URL on another host", formPost{fields: with(msgid, "msgid", "", "lore", "http://10.0.0.1/admin/"), cookie: cookie}, 400, false, "must be on lore.kernel.org"},
 		{"javascript URL", formPost{fields: with(msgid, "msgid", "", "lore", "javascript:alert(1)"), cookie: cookie}, 400, false, "http(s) URL"},
 		{"Message-ID with a space", formPost{fields: with(msgid, "msgid", "a b@c"), cookie: cookie}, 400, false, "Message-ID"},
 		{"unknown suite", formPost{fields: msgid, suites: []string{"rm -rf"}, cookie: cookie}, 400, false, "unknown suite"},
