@@ -281,6 +281,11 @@ func (s *server) summaries(es []*entry) []Summary {
 			verdict, outcome := s.verdictOf(e.name, e.dir)
 			s.runs.mu.Lock()
 			e.verdict, e.outcome, e.verdictMod, e.verdictSize = verdict, outcome, mod, size
+			if outcome == "unreadable" {
+				// Perhaps caught between run.json and its results being
+				// written: look again next time.
+				e.verdictSize = -1
+			}
 			s.runs.mu.Unlock()
 		}
 		s.runs.mu.Lock()

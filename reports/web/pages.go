@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"net/http"
 	"sort"
 	"strconv"
@@ -167,6 +169,12 @@ func (s *server) run(w http.ResponseWriter, r *http.Request, name string) *RunVi
 		return nil
 	}
 	v, err := s.runView(r.Context(), e)
+	if errors.Is(err, fs.ErrNotExist) {
+		// run.json is written before the results: a run being saved.
+		w.Header().Set("Retry-After", "2")
+		httpError(w, r, http.StatusServiceUnavailable, "this run is being written; try again in a moment")
+		return nil
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return nil

@@ -857,3 +857,69 @@ func TestNewRunsAppear(t *testing.T) {
 		t.Errorf("a run without run.json = %d, want 404", code)
 	}
 }
+
+// Pages are served concurrently while runs appear and are rewritten: run
+// with -race, nothing is shared unguarded.
+func TestConcurrentRequests(t *testing.T) {
+	state := stateWith(t, "readahead-warning")
+	t0 := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	synthRun(t, state, "a", "[PATCH] a: one", t0, 1)
+	h := newHandler(t, Options{StateDir: state})
+	done := make(chan error)
+	for g := range 8 {
+		go func() {
+			var err error
+			for i := range 15 {
+				path := []string{"/", "/runs/a/", "/api/runs", "/feed.atom", "/runs/readahead-warning/", "/runs/b/"}[(g+i)%6]
+				rec := httptest.NewRecorder()
+				h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+				// b may be caught before it exists (404) or while it is
+				// written (503), never as an error.
+				if rec.Code != 200 && !(path == "/runs/b/" && (rec.Code == 404 || rec.Code == 503)) {
+					err = fmt.Errorf("GET %s = %d", path, rec.Code)
+				}
+			}
+			done <- err
+		}()
+	}
+	synthRun(t, state, "b", "[PATCH] b: two", t0.Add(time.Hour), 2)
+	synthRun(t, state, "a", "[PATCH] a: one, again", t0.Add(2*time.Hour), 3)
+	for range 8 {
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+	_, body, _ := get(t, h, "/api/runs/a")
+	if !strings.Contains(body, "a: one, again") {
+		t.Error("a rewritten run.json is not shown anew")
+	}
+	_, body, _ = get(t, h, "/api/runs")
+	if strings.Contains(body, "unreadable") {
+		t.Errorf("a run caught while written stays unreadable: %s", body)
+	}
+}
+
+// A run whose run.json is there before its results is being written: 503,
+// with a time to retry, not an error.
+func TestRunBeingWritten(t *testing.T) {
+	state := t.TempDir()
+	synthRun(t, state, "w", "[PATCH] w: being written", time.Now(), 1)
+	os.Remove(filepath.Join(state, "runs", "w", reports.PatchedFile))
+	h := newHandler(t, Options{StateDir: state})
+	code, _, hdr := get(t, h, "/runs/w/")
+	if code != 503 || hdr.Get("Retry-After") == "" {
+		t.Errorf("a run being written = %d, Retry-After %q", code, hdr.Get("Retry-After"))
+	}
+	_, body, _ := get(t, h, "/api/runs")
+	if !strings.Contains(body, `"outcome": "unreadable"`) {
+		t.Errorf("list: %s", body)
+	}
+	synthRun(t, state, "w", "[PATCH] w: being written", time.Now(), 1)
+	if code, _, _ := get(t, h, "/runs/w/"); code != 200 {
+		t.Errorf("once written = %d", code)
+	}
+	_, body, _ = get(t, h, "/api/runs")
+	if !strings.Contains(body, `"outcome": "improvement"`) {
+		t.Errorf("once written, the list still says %s", body)
+	}
+}
