@@ -34,10 +34,10 @@ func (r Row) Cells(noiseShown float64) Cells {
 // verdict and model lines do: 4938, 463, 9.71, 0.925.
 func Short(v float64) string { return short3(v) }
 
-// Headline is the reply's first sentence for run: the verdict of the
+// RunVerdict is the reply's first sentence for run: the verdict of the
 // comparison of its results, or what failed. The comparison is nil for a
 // failed run.
-func Headline(run *Run) (string, *Comparison, error) {
+func RunVerdict(run *Run) (string, *Comparison, error) {
 	if run.Failure != nil {
 		return failureVerdict(run), nil, nil
 	}

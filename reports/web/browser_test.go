@@ -199,7 +199,7 @@ func TestBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	verdict, cmp, err := reports.Headline(run)
+	verdict, cmp, err := reports.RunVerdict(run)
 	if err != nil {
 		t.Fatal(err)
 	}

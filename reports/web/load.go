@@ -48,7 +48,7 @@ func loadRun(dir string) (*runData, error) {
 		}
 	}
 	rd.run = run
-	rd.headline, rd.cmp, rd.cmpErr = reports.Headline(run)
+	rd.headline, rd.cmp, rd.cmpErr = reports.RunVerdict(run)
 	switch {
 	case rd.cmpErr != nil:
 		rd.headline, rd.outcome = "No comparison: "+rd.cmpErr.Error(), "unreadable"

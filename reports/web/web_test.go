@@ -571,7 +571,7 @@ func TestRunPage(t *testing.T) {
 			if v.Table.Legend == "" || !strings.Contains(strings.Join(strings.Fields(reply.Body), " "), v.Table.Legend) {
 				t.Errorf("the legend %q is not the reply's", v.Table.Legend)
 			}
-			want, _, _ := reports.Headline(run)
+			want, _, _ := reports.RunVerdict(run)
 			if v.Verdict != want {
 				t.Errorf("verdict %q, the reply's %q", v.Verdict, want)
 			}
