@@ -16,6 +16,8 @@ pkgs=(
   dovecot-imapd postfix b4
   # the fleet's queue (tests start a throwaway cluster of their own)
   postgresql
+  # the dashboard's browser test (reports/web), and the fonts its plots name
+  chromium fonts-liberation
   git ca-certificates iproute2 util-linux
 )
 
