@@ -18,6 +18,7 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -44,6 +45,38 @@ type Daemon struct {
 	MaxAttempts int
 
 	wake chan struct{}
+
+	mu       sync.Mutex
+	running  int64        // the job being run, 0 when none
+	progress web.Progress // its current stage
+}
+
+// setStage records the running job's stage, for the dashboard.
+func (d *Daemon) setStage(name string, done, total int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.progress = web.Progress{Stage: name, Done: done, Total: total}
+}
+
+// progressOf is the dashboard's view of a running job's progress.
+func (d *Daemon) progressOf(jobID int64) (web.Progress, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if jobID == 0 || jobID != d.running {
+		return web.Progress{}, false
+	}
+	return d.progress, true
+}
+
+// Wake tells the worker that a job is waiting.
+func (d *Daemon) Wake() {
+	if d.wake == nil {
+		return
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Run works until ctx ends: on SIGTERM the caller cancels ctx; the running
@@ -266,10 +299,7 @@ func (d *Daemon) enqueue(ctx context.Context, trigger, dedupe string, req *Reque
 	}
 	if added {
 		d.Log.Info("job queued", "job", id, "trigger", trigger, "title", req.Title)
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.Wake()
 	}
 	return nil
 }
@@ -441,6 +471,14 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 	d.Store.UpdateJob(ctx, j)
 	log.Info("job started")
 	start := time.Now()
+	d.mu.Lock()
+	d.running, d.progress = j.ID, web.Progress{Stage: "starting"}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.running = 0
+		d.mu.Unlock()
+	}()
 	out, err := d.Pipeline.Execute(ctx, &req, j.RunDir)
 	d.Metrics.JobSeconds.Observe(time.Since(start).Seconds())
 	bg := context.WithoutCancel(ctx)
@@ -467,7 +505,9 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 			d.Metrics.Failures.WithLabelValues(string(blame.Patch)).Inc()
 			j.Blame, j.Error = blame.Patch, string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
 		}
-		if err := d.queueReply(bg, out.Reply); err != nil {
+		if req.NoMail {
+			log.Info("reply kept with the run, not mailed (a dashboard run)", "run_dir", j.RunDir)
+		} else if err := d.queueReply(bg, out.Reply); err != nil {
 			j.State, j.Blame, j.Error = store.JobQueued, blame.Infra, err.Error()
 			break
 		}
