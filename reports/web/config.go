@@ -18,4 +18,3 @@ type Config struct {
 	// MaxUploadMiB caps an uploaded mbox (default 8).
 	MaxUploadMiB int `yaml:"max_upload_mib"`
 }
-
