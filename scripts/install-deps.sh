@@ -15,6 +15,10 @@ pkgs=(
   # mail servers for the integration tests, b4 to compare series assembly,
   # python3-dkim to sign and check test mail as a receiving server does
   dovecot-imapd postfix b4 python3-dkim
+  # the fleet's queue (tests start a throwaway cluster of their own)
+  postgresql
+  # the dashboard's browser test (reports/web), and the fonts its plots name
+  chromium fonts-liberation
   git ca-certificates iproute2 util-linux
 )
 

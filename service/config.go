@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ import (
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
+	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
@@ -53,7 +55,8 @@ type Config struct {
 	// Limits bound the mail patchbot sends, whoever asks (limits.go).
 	Limits LimitsConfig `yaml:"limits"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
-	HTTP string `yaml:"http"`
+	HTTP      string     `yaml:"http"`
+	Dashboard web.Config `yaml:"dashboard"`
 	// IncompleteAfter is how long a series may wait for its missing parts
 	// before patchbot answers that it could not test it, and why.
 	IncompleteAfter time.Duration `yaml:"incomplete_after"`
@@ -171,6 +174,14 @@ func (c *Config) Validate() error {
 	}
 	if c.IncompleteAfter <= 0 {
 		errs = append(errs, "incomplete_after: want a positive duration")
+	}
+	if c.Dashboard.BaseURL != "" {
+		if u, err := url.Parse(c.Dashboard.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Sprintf("dashboard.base_url %q: want an http(s) URL", c.Dashboard.BaseURL))
+		}
+	}
+	if c.Dashboard.MaxUploadMiB < 0 {
+		errs = append(errs, "dashboard.max_upload_mib: negative")
 	}
 	if c.Commands.PerSenderPerHour < 1 {
 		errs = append(errs, "commands.per_sender_per_hour: want at least 1")

@@ -17,6 +17,7 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -54,6 +55,38 @@ type Daemon struct {
 
 	wake    chan struct{}
 	sources map[string]mailbox.SourceConfig
+
+	mu       sync.Mutex
+	running  int64        // the job being run, 0 when none
+	progress web.Progress // its current stage
+}
+
+// setStage records the running job's stage, for the dashboard.
+func (d *Daemon) setStage(name string, done, total int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.progress = web.Progress{Stage: name, Done: done, Total: total}
+}
+
+// progressOf is the dashboard's view of a running job's progress.
+func (d *Daemon) progressOf(jobID int64) (web.Progress, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if jobID == 0 || jobID != d.running {
+		return web.Progress{}, false
+	}
+	return d.progress, true
+}
+
+// Wake tells the worker that a job is waiting.
+func (d *Daemon) Wake() {
+	if d.wake == nil {
+		return
+	}
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
 }
 
 // Step is a point in the daemon's work where a crash test kills it.
@@ -235,10 +268,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 	}
 	d.step(StepIngestCommitted)
 	if in.jobs > 0 {
-		select {
-		case d.wake <- struct{}{}:
-		default:
-		}
+		d.Wake()
 	}
 	if in.answers > 0 {
 		d.Outbox.Wake()
@@ -713,6 +743,14 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 	d.Store.UpdateJob(ctx, j)
 	log.Info("job started")
 	start := time.Now()
+	d.mu.Lock()
+	d.running, d.progress = j.ID, web.Progress{Stage: "starting"}
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.running = 0
+		d.mu.Unlock()
+	}()
 	out, err := d.Pipeline.Execute(ctx, &req, j.RunDir)
 	d.Metrics.JobSeconds.Observe(time.Since(start).Seconds())
 	switch {
@@ -734,11 +772,12 @@ func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
 		}
 		// The reply is not held to the quotas: the job was accepted under
 		// them, and its recipients were capped when it was queued.
-		err := d.Store.Update(bg, func(tx *store.Tx) error {
+		if req.NoMail {
+			log.Info("reply kept with the run, not mailed (a dashboard run)", "run_dir", j.RunDir)
+		} else if err := d.Store.Update(bg, func(tx *store.Tx) error {
 			_, _, err := d.putReply(bg, tx, out.Reply, threadRoot(req.Thread))
 			return err
-		})
-		if err != nil {
+		}); err != nil {
 			d.retry(j, err, log)
 			break
 		}

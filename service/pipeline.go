@@ -40,6 +40,9 @@ type Request struct {
 	// Command is the email command line this job answers, quoted in the
 	// reply; empty for a series seen on a list or a run from the CLI.
 	Command string `json:"command,omitempty"`
+	// NoMail keeps the reply with the run (and on the dashboard) and mails
+	// nobody: a run asked for on the dashboard.
+	NoMail bool `json:"no_mail,omitempty"`
 	// ReplyID is the reply's Message-ID; empty lets reports derive one
 	// from the run. The daemon gives one per job, so that a job re-run
 	// after a crash finds its reply already in the outbox.
@@ -181,6 +184,13 @@ type Pipeline struct {
 	// ResultsURL gives the link to a run's results (the dashboard), from
 	// its directory; nil gives none.
 	ResultsURL func(runDir string) string
+	// Publish, if set and ResultsURL gave no link, copies the finished run
+	// directory somewhere public (a GitHub repository) and returns its URL
+	// for the reply.
+	Publish func(ctx context.Context, runDir, title string) (string, error)
+	// OnStage, if set, is told each stage as it starts: its name, and how
+	// many of the job's stages are done of how many.
+	OnStage func(name string, done, total int)
 }
 
 // Outcome is a finished job: the run (with a Failure when the patch is to
@@ -218,7 +228,12 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	if p.ResultsURL != nil {
 		run.ResultsURL = p.ResultsURL(runDir)
 	}
-	stage := p.stage
+	total := 3 + len(names) // build base, build patched, the suites, report
+	done := 0
+	stage := func(name string) {
+		p.stage(name, done, total)
+		done++
+	}
 
 	stage("build base")
 	base, err := p.Builder.Base(ctx, req.Base)
@@ -249,7 +264,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			if errors.As(err, &be) {
 				copyArtifact(be.Log, runDir, "build-patched.log")
 			}
-			return p.finish(req, run, runDir)
+			return p.finish(ctx, req, run, runDir, stage)
 		}
 		for _, w := range patched.NewWarnings {
 			run.NewWarnings = append(run.NewWarnings, w.String())
@@ -269,7 +284,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			Base: base, Patched: patched, Progress: p.Progress})
 		if blame.IsPatch(err) {
 			run.Failure = failureOf(err)
-			return p.finish(req, run, runDir)
+			return p.finish(ctx, req, run, runDir, stage)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("running suite %s: %w", name, err)
@@ -281,7 +296,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			run.Model = reports.ModelOf(out.Base)
 		}
 	}
-	return p.finish(req, run, runDir)
+	return p.finish(ctx, req, run, runDir, stage)
 }
 
 // failureOf is the evidence of a patch's failure, from the stage error
@@ -313,8 +328,8 @@ func failureOf(err error) *reports.Failure {
 	return f
 }
 
-func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string) (*Outcome, error) {
-	p.stage("report")
+func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, runDir string, stage func(string)) (*Outcome, error) {
+	stage("report")
 	run.Finished = time.Now().UTC()
 	if run.Commands == nil {
 		run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
@@ -322,6 +337,17 @@ func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string) (*Outco
 	}
 	if err := reports.SaveRun(runDir, run); err != nil {
 		return nil, err
+	}
+	if run.ResultsURL == "" && p.Publish != nil {
+		// A failure to publish loses the link, not the reply.
+		if u, err := p.Publish(ctx, runDir, run.Thread.Subject); err == nil {
+			run.ResultsURL = u
+			if err := reports.SaveRun(runDir, run); err != nil {
+				return nil, err
+			}
+		} else if p.Progress != nil {
+			fmt.Fprintf(p.Progress, "publishing the run directory failed: %v\n", err)
+		}
 	}
 	reply, err := reports.Render(run, p.Reply)
 	if err != nil {
@@ -337,9 +363,12 @@ func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string) (*Outco
 	return &Outcome{Run: run, Reply: reply, Raw: raw}, nil
 }
 
-func (p *Pipeline) stage(name string) {
+func (p *Pipeline) stage(name string, done, total int) {
 	if p.Progress != nil {
 		fmt.Fprintf(p.Progress, "== %s\n", name)
+	}
+	if p.OnStage != nil {
+		p.OnStage(name, done, total)
 	}
 }
 

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,9 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
+	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/publish"
+	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
 )
@@ -23,14 +27,28 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pipeline{
+	p := &Pipeline{
 		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Progress: progress},
 		Tester:   &invm.Tester{VM: cfg.VM},
 		Reply:    cfg.Reply,
 		Progress: progress,
 		VM:       cfg.VM,
 		Tree:     cfg.Kernel,
-	}, nil
+	}
+	if base := cfg.Dashboard.BaseURL; base != "" {
+		p.ResultsURL = func(runDir string) string { return web.RunURL(base, filepath.Base(runDir)) }
+	}
+	if cfg.Publish != nil {
+		pub, err := publish.New(*cfg.Publish, nil)
+		if err != nil {
+			return nil, err
+		}
+		p.Publish = func(ctx context.Context, runDir, title string) (string, error) {
+			name := filepath.Base(runDir)
+			return pub.Publish(ctx, runDir, name, "run "+name+": "+title)
+		}
+	}
+	return p, nil
 }
 
 // OpenStore opens the state database (state.db) in the config's state
@@ -103,5 +121,26 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}, nil
+	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
+	p.OnStage = d.setStage
+	return d, nil
+}
+
+// PutReply puts a rendered reply in the outbox, from the configured
+// sender to the reply's To and Cc. It reports whether the reply was new
+// (a reply with the same Message-ID is never queued twice).
+func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, r *reports.Reply) (bool, error) {
+	raw, err := r.Bytes()
+	if err != nil {
+		return false, err
+	}
+	rcpt, err := r.Recipients()
+	if err != nil {
+		return false, err
+	}
+	added, err := ob.Put(ctx, outbox.Message{MessageID: r.Header.MessageID, From: mailbox.AddrOf(opt.From), To: rcpt, Raw: raw})
+	if err != nil {
+		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
+	}
+	return added, nil
 }

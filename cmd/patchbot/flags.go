@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -82,39 +81,15 @@ func (s *sourceFlags) config() (mailbox.SourceConfig, error) {
 // parseIMAPURL reads imap://user@host:port/MAILBOX. A password in the URL
 // is refused: a command line is visible to every user of the machine.
 func parseIMAPURL(raw string) (*mailbox.IMAPConfig, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
+	c, password, err := mailbox.ParseIMAPURL(raw)
+	switch {
+	case err != nil:
 		return nil, usagef("--imap: %v", err)
-	}
-	c := &mailbox.IMAPConfig{}
-	switch u.Scheme {
-	case "imap":
-	case "imaps":
-		c.TLS = true
-	default:
-		return nil, usagef("--imap %q: the scheme must be imap or imaps", raw)
-	}
-	if _, has := u.User.Password(); has {
+	case password != "":
 		return nil, usagef("--imap: a password in the URL would show in every process list; give it with --password-file")
-	}
-	host, port := u.Hostname(), u.Port()
-	if host == "" {
-		return nil, usagef("--imap %q has no host", raw)
-	}
-	if port == "" {
-		port = "143"
-		if c.TLS {
-			port = "993"
-		}
-	}
-	c.Addr = net.JoinHostPort(host, port)
-	if u.User != nil {
-		c.User = u.User.Username()
-	}
-	if c.User == "" {
+	case c.User == "":
 		return nil, usagef("--imap %q has no user (imap://user@host)", raw)
 	}
-	c.Mailbox = strings.Trim(u.Path, "/")
 	return c, nil
 }
 

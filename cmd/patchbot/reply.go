@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/service"
@@ -88,12 +86,7 @@ func runReply(ctx context.Context, cfg service.Config, dir string) error {
 	if err != nil {
 		return err
 	}
-	rcpt, err := reply.Recipients()
-	if err != nil {
-		return err
-	}
-	added, err := ob.Put(ctx, outbox.Message{MessageID: reply.Header.MessageID,
-		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: raw})
+	added, err := service.PutReply(ctx, ob, cfg.Reply, reply)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
 	"github.com/patchbot/patchbot/store"
@@ -125,5 +130,54 @@ func TestReplyCommandQueuesAndSendsOnlyWhenEnabled(t *testing.T) {
 	os.WriteFile(bad, []byte("smpt:\n  enabled: true\n"), 0o644)
 	if code, _, errOut := run(t, "reply", dir, "--config", bad); code == 0 || !strings.Contains(errOut, "smpt") {
 		t.Errorf("a misspelt config key was accepted: exit %d, %s", code, errOut)
+	}
+}
+
+// patchbot serve shows a state directory's runs on loopback.
+func TestServeShowsTheStateDirectory(t *testing.T) {
+	state := t.TempDir()
+	runs := filepath.Join(state, "runs")
+	os.MkdirAll(runs, 0o700)
+	src := "../../reports/web/testdata/runs/squashfs-seed"
+	dst := filepath.Join(runs, "run-20261201-100000")
+	os.MkdirAll(dst, 0o700)
+	ents, _ := os.ReadDir(src)
+	for _, e := range ents {
+		if b, err := os.ReadFile(filepath.Join(src, e.Name())); err == nil {
+			os.WriteFile(filepath.Join(dst, e.Name()), b, 0o600)
+		}
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int)
+	go func() {
+		var out, errOut bytes.Buffer
+		done <- runMain(ctx, []string{"serve", "--state", state, "--http", addr}, &out, &errOut)
+	}()
+	var body string
+	for i := 0; i < 100; i++ {
+		resp, err := http.Get("http://" + addr + "/runs/run-20261201-100000/")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			if resp.StatusCode != 200 {
+				t.Fatalf("run page: %s\n%s", resp.Status, body)
+			}
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("serve exited %d", code)
+	}
+	if !strings.Contains(body, "squashfs: avoid thundering-herd cache wakeups") || !strings.Contains(body, "wakeups_per_release") {
+		t.Errorf("the run page does not show the seed run:\n%.2000s", body)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/service"
 )
 
@@ -137,12 +136,7 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	if err != nil {
 		return err
 	}
-	rcpt, err := out.Reply.Recipients()
-	if err != nil {
-		return err
-	}
-	if _, err := ob.Put(ctx, outbox.Message{MessageID: out.Reply.Header.MessageID,
-		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: out.Raw}); err != nil {
+	if _, err := service.PutReply(ctx, ob, cfg.Reply, out.Reply); err != nil {
 		return err
 	}
 	stdout.Write([]byte(strings.ReplaceAll(string(out.Raw), "\r\n", "\n")))

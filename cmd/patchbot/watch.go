@@ -17,7 +17,8 @@ func init() {
 series that touches a watched path, answers email commands in the threads, and
 sends the replies from the outbox. All state is in the state directory, so a
 restart (or a kill -9) resumes where it was. Logs are JSON on standard error;
-with http: set it serves /healthz and /metrics. See patchbot.example.yaml.`,
+with http: set it serves /healthz, /metrics and the dashboard. See
+patchbot.example.yaml.`,
 		example: `patchbot watch --config /etc/patchbot/patchbot.yaml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
@@ -38,8 +39,12 @@ with http: set it serves /healthz and /metrics. See patchbot.example.yaml.`,
 				}
 				defer d.Store.Close()
 				if cfg.HTTP != "" {
+					dash, err := service.NewDashboard(cfg, d.Store, &service.Submitter{Config: cfg, Store: d.Store, Wake: d.Wake}, d, log)
+					if err != nil {
+						return err
+					}
 					go func() {
-						if err := d.Metrics.Serve(ctx, cfg.HTTP, log, nil); err != nil {
+						if err := d.Metrics.Serve(ctx, cfg.HTTP, log, dash); err != nil {
 							log.Error("http", "err", err)
 						}
 					}()
