@@ -9,9 +9,10 @@ import (
 //
 //	#patchbot test [SUITE ...] [profile=P]
 //	#patchbot help
+//	#patchbot stop
 type Command struct {
-	Name    string   // "test" or "help"
-	Suites  []string // for "test": the suites asked for; empty means "choose by files"
+	Name    string   // "test", "help" or "stop"
+	Suites  []string // for "test": the suites asked for, each once; empty means "choose by files"
 	Profile string   // for "test": profile=P, empty for the default
 	Line    string   // the line as written, for the answer
 	Err     string   // set when the line could not be understood; the answer says why
@@ -57,7 +58,12 @@ func parseCommand(line string, args []string) Command {
 		if len(args) > 1 {
 			c.Err = fmt.Sprintf("help takes no arguments, got %q", strings.Join(args[1:], " "))
 		}
+	case "stop":
+		if len(args) > 1 {
+			c.Err = fmt.Sprintf("stop takes no arguments, got %q", strings.Join(args[1:], " "))
+		}
 	case "test":
+		seen := map[string]bool{}
 		for _, a := range args[1:] {
 			if v, ok := strings.CutPrefix(a, "profile="); ok {
 				if v == "" {
@@ -70,10 +76,45 @@ func parseCommand(line string, args []string) Command {
 				c.Err = fmt.Sprintf("unknown option %q (only profile=P is known)", a)
 				continue
 			}
-			c.Suites = append(c.Suites, a)
+			if !seen[a] {
+				seen[a] = true
+				c.Suites = append(c.Suites, a)
+			}
 		}
 	default:
-		c.Err = fmt.Sprintf("unknown command %q (known: test, help)", args[0])
+		c.Err = fmt.Sprintf("unknown command %q (known: test, help, stop)", args[0])
 	}
 	return c
+}
+
+// MaxCommands is how many commands patchbot reads from one mail, as
+// syzbot does; the rest are ignored.
+const MaxCommands = 3
+
+// FoldCommands keeps the first max distinct commands (the same request
+// written twice is one), and says how many it left out.
+func FoldCommands(cmds []Command, max int) (kept []Command, ignored int) {
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		key := c.key()
+		if seen[key] {
+			ignored++
+			continue
+		}
+		seen[key] = true
+		if len(kept) == max {
+			ignored++
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept, ignored
+}
+
+// key is what makes two commands the same request.
+func (c Command) key() string {
+	if c.Err != "" {
+		return "err\x00" + c.Err
+	}
+	return c.Name + "\x00" + strings.Join(c.Suites, ",") + "\x00" + c.Profile
 }

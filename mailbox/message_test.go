@@ -243,7 +243,7 @@ func TestParseCommands(t *testing.T) {
 		{"> #patchbot test\nquoted, not for us\n", nil},
 		{"#patchbotty test\n", nil},
 		{"#patchbot frobnicate\n", []Command{{Name: "frobnicate", Line: "#patchbot frobnicate",
-			Err: `unknown command "frobnicate" (known: test, help)`}}},
+			Err: `unknown command "frobnicate" (known: test, help, stop)`}}},
 		{"#patchbot test colour=red\n", []Command{{Name: "test", Line: "#patchbot test colour=red",
 			Err: `unknown option "colour=red" (only profile=P is known)`}}},
 		{"#patchbot\n", []Command{{Line: "#patchbot", Err: `no command after #patchbot (try "#patchbot help")`}}},

@@ -25,6 +25,8 @@ const (
 	AnswerNoSeries      AnswerKind = "no-series"      // a command in a thread with nothing to test
 	AnswerRefused       AnswerKind = "refused"        // a command patchbot will not run; Reason says why
 	AnswerIncomplete    AnswerKind = "incomplete"     // a series whose parts never arrived
+	AnswerInvalid       AnswerKind = "invalid"        // a test command naming a suite or profile that does not exist; Reason says which
+	AnswerStopped       AnswerKind = "stopped"        // to "#patchbot stop": Reason is the address that will not be mailed again
 )
 
 // Answer is a short reply with no comparison: the answer to an email
@@ -41,8 +43,12 @@ type Answer struct {
 	Missing []string
 	// Waited is how long the series waited for them, in words.
 	Waited string
-	// Suites and Profiles are the valid names, listed in help.
+	// Suites and Profiles are the valid names, listed in help and in the
+	// answer to an invalid command.
 	Suites, Profiles []string
+	// Ignored counts the commands of the mail past the per-mail limit or
+	// repeated, which get no answer.
+	Ignored int
 }
 
 // RenderAnswer composes a short answer. Like Render it is pure.
@@ -53,6 +59,11 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	from, err := mail.ParseAddress(opt.From)
 	if err != nil {
 		return nil, fmt.Errorf("rendering answer: From %q: %w", opt.From, err)
+	}
+	// The command is the sender's text: quoted, it must not push a line
+	// past the width (a render error would make the mail unanswerable).
+	if r := []rune(a.Command); len(r) > MaxColumns-2 {
+		a.Command = string(r[:MaxColumns-3]) + "…"
 	}
 	var body bytes.Buffer
 	if err := answerTemplate.Execute(&body, a); err != nil {

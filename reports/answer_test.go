@@ -21,6 +21,18 @@ func TestRenderAnswer(t *testing.T) {
 		{Answer{Kind: AnswerRefused, Command: "#patchbot test", Reason: "x@y is not on the allow-list"},
 			[]string{"did not run this command: x@y is not on the allow-list."}},
 		{Answer{Kind: AnswerNoSeries, Command: "#patchbot test"}, []string{"no patch series in this thread"}},
+		{Answer{Kind: AnswerInvalid, Command: "#patchbot test nosuch", Reason: `no suite named "nosuch"`,
+			Suites: []string{"cache-contention", "locks"}, Profiles: []string{"quick", "full"}},
+			[]string{`did not run this command: no suite named "nosuch".`, "Suites: cache-contention, locks.", "Profiles: quick, full."}},
+		{Answer{Kind: AnswerStopped, Command: "#patchbot stop", Reason: "dev@x"},
+			[]string{"will not mail dev@x again"}},
+		{Answer{Kind: AnswerHelp, Command: "#patchbot help", Ignored: 51},
+			[]string{"(51 more command line(s) in the mail were not read"}},
+		// A command longer than a line is cut, not refused: the answer must
+		// render whatever the sender wrote.
+		{Answer{Kind: AnswerNotUnderstood, Command: "#patchbot test " + strings.Repeat("x", 500),
+			Reason: `unknown option "a=` + strings.Repeat("y", 300) + `"`},
+			[]string{"> #patchbot test xxxx", "x…\n"}},
 		{Answer{Kind: AnswerIncomplete, Missing: []string{"2/3", "3/3"}, Waited: "6 hours", Reason: "patches 2, 3 are missing"},
 			[]string{"After waiting 6", "patch(es) 2/3, 3/3 never arrived.", "patches 2, 3 are missing", "A complete resend"}},
 	} {

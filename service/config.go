@@ -52,6 +52,8 @@ type Config struct {
 	Publish *publish.Config `yaml:"publish,omitempty"`
 	// Commands controls who may ask for a run with "#patchbot test".
 	Commands CommandsConfig `yaml:"commands"`
+	// Limits bound the mail patchbot sends, whoever asks (limits.go).
+	Limits LimitsConfig `yaml:"limits"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
 	HTTP      string     `yaml:"http"`
 	Dashboard web.Config `yaml:"dashboard"`
@@ -68,12 +70,25 @@ type SuitesConfig struct {
 
 // CommandsConfig controls email commands.
 type CommandsConfig struct {
+	// AllowAuthor lets a series' author ask for its test; Allow lists the
+	// other addresses (or "@domain") that may. Either counts only for an
+	// authenticated mail: see AuthservIDs.
 	AllowAuthor bool     `yaml:"allow_author"`
 	Allow       []string `yaml:"allow"`
-	// PerSenderPerHour is how many commands one sender may give an hour.
+	// AuthservIDs are the servers whose Authentication-Results fields
+	// patchbot believes (RFC 8601), e.g. smtp.subspace.kernel.org for mail
+	// read from lore. A command counts as its sender's only when such a
+	// field above From: reports a DKIM pass for the sender's domain, or
+	// when its source is trusted as a whole (sources[].trusted). Empty:
+	// only trusted sources' commands can run tests.
+	AuthservIDs []string `yaml:"authserv_ids"`
+	// PerSenderPerHour is how many commands one sender may give an hour:
+	// every command that made a job or a mail counts (help, refusals and
+	// malformed commands too).
 	PerSenderPerHour int `yaml:"per_sender_per_hour"`
-	// AnswerRefused answers a refused command with the reason; when false
-	// refused commands are ignored silently.
+	// AnswerRefused answers a refused command with the reason, at most
+	// once per sender an hour; when false refused commands are ignored
+	// silently.
 	AnswerRefused bool `yaml:"answer_refused"`
 }
 
@@ -99,6 +114,7 @@ func DefaultConfig() Config {
 		Suites:          SuitesConfig{Profile: "quick", Runs: 5},
 		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
 		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
+		Limits:          DefaultLimits(),
 		IncompleteAfter: 6 * time.Hour,
 	}
 }
@@ -167,9 +183,10 @@ func (c *Config) Validate() error {
 	if c.Dashboard.MaxUploadMiB < 0 {
 		errs = append(errs, "dashboard.max_upload_mib: negative")
 	}
-	if c.Commands.PerSenderPerHour < 0 {
-		errs = append(errs, "commands.per_sender_per_hour: negative")
+	if c.Commands.PerSenderPerHour < 1 {
+		errs = append(errs, "commands.per_sender_per_hour: want at least 1")
 	}
+	errs = append(errs, c.Limits.validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config: %s", strings.Join(errs, "; "))
 	}

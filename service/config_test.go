@@ -21,6 +21,16 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "bad backend", yaml: "vm:\n  backend: xen\n", wantErr: `vm.backend "xen"`},
 		{name: "two kinds in one source", yaml: "sources:\n- mbox: a\n  maildir: b\n", wantErr: "exactly one of"},
 		{name: "send without addr", yaml: "smtp:\n  enabled: true\n", wantErr: "smtp.addr is empty"},
+		{name: "limits and trusted servers", yaml: "commands:\n  authserv_ids: [smtp.subspace.kernel.org]\nlimits:\n  max_recipients: 10\n  opt_out: [a@x.org]\n",
+			check: func(t *testing.T, c Config) {
+				if c.Limits.MaxRecipients != 10 || c.Limits.PerThreadPerDay != 10 || c.Limits.PerHour != 30 ||
+					len(c.Commands.AuthservIDs) != 1 || !c.Limits.optedOut("a@x.org") {
+					t.Errorf("limits = %+v, commands = %+v", c.Limits, c.Commands)
+				}
+			}},
+		{name: "recipient cap out of range", yaml: "limits:\n  max_recipients: 0\n", wantErr: "limits.max_recipients 0"},
+		{name: "opt-out not an address", yaml: "limits:\n  opt_out: [\"not an address\"]\n", wantErr: "limits.opt_out"},
+		{name: "no per-sender limit", yaml: "commands:\n  per_sender_per_hour: 0\n", wantErr: "per_sender_per_hour"},
 		{name: "imap source", yaml: "sources:\n- name: fsdevel\n  imap: {addr: 127.0.0.1:1143, user: bot, mailbox: INBOX}\n  poll: 30s\n",
 			check: func(t *testing.T, c Config) {
 				if len(c.Sources) != 1 || c.Sources[0].IMAP.Mailbox != "INBOX" || c.Sources[0].Poll.Seconds() != 30 {

@@ -22,8 +22,16 @@ type Metrics struct {
 	Commands     *prometheus.CounterVec // accepted, refused
 	SourceErrors *prometheus.CounterVec // by source
 	// Uncertain counts deliveries whose outcome is unknown (the link broke
-	// after the final "."): each needs a person to check.
+	// after the final ".", or the sender died there): each needs a person
+	// to check.
 	Uncertain prometheus.Counter
+	// Dropped counts mails patchbot chose not to write, by reason: quota,
+	// opted-out, unaddressable, render.
+	Dropped *prometheus.CounterVec
+	// Parked counts jobs parked at start for having crashed the daemon.
+	Parked prometheus.Counter
+	// Outbox counts the outbox by state (uncertain ones wait for a person).
+	Outbox *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them.
@@ -41,14 +49,20 @@ func NewMetrics() *Metrics {
 		Replies: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_total",
 			Help: "Replies written to the outbox."}),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_commands_total",
-			Help: "Email commands by outcome."}, []string{"outcome"}),
+			Help: "Email commands by outcome: accepted, answered, refused, dropped."}, []string{"outcome"}),
 		SourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_source_errors_total",
 			Help: "Failures reading a source."}, []string{"source"}),
 		Uncertain: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_uncertain_total",
 			Help: "Replies whose delivery outcome is unknown and that are not resent."}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_mails_dropped_total",
+			Help: "Mails patchbot did not write, by reason: quota, opted-out, unaddressable, render."}, []string{"reason"}),
+		Parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_parked_total",
+			Help: "Jobs parked at start because the daemon died while running them."}),
+		Outbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_outbox",
+			Help: "Outbox messages by state; uncertain ones wait for a person."}, []string{"state"}),
 	}
 	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
-		m.Uncertain, prometheus.NewGoCollector())
+		m.Uncertain, m.Dropped, m.Parked, m.Outbox, prometheus.NewGoCollector())
 	return m
 }
 

@@ -67,7 +67,7 @@ func OpenStore(cfg Config) (*store.Store, error) {
 // NewOutbox is the outbox of st, sending through the configured SMTP
 // server when smtp.enabled is on (otherwise replies are only queued).
 func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
-	o := &outbox.Outbox{Store: st, Log: log}
+	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: optOutAddrs(cfg.Limits)}
 	if !cfg.SMTP.Enabled {
 		return o, nil
 	}

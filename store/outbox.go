@@ -20,7 +20,15 @@ const (
 	Delivering OutboxState = "delivering" // the final "." may have reached the server
 	Sent       OutboxState = "sent"
 	Failed     OutboxState = "failed" // rejected for good by the server
+	// Uncertain: the final "." may have reached the server, and the
+	// sender that knew is gone (its lease ran out) or its link broke
+	// before the answer. It is never resent on its own: a person checks,
+	// or the mail is seen coming back on a watched source (SeenOutbox).
+	Uncertain OutboxState = "uncertain"
 )
+
+// OutboxStates are all states, for listings and gauges.
+var OutboxStates = []OutboxState{Queued, Sending, Delivering, Sent, Failed, Uncertain}
 
 // OutboxMessage is one reply in the outbox.
 type OutboxMessage struct {
@@ -29,6 +37,7 @@ type OutboxMessage struct {
 	From       string // envelope sender
 	Recipients []string
 	Raw        []byte // the whole RFC 5322 message
+	ThreadID   string // the thread it answers in, for the per-thread quota ("" for none)
 	State      OutboxState
 	Attempts   int
 	LastError  string
@@ -51,6 +60,15 @@ var ErrNoMessage = errors.New("no outbox message ready")
 // re-run after a crash cannot queue its reply twice. It returns the id
 // and whether the message was new.
 func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added bool, err error) {
+	return enqueue(ctx, s.db, m)
+}
+
+// Enqueue is Store.Enqueue inside the transaction.
+func (t *Tx) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added bool, err error) {
+	return enqueue(ctx, t.q, m)
+}
+
+func enqueue(ctx context.Context, q querier, m OutboxMessage) (id int64, added bool, err error) {
 	if m.MessageID == "" || m.From == "" || len(m.Recipients) == 0 || len(m.Raw) == 0 {
 		return 0, false, errors.New("enqueueing reply: Message-ID, sender, recipients and body are required")
 	}
@@ -58,11 +76,11 @@ func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added b
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply: %w", err)
 	}
-	now := time.Now().UTC().Format(timeFormat)
-	res, err := s.db.ExecContext(ctx, `INSERT INTO outbox
-		(message_id, sender, recipients, raw, state, created, updated)
-		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
-		m.MessageID, m.From, string(rcpt), m.Raw, string(Queued), now, now)
+	t := now()
+	res, err := q.ExecContext(ctx, `INSERT INTO outbox
+		(message_id, sender, recipients, raw, state, thread_id, created, updated)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
+		m.MessageID, m.From, string(rcpt), m.Raw, string(Queued), m.ThreadID, t, t)
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply %s: %w", m.MessageID, err)
 	}
@@ -70,7 +88,7 @@ func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added b
 		id, err = res.LastInsertId()
 		return id, true, err
 	}
-	err = s.db.QueryRowContext(ctx, `SELECT id FROM outbox WHERE message_id = ?`, m.MessageID).Scan(&id)
+	err = q.QueryRowContext(ctx, `SELECT id FROM outbox WHERE message_id = ?`, m.MessageID).Scan(&id)
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply %s: %w", m.MessageID, err)
 	}
@@ -165,7 +183,7 @@ func (s *Store) OutboxMessageByID(ctx context.Context, id int64) (*OutboxMessage
 }
 
 const outboxColumns = `id, message_id, sender, recipients, raw, state, attempts, last_error,
-	owner, lease_until, not_before, created, updated`
+	owner, lease_until, not_before, thread_id, created, updated`
 
 func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 	defer rows.Close()
@@ -174,7 +192,7 @@ func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 		var m OutboxMessage
 		var rcpt, state, lease, nb, created, updated string
 		if err := rows.Scan(&m.ID, &m.MessageID, &m.From, &rcpt, &m.Raw, &state,
-			&m.Attempts, &m.LastError, &m.Owner, &lease, &nb, &created, &updated); err != nil {
+			&m.Attempts, &m.LastError, &m.Owner, &lease, &nb, &m.ThreadID, &created, &updated); err != nil {
 			return nil, fmt.Errorf("reading outbox: %w", err)
 		}
 		if err := json.Unmarshal([]byte(rcpt), &m.Recipients); err != nil {
@@ -196,4 +214,86 @@ func repeat(s string, n int) string {
 		out += s
 	}
 	return out
+}
+
+// OutboxSince counts the mails queued since a time: in one thread, or in
+// all when threadID is "". Quotas are counted here, where every mail
+// patchbot writes goes.
+func (t *Tx) OutboxSince(ctx context.Context, threadID string, since time.Time) (int, error) {
+	return outboxSince(ctx, t.q, threadID, since)
+}
+
+func outboxSince(ctx context.Context, q querier, threadID string, since time.Time) (int, error) {
+	query, args := `SELECT count(*) FROM outbox WHERE created >= ?`, []any{since.UTC().Format(timeFormat)}
+	if threadID != "" {
+		query, args = query+` AND thread_id = ?`, append(args, threadID)
+	}
+	var n int
+	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting the outbox: %w", err)
+	}
+	return n, nil
+}
+
+// MarkUncertain moves every message left "delivering" by a sender whose
+// lease ran out to uncertain, and returns them: each is returned once, so
+// that it is reported once. The owner stays, so that a slow sender that
+// comes back with the server's answer can still record it.
+func (s *Store) MarkUncertain(ctx context.Context, at time.Time) ([]OutboxMessage, error) {
+	rows, err := s.db.QueryContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
+		WHERE state = ? AND lease_until < ? RETURNING `+outboxColumns,
+		string(Uncertain), "the sender died after the final \".\" was asked for", now(),
+		string(Delivering), at.UTC().Format(timeFormat))
+	if err != nil {
+		return nil, fmt.Errorf("marking uncertain deliveries: %w", err)
+	}
+	return scanOutbox(rows)
+}
+
+// SeenOutbox records that a mail with this Message-ID came back on a
+// watched source: if patchbot's delivery of it was uncertain (or still
+// delivering), it was delivered. It returns whether a message changed.
+func (t *Tx) SeenOutbox(ctx context.Context, messageID string) (bool, error) {
+	res, err := t.q.ExecContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
+		WHERE message_id = ? AND state IN (?, ?)`,
+		string(Sent), "delivery confirmed: seen on a watched source", now(),
+		messageID, string(Delivering), string(Uncertain))
+	if err != nil {
+		return false, fmt.Errorf("confirming delivery of %s: %w", messageID, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// RequeueUncertain queues an uncertain message again, for a person who
+// checked that the server never delivered it.
+func (s *Store) RequeueUncertain(ctx context.Context, id int64) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = '', not_before = '', last_error = ?, updated = ?
+		WHERE id = ? AND state = ?`, string(Queued), "requeued by hand after an uncertain delivery", now(), id, string(Uncertain))
+	if err != nil {
+		return fmt.Errorf("requeueing outbox message %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("requeueing outbox message %d: %w", id, ErrStateChanged)
+	}
+	return nil
+}
+
+// OutboxCounts counts the outbox by state, for /metrics.
+func (s *Store) OutboxCounts(ctx context.Context) (map[OutboxState]int, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT state, count(*) FROM outbox GROUP BY state`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[OutboxState]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, err
+		}
+		out[OutboxState(st)] = n
+	}
+	return out, rows.Err()
 }

@@ -1,6 +1,11 @@
 // Package store keeps patchbot's durable state in one SQLite database
-// (modernc.org/sqlite, no cgo): the outbox of replies today, and the tables
-// of other components as they add migrations.
+// (modernc.org/sqlite, no cgo): mail seen and the sources' cursors, jobs,
+// email commands, opt-outs and the outbox of replies.
+//
+// Each operation is one function over a querier (the database, or one
+// transaction), wrapped by a method of Store and, where the daemon needs it
+// inside a transaction, of Tx: a second backend writes one function per
+// operation.
 package store
 
 import (
@@ -8,6 +13,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"strings"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -84,7 +90,28 @@ var migrations = []string{
 	ALTER TABLE outbox ADD COLUMN owner TEXT NOT NULL DEFAULT '';
 	ALTER TABLE outbox ADD COLUMN lease_until TEXT NOT NULL DEFAULT '';
 	ALTER TABLE outbox ADD COLUMN not_before TEXT NOT NULL DEFAULT '';`,
+	// 4: what keeps strangers from making patchbot mail anyone, and a job
+	// that kills the daemon from running forever. Every command is logged
+	// with its outcome (help, refusals and dropped ones too: they count
+	// against the sender's limit); a job counts the crashes it was running
+	// in (parked after two); an outbox row names its thread (for the
+	// per-thread quota); addresses that asked never to be mailed again.
+	`
+	ALTER TABLE commands ADD COLUMN outcome TEXT NOT NULL DEFAULT '';
+	UPDATE commands SET outcome = CASE accepted WHEN 1 THEN 'accepted' ELSE 'refused' END;
+	ALTER TABLE commands ADD COLUMN thread_id TEXT NOT NULL DEFAULT '';
+	ALTER TABLE jobs ADD COLUMN crashes INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE outbox ADD COLUMN thread_id TEXT NOT NULL DEFAULT '';
+	CREATE INDEX outbox_thread ON outbox(thread_id, created);
+	CREATE INDEX outbox_created ON outbox(created);
+	CREATE TABLE optouts (
+		address TEXT PRIMARY KEY, -- bare, lower case
+		reason  TEXT NOT NULL,
+		at      TEXT NOT NULL
+	);`,
 }
+
+var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 
 // Store is an open database.
 type Store struct {
@@ -101,7 +128,14 @@ func Open(path string) (*Store, error) {
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(FULL)")
 	q.Add("_pragma", "foreign_keys(ON)")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	// Every transaction takes the write lock when it begins: one that
+	// read first and wrote later could fail halfway with SQLITE_BUSY when
+	// another connection wrote in between, and busy_timeout cannot help.
+	q.Add("_txlock", "immediate")
+	// The path goes in a file: URI, where "?" starts the query and "#" a
+	// fragment: escaped, a state directory named "a#b" is that directory,
+	// not a database called "a" shared by everyone.
+	db, err := sql.Open("sqlite", "file:"+uriPath.Replace(path)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -164,5 +165,84 @@ func BenchmarkEnqueue(b *testing.B) {
 		if _, _, err := s.Enqueue(context.Background(), m); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A delivery left "delivering" by a dead sender becomes uncertain once,
+// when its lease has run out; the mail seen coming back on a source
+// settles it as sent; a person can queue an uncertain one again.
+func TestOutboxUncertain(t *testing.T) {
+	s, _ := open(t)
+	ctx := context.Background()
+	at := time.Now()
+	for _, id := range []string{"a@x", "b@x"} {
+		if _, _, err := s.Enqueue(ctx, OutboxMessage{MessageID: id, From: "bot@x", Recipients: []string{"dev@y"},
+			Raw: []byte("x"), ThreadID: "t@x"}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := s.ClaimOutbox(ctx, "dead", time.Minute, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MoveOutbox(ctx, m.ID, "dead", Sending, Delivering, "", time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if un, _ := s.MarkUncertain(ctx, at); len(un) != 0 {
+		t.Fatalf("marked %d uncertain while their leases run", len(un))
+	}
+	un, err := s.MarkUncertain(ctx, at.Add(2*time.Minute))
+	if err != nil || len(un) != 2 || un[0].State != Uncertain {
+		t.Fatalf("MarkUncertain = %+v, %v", un, err)
+	}
+	if again, _ := s.MarkUncertain(ctx, at.Add(3*time.Minute)); len(again) != 0 {
+		t.Errorf("reported %d uncertain deliveries twice", len(again))
+	}
+	s.Update(ctx, func(tx *Tx) error {
+		if ok, err := tx.SeenOutbox(ctx, "a@x"); !ok || err != nil {
+			t.Errorf("SeenOutbox = %v, %v", ok, err)
+		}
+		if n, _ := tx.OutboxSince(ctx, "t@x", at.Add(-time.Minute)); n != 2 {
+			t.Errorf("OutboxSince(thread) = %d, want 2", n)
+		}
+		if n, _ := tx.OutboxSince(ctx, "other@x", at.Add(-time.Minute)); n != 0 {
+			t.Errorf("OutboxSince(other thread) = %d, want 0", n)
+		}
+		if n, _ := tx.OutboxSince(ctx, "", at.Add(time.Minute)); n != 0 {
+			t.Errorf("OutboxSince(future) = %d, want 0", n)
+		}
+		return nil
+	})
+	if err := s.RequeueUncertain(ctx, un[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := s.OutboxIn(ctx, OutboxStates...)
+	if len(ms) != 2 || ms[0].State != Sent || ms[1].State != Queued || ms[1].Owner != "" {
+		t.Errorf("after seen and requeue: %+v", ms)
+	}
+	if err := s.RequeueUncertain(ctx, un[0].ID); !errors.Is(err, ErrStateChanged) {
+		t.Errorf("requeueing a sent message: %v", err)
+	}
+}
+
+// A path with the characters a file: URI gives meaning to opens that file.
+func TestOpenOddPath(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run#1?x=%41")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(filepath.Join(dir, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.SaveMessage(context.Background(), "src", "7", "a@x", "a@x", []byte("mail")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state.db")); err != nil {
+		t.Errorf("the database is not where asked: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(dir), "run")); err == nil {
+		t.Error("a database named by the path's start was made")
 	}
 }

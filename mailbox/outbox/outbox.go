@@ -5,13 +5,17 @@
 // sends it twice:
 //
 //	queued ──claim──► sending ──before "."──► delivering ──accepted──► sent
-//	   ▲                 │                        │
-//	   └── retry later ──┘ (failed attempt,       └── crash or broken link:
-//	       or the lease ran out: the server           uncertain, left for a
-//	       never got the final ".")                    person; never resent
+//	   ▲                 │                        │                    ▲
+//	   └── retry later ──┘ (failed attempt,       └── crash (lease     │ seen on a
+//	       or the lease ran out: the server           ran out) or      │ watched source
+//	       never got the final ".")                    broken link ──► uncertain
 //
-// A permanent refusal (5xx) ends in failed. Nothing here decides whom a
-// mail goes to: the recipient cap is a last guard against a composer bug.
+// A permanent refusal (5xx) ends in failed. An uncertain delivery is
+// logged at error level and counted (OnUncertain) once, and never resent
+// on its own: a person checks, and queues it again (Requeue) if it never
+// arrived; a copy of it read back from a watched list settles it as sent.
+// Nothing here decides whom a mail goes to: the recipient cap is a last
+// guard against a composer bug, and the opt-out list a last filter.
 package outbox
 
 import (
@@ -20,6 +24,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/emersion/go-smtp"
@@ -41,6 +47,7 @@ type Message struct {
 	From      string // envelope sender
 	To        []string
 	Raw       []byte
+	ThreadID  string // the thread it answers in, counted for the per-thread quota
 }
 
 // Step is a point in delivering one message. Tests stop the process at
@@ -67,6 +74,9 @@ type Outbox struct {
 	Lease time.Duration
 	// MaxRecipients refuses a mail with more envelope recipients; default 25.
 	MaxRecipients int
+	// OptOut are addresses never mailed (the config's list), beside those
+	// the store holds.
+	OptOut []string
 	// Retry is the first wait after a transient failure, doubled each
 	// attempt up to an hour; default one minute.
 	Retry time.Duration
@@ -75,8 +85,12 @@ type Outbox struct {
 	// metric); may be nil.
 	OnUncertain func(m store.OutboxMessage)
 
-	// step is called at every step; tests replace it.
-	step func(Step) error
+	// OnStep is called at every step of a delivery; crash tests stop the
+	// process there. Nil in production.
+	OnStep func(Step) error
+
+	wakeOnce sync.Once
+	wake     chan struct{}
 }
 
 func (o *Outbox) owner() string {
@@ -102,10 +116,24 @@ func (o *Outbox) log() *slog.Logger {
 }
 
 func (o *Outbox) hook(s Step) error {
-	if o.step != nil {
-		return o.step(s)
+	if o.OnStep != nil {
+		return o.OnStep(s)
 	}
 	return nil
+}
+
+func (o *Outbox) wakeup() chan struct{} {
+	o.wakeOnce.Do(func() { o.wake = make(chan struct{}, 1) })
+	return o.wake
+}
+
+// Wake makes Run flush now rather than at its next tick: a reply was
+// committed to the outbox.
+func (o *Outbox) Wake() {
+	select {
+	case o.wakeup() <- struct{}{}:
+	default:
+	}
 }
 
 // ErrTooManyRecipients refuses a mail to more addresses than the cap.
@@ -115,14 +143,50 @@ var ErrTooManyRecipients = errors.New("too many recipients")
 // and reports added false: a job re-run after a crash cannot queue its
 // reply twice.
 func (o *Outbox) Put(ctx context.Context, m Message) (added bool, err error) {
+	err = o.Store.Update(ctx, func(tx *store.Tx) error {
+		added, err = o.PutTx(ctx, tx, m)
+		return err
+	})
+	return added, err
+}
+
+// DefaultMaxRecipients is the recipient cap when MaxRecipients is 0.
+const DefaultMaxRecipients = 25
+
+// ErrNoRecipients means every recipient of a mail asked never to be
+// mailed again: nothing is queued.
+var ErrNoRecipients = errors.New("no recipient left: all opted out")
+
+// PutTx is Put inside the caller's transaction, so that a reply commits
+// together with what made it (the mail and the command it answers). Opted
+// out addresses are dropped from the envelope here, the last place that
+// can; a mail left with no recipient is not queued (ErrNoRecipients).
+func (o *Outbox) PutTx(ctx context.Context, tx *store.Tx, m Message) (added bool, err error) {
 	limit := o.MaxRecipients
 	if limit <= 0 {
-		limit = 25
+		limit = DefaultMaxRecipients
 	}
 	if len(m.To) > limit {
 		return false, fmt.Errorf("outbox: %s has %d recipients (at most %d): %w", m.MessageID, len(m.To), limit, ErrTooManyRecipients)
 	}
-	_, added, err = o.Store.Enqueue(ctx, store.OutboxMessage{MessageID: m.MessageID, From: m.From, Recipients: m.To, Raw: m.Raw})
+	var to []string
+	for _, a := range m.To {
+		out, err := tx.OptedOut(ctx, a)
+		if err != nil {
+			return false, err
+		}
+		for _, o := range o.OptOut {
+			out = out || strings.EqualFold(strings.TrimSpace(o), a)
+		}
+		if !out {
+			to = append(to, a)
+		}
+	}
+	if len(to) == 0 {
+		return false, fmt.Errorf("outbox: %s: %w", m.MessageID, ErrNoRecipients)
+	}
+	_, added, err = tx.Enqueue(ctx, store.OutboxMessage{MessageID: m.MessageID, From: m.From, Recipients: to,
+		Raw: m.Raw, ThreadID: m.ThreadID})
 	return added, err
 }
 
@@ -135,6 +199,9 @@ func (o *Outbox) Flush(ctx context.Context) (sent int, err error) {
 		return 0, nil
 	}
 	var errs []error
+	if err := o.markUncertain(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	// Claims are judged against the time the flush began: a message that
 	// fails now waits until a later flush, however short its backoff.
 	start := time.Now()
@@ -185,11 +252,10 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 			// server may have the mail. Leave it for a person rather
 			// than risk a second copy. (An SMTP reply to the "." is a
 			// definite answer and handled below.)
-			if o.OnUncertain != nil {
-				o.OnUncertain(*m)
+			if merr := o.Store.MoveOutbox(bg, m.ID, owner, store.Delivering, store.Uncertain, err.Error(), time.Time{}); merr != nil {
+				return errors.Join(err, merr)
 			}
-			o.log().Error("reply delivery uncertain: the server may or may not have it; not resending",
-				"message_id", m.MessageID, "err", err)
+			o.uncertain(*m, err.Error())
 			return fmt.Errorf("reply %s: outcome unknown after the final \".\": %w", m.MessageID, err)
 		}
 		from := store.Sending
@@ -209,7 +275,13 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 	if err := o.hook(StepAccepted); err != nil {
 		return err
 	}
-	if err := o.Store.MoveOutbox(bg, m.ID, owner, store.Delivering, store.Sent, "", time.Time{}); err != nil {
+	err = o.Store.MoveOutbox(bg, m.ID, owner, store.Delivering, store.Sent, "", time.Time{})
+	if errors.Is(err, store.ErrStateChanged) {
+		// Slower than our lease: the sweep called it uncertain meanwhile,
+		// and we know better now.
+		err = o.Store.MoveOutbox(bg, m.ID, owner, store.Uncertain, store.Sent, "", time.Time{})
+	}
+	if err != nil {
 		return err
 	}
 	return o.hook(StepRecorded)
@@ -226,14 +298,43 @@ func (o *Outbox) backoff(attempts int) time.Duration {
 	return min(d, time.Hour)
 }
 
-// Uncertain lists the deliveries a crash or a broken link left unknown.
-func (o *Outbox) Uncertain(ctx context.Context) ([]store.OutboxMessage, error) {
-	return o.Store.OutboxIn(ctx, store.Delivering)
+// markUncertain reports, once each, the deliveries a dead sender left at
+// the final ".": its lease ran out while the record said "delivering".
+func (o *Outbox) markUncertain(ctx context.Context) error {
+	ms, err := o.Store.MarkUncertain(ctx, time.Now())
+	for _, m := range ms {
+		o.uncertain(m, "the sender died (its lease ran out) after the final \".\" was asked for")
+	}
+	return err
 }
 
-// Run flushes at once and then every interval until ctx ends: a reply
-// that failed transiently goes out on a later round without waiting for
-// the next reply to be queued.
+func (o *Outbox) uncertain(m store.OutboxMessage, why string) {
+	if o.OnUncertain != nil {
+		o.OnUncertain(m)
+	}
+	o.log().Error("reply delivery uncertain: the server may or may not have it; not resending it. "+
+		"Check the recipients' copy, then requeue it if it never arrived",
+		"message_id", m.MessageID, "outbox_id", m.ID, "recipients", m.Recipients, "why", why)
+}
+
+// Uncertain lists the deliveries a crash or a broken link left unknown.
+func (o *Outbox) Uncertain(ctx context.Context) ([]store.OutboxMessage, error) {
+	return o.Store.OutboxIn(ctx, store.Uncertain)
+}
+
+// Requeue sends an uncertain message again, for a person who checked that
+// it never arrived.
+func (o *Outbox) Requeue(ctx context.Context, id int64) error {
+	if err := o.Store.RequeueUncertain(ctx, id); err != nil {
+		return err
+	}
+	o.Wake()
+	return nil
+}
+
+// Run flushes at once, then whenever Wake is called and at least every
+// interval, until ctx ends: a reply that failed transiently goes out on a
+// later round without waiting for the next reply to be queued.
 func (o *Outbox) Run(ctx context.Context, interval time.Duration) {
 	if o.Sender == nil {
 		return
@@ -248,6 +349,7 @@ func (o *Outbox) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-o.wakeup():
 		}
 	}
 }

@@ -53,7 +53,7 @@ func newSMTP(t *testing.T, cfg sender.Config) *sender.SMTP {
 
 func state(t *testing.T, st *store.Store, id string) *store.OutboxMessage {
 	t.Helper()
-	ms, err := st.OutboxIn(context.Background(), store.Queued, store.Sending, store.Delivering, store.Sent, store.Failed)
+	ms, err := st.OutboxIn(context.Background(), store.OutboxStates...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +80,27 @@ func TestPutCapsRecipients(t *testing.T) {
 	}
 	if added, err := o.Put(context.Background(), m); added || err != nil {
 		t.Errorf("second Put = %v, %v; want not added", added, err)
+	}
+}
+
+// An opted-out address is dropped from the envelope; a mail to nobody
+// else is not queued.
+func TestPutDropsOptedOut(t *testing.T) {
+	ctx := context.Background()
+	st := openStore(t, filepath.Join(t.TempDir(), "state.db"))
+	st.Update(ctx, func(tx *store.Tx) error { _, err := tx.OptOut(ctx, "list@patchbot.test", "test"); return err })
+	o := &Outbox{Store: st}
+	m := testMessage("optout@patchbot.test")
+	if added, err := o.Put(ctx, m); !added || err != nil {
+		t.Fatalf("Put = %v, %v", added, err)
+	}
+	if got := state(t, st, m.MessageID); fmt.Sprint(got.Recipients) != "[dev@patchbot.test]" {
+		t.Errorf("recipients = %v, want the opted-out list dropped", got.Recipients)
+	}
+	m2 := testMessage("nobody@patchbot.test")
+	m2.To = []string{"List@patchbot.test"}
+	if added, err := o.Put(ctx, m2); added || !errors.Is(err, ErrNoRecipients) {
+		t.Errorf("Put to an opted-out address alone = %v, %v; want ErrNoRecipients", added, err)
 	}
 }
 
@@ -201,7 +222,7 @@ func crashChild(spec string) int {
 	// A short lease: the restart must not wait ten minutes for a dead
 	// child's claim.
 	o := &Outbox{Store: st, Sender: smtpc, Owner: "child", Lease: 200 * time.Millisecond,
-		step: func(s Step) error {
+		OnStep: func(s Step) error {
 			if s == Step(step) {
 				kill()
 			}
@@ -233,9 +254,10 @@ var crashSteps = []struct {
 	{"body written", StepBodyWritten, store.Sent},
 	// From here the server may have the mail once the "." is sent; before
 	// it, nothing was delivered, but the record says "delivering", so the
-	// restart leaves it for a person rather than risk a copy.
-	{"delivering", StepDelivering, store.Delivering},
-	{"accepted", StepAccepted, store.Delivering},
+	// restart calls it uncertain (once its lease has run out) and leaves
+	// it for a person rather than risk a copy.
+	{"delivering", StepDelivering, store.Uncertain},
+	{"accepted", StepAccepted, store.Uncertain},
 	{"recorded", StepRecorded, store.Sent},
 }
 
@@ -251,7 +273,8 @@ func crashAndRestart(t *testing.T, step Step, wantState store.OutboxState, addr,
 		t.Fatalf("child was not killed at step %d: %v\n%s", step, err, out)
 	}
 	st := openStore(t, db)
-	o := &Outbox{Store: st, Sender: smtpc, Owner: "restart"}
+	reported := 0
+	o := &Outbox{Store: st, Sender: smtpc, Owner: "restart", OnUncertain: func(store.OutboxMessage) { reported++ }}
 	time.Sleep(300 * time.Millisecond) // the dead child's lease runs out
 	for i := 0; i < 2; i++ {           // a second restart changes nothing
 		if _, err := o.Flush(context.Background()); err != nil {
@@ -262,8 +285,11 @@ func crashAndRestart(t *testing.T, step Step, wantState store.OutboxState, addr,
 		t.Errorf("state after restart %s, want %s", got.State, wantState)
 	}
 	un, _ := o.Uncertain(context.Background())
-	if (len(un) == 1) != (wantState == store.Delivering) {
-		t.Errorf("Uncertain = %d messages, want %v", len(un), wantState == store.Delivering)
+	if (len(un) == 1) != (wantState == store.Uncertain) {
+		t.Errorf("Uncertain = %d messages, want %v", len(un), wantState == store.Uncertain)
+	}
+	if want := map[bool]int{true: 1}[wantState == store.Uncertain]; reported != want {
+		t.Errorf("the uncertain delivery was reported %d times over two flushes, want %d", reported, want)
 	}
 }
 
