@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/store"
 )
 
 // Every command follows git's habits: -h describes it and exits 0, help
@@ -81,5 +87,46 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 		if len(tc.args) > 0 && (strings.Count(errOut, "\n") != 1 || out != "") {
 			t.Errorf("%v: want one line on stderr and nothing on stdout, got %q / %q", tc.args, errOut, out)
 		}
+	}
+}
+
+// jobs and outbox show the state database, and put back what was parked.
+func TestJobsAndOutboxCommands(t *testing.T) {
+	state := t.TempDir()
+	code, out, errOut := run(t, "jobs", "--state", state, "--json")
+	if code != 0 || !strings.Contains(out, `"jobs": []`) {
+		t.Fatalf("jobs on an empty state: exit %d, %s %s", code, out, errOut)
+	}
+	if code, _, errOut := run(t, "jobs", "--state", state, "--status", "nosuch"); code != exitUsage || !strings.Contains(errOut, "--status") {
+		t.Errorf("jobs --status nosuch: exit %d, %s", code, errOut)
+	}
+	if code, _, errOut := run(t, "jobs", "unpark", "--state", state, "x"); code != exitUsage || !strings.Contains(errOut, "not an id") {
+		t.Errorf("jobs unpark x: exit %d, %s", code, errOut)
+	}
+	if code, _, _ := run(t, "jobs", "unpark", "--state", state, "42"); code != exitInfra {
+		t.Errorf("unparking a job that does not exist: exit %d, want 1", code)
+	}
+	if code, out, _ := run(t, "outbox", "--state", state, "--status", "uncertain"); code != 0 || !strings.Contains(out, "MESSAGE-ID") {
+		t.Errorf("outbox --status uncertain: exit %d, %s", code, out)
+	}
+
+	// A job the daemon died on twice is parked; unparking queues it.
+	st, err := store.Open(filepath.Join(state, "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	id, _, _ := st.AddJob(ctx, store.Job{Dedupe: "series:x:v1", Trigger: "list", Title: "[PATCH] x", Request: []byte("{}")})
+	st.ClaimJob(ctx, time.Now(), 5)
+	st.RecoverJobs(ctx, 1) // one crash is enough to park, here
+	st.Close()
+	if _, out, _ := run(t, "jobs", "--state", state, "--status", "parked"); !strings.Contains(out, "[PATCH] x") {
+		t.Fatalf("the parked job is not listed:\n%s", out)
+	}
+	if code, _, errOut := run(t, "jobs", "unpark", "--state", state, strconv.FormatInt(id, 10)); code != 0 {
+		t.Fatalf("unpark: exit %d, %s", code, errOut)
+	}
+	if _, out, _ := run(t, "jobs", "--state", state, "--status", "queued"); !strings.Contains(out, "[PATCH] x") {
+		t.Errorf("the unparked job is not queued:\n%s", out)
 	}
 }
