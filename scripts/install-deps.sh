@@ -12,8 +12,9 @@ pkgs=(
   # guest images and VMs
   squashfs-tools qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
   linux-image-amd64
-  # mail servers for the integration tests, and b4 to compare series assembly
-  dovecot-imapd postfix b4
+  # mail servers for the integration tests (public-inbox is what lore runs),
+  # and b4 to compare series assembly
+  dovecot-imapd postfix public-inbox b4
   git ca-certificates iproute2 util-linux
 )
 
