@@ -3,8 +3,8 @@ package mailbox
 import (
 	"compress/gzip"
 	"context"
-	"errors"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
