@@ -79,9 +79,11 @@ func TestAssembleFixtures(t *testing.T) {
 			patches: []string{"v2-1@demo.example", "v2-2@demo.example", "v2-3@demo.example"},
 			files:   [][]string{{"fs/demo/a.c"}, {"mm/readahead.c"}, {"fs/demo/a.c"}},
 			trailers: map[int][]string{
-				1: {"Tested-by: Carol Tester <carol@example.org>"},
+				// The Acked-by answers the cover letter: every patch has it.
+				1: {"Tested-by: Carol Tester <carol@example.org>", "Acked-by: Bob Reviewer <bob@example.org>"},
 				// Given on v1 2/3; v2 2/3 is the same change.
-				2: {"Reviewed-by: Bob Reviewer <bob@example.org>"},
+				2: {"Reviewed-by: Bob Reviewer <bob@example.org>", "Acked-by: Bob Reviewer <bob@example.org>"},
+				3: {"Acked-by: Bob Reviewer <bob@example.org>"},
 			},
 		}}},
 		{"../testdata/mailbox/missing-part.mbox", []want{{

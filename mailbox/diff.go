@@ -1,7 +1,10 @@
 package mailbox
 
 import (
+	"fmt"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -36,13 +39,97 @@ func findDiff(text string) string {
 	return checkDiff(text[start:])
 }
 
+// checkDiff keeps what b4 takes for a diff: a file header ("diff --git",
+// or "---" then "+++") with anything after it. Whether its hunks are
+// well-formed is diffProblem's question: a broken patch is still a patch.
 func checkDiff(d string) string {
-	if !strings.Contains(d, "\n@@ ") && !strings.Contains(d, "\nBinary files ") &&
-		!strings.Contains(d, "\nGIT binary patch") && !strings.Contains(d, "\nrename from ") &&
-		!strings.Contains(d, "\nnew file mode") && !strings.Contains(d, "\ndeleted file mode") {
+	if strings.HasPrefix(d, "Index: ") && !strings.Contains(d, "\n+++ ") {
 		return ""
 	}
 	return d
+}
+
+var hunkHeader = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@`)
+
+// diffProblem says why a diff cannot apply as it stands: a malformed hunk
+// header, a hunk whose lines do not match its counts, or no change at
+// all. "" means it is well-formed (whether it applies to a tree is git's
+// question).
+func diffProblem(diff string) string {
+	hunks, other := 0, false
+	oldLeft, newLeft := 0, 0
+	header := ""
+	n := 0
+	for line := range strings.Lines(diff) {
+		n++
+		line = strings.TrimRight(line, "\r\n")
+		if oldLeft > 0 || newLeft > 0 {
+			c := byte(' ')
+			if line != "" {
+				c = line[0]
+			}
+			switch c {
+			case ' ':
+				oldLeft--
+				newLeft--
+			case '-':
+				oldLeft--
+			case '+':
+				newLeft--
+			case '\\':
+				continue // "\ No newline at end of file"
+			default:
+				return fmt.Sprintf("hunk %q ends early, at line %d of the diff (%q)", header, n, clip(line))
+			}
+			if oldLeft < 0 || newLeft < 0 {
+				return fmt.Sprintf("hunk %q has more lines than its header counts (line %d of the diff)", header, n)
+			}
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "@@"):
+			m := hunkHeader.FindStringSubmatch(line)
+			if m == nil {
+				return fmt.Sprintf("malformed hunk header %q at line %d of the diff", clip(line), n)
+			}
+			header = clip(line)
+			oldLeft, newLeft = hunkCount(m[2]), hunkCount(m[4])
+			hunks++
+		case strings.HasPrefix(line, "GIT binary patch"), strings.HasPrefix(line, "Binary files "),
+			strings.HasPrefix(line, "old mode "), strings.HasPrefix(line, "new mode "),
+			strings.HasPrefix(line, "rename from "), strings.HasPrefix(line, "copy from "),
+			strings.HasPrefix(line, "new file mode "), strings.HasPrefix(line, "deleted file mode "):
+			other = true
+		case strings.HasPrefix(line, "--- "), strings.HasPrefix(line, "+++ "):
+		case hunks > 0 && (strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-")):
+			return fmt.Sprintf("hunk %q has more lines than its header counts (line %d of the diff)", header, n)
+		}
+	}
+	if oldLeft > 0 || newLeft > 0 {
+		return fmt.Sprintf("hunk %q is cut short: %d old and %d new lines missing at the end", header, max(oldLeft, 0), max(newLeft, 0))
+	}
+	if hunks == 0 && !other {
+		return "the diff has no hunks"
+	}
+	return ""
+}
+
+func hunkCount(s string) int {
+	if s == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // DiffFiles lists the files a diff touches (new paths; the old path for a

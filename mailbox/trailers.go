@@ -1,0 +1,185 @@
+package mailbox
+
+import (
+	"regexp"
+	"strings"
+)
+
+// Which follow-up lines are trailers, as b4 reads them (b4 0.17's rules,
+// written anew here):
+//   - a line "Name: value" whose name is a word of ASCII (quoted lines,
+//     "> Reviewed-by:", never match), above the "-- " signature;
+//   - a person trailer names someone: its value holds an address. Any name
+//     goes (Reviewed-by, Acked-by, Co-developed-by, Reported-by, ...);
+//   - a few trailers name no one: Fixes (a commit hash), Link, BugLink,
+//     Closes (the only ones that may hold a URL), Obsoleted-by;
+//   - mail-header-like names (From, To, Cc, Subject, Date, Message-ID,
+//     Base-commit, Change-ID, ...) and contact lines (Phone, Email) are not
+//     trailers;
+//   - an address mangled by a mail client ("Name <a@b.c<mailto:a@b.c>>")
+//     is cleaned to "Name <a@b.c>";
+//   - a person trailer counts only when it names the sender (the same
+//     address, give or take a "+tag" or a subdomain, or the same name):
+//     a trailer pasted from someone else's mail is not theirs to give.
+var (
+	trailerLine   = regexp.MustCompile(`^\s*(\w\S+):\s+(\S.*)`)
+	personValue   = regexp.MustCompile(`\S+@\S+\.\S+`)
+	urlValue      = regexp.MustCompile(`https?://`)
+	fixesValue    = regexp.MustCompile(`^[0-9a-fA-F]{6,}`)
+	mailtoJunk    = regexp.MustCompile(`<mailto:[^>]+>`)
+	nameAddr      = regexp.MustCompile(`^(.*?)\s*<([^>]+)>\s*$`)
+	hashtagInfo   = regexp.MustCompile(`(.*\S+)(\s+#[^#]+)$`)
+	wrappedFixes  = regexp.MustCompile(`(?m)^(\S+:\s+[\da-f]+\s+\([^)]+)\n([^\n]+\))`)
+	wrappedPerson = regexp.MustCompile(`(?m)^(\S+:\s+[^<\n]+)\n(<[^>\n]+>)$`)
+)
+
+var (
+	notTrailers  = map[string]bool{"phone": true, "mail": true, "email": true, "e-mail": true, "prerequisite-message-id": true}
+	headerNames  = map[string]bool{"subject": true, "date": true, "from": true}
+	linkNames    = map[string]bool{"link": true, "buglink": true, "closes": true}
+	nonPerson    = map[string]bool{"link": true, "buglink": true, "closes": true, "fixes": true, "subject": true, "date": true, "obsoleted-by": true, "change-id": true, "base-commit": true}
+	notFollowups = map[string]bool{"from": true, "author": true, "cc": true, "to": true, "date": true, "subject": true,
+		"subscribe": true, "unsubscribe": true, "base-commit": true, "change-id": true, "message-id": true}
+	utilityNames = map[string]bool{"fixes": true, "link": true, "buglink": true, "closes": true, "obsoleted-by": true,
+		"message-id": true, "change-id": true, "base-commit": true, "based-on": true}
+)
+
+// findTrailers returns the trailer-shaped lines of a follow-up's body.
+func findTrailers(body string) []Trailer {
+	body, _, _ = strings.Cut(body, "\n-- \n")
+	body = strings.TrimSpace(strings.ReplaceAll(body, "\r\n", "\n")) + "\n"
+	// Trailers wrapped by a mail client onto two lines.
+	body = wrappedFixes.ReplaceAllString(body, "$1 $2")
+	body = wrappedPerson.ReplaceAllString(body, "$1 $2")
+	var out []Trailer
+	other := false
+	for line := range strings.Lines(body) {
+		line = strings.TrimRight(line, "\r\n")
+		m := trailerLine.FindStringSubmatch(line)
+		if m == nil {
+			if strings.TrimSpace(line) != "" {
+				other = true
+			}
+			continue
+		}
+		name, value := m[1], m[2]
+		low := strings.ToLower(name)
+		switch {
+		case notTrailers[low], other && headerNames[low], !isASCII(low):
+			continue
+		case !personValue.MatchString(value) && !nonPerson[low]:
+			continue
+		case urlValue.MatchString(value) && !linkNames[low]:
+			continue
+		case low == "fixes" && !fixesValue.MatchString(value):
+			continue
+		case notFollowups[low]:
+			continue
+		}
+		if h := hashtagInfo.FindStringSubmatch(value); h != nil {
+			value = h[1]
+		}
+		out = append(out, Trailer{Name: name, Value: cleanTrailerValue(low, strings.TrimSpace(value))})
+	}
+	return out
+}
+
+// cleanTrailerValue normalises a person trailer to "Name <addr>".
+func cleanTrailerValue(low, v string) string {
+	if utilityNames[low] || strings.Contains(v, "://") || !personValue.MatchString(v) {
+		return v
+	}
+	v = mailtoJunk.ReplaceAllString(v, "")
+	if m := nameAddr.FindStringSubmatch(v); m != nil {
+		name, addr := strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
+		if name == "" {
+			return addr
+		}
+		return name + " <" + addr + ">"
+	}
+	return strings.TrimSpace(v)
+}
+
+// isPerson says whether a trailer names someone (and so must name the
+// sender of the mail that gives it).
+func (t Trailer) isPerson() bool {
+	low := strings.ToLower(t.Name)
+	return !utilityNames[low] && !strings.Contains(t.Value, "://") && personValue.MatchString(t.Value)
+}
+
+// trailerAddr splits "Name <addr>" (or a bare address).
+func trailerAddr(v string) (name, addr string) {
+	if m := nameAddr.FindStringSubmatch(v); m != nil {
+		return strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
+	}
+	return "", strings.TrimSpace(v)
+}
+
+// givenBySender says whether a person trailer names the sender, as b4
+// does without --sloppy-trailers.
+func givenBySender(t Trailer, fromName, fromAddr string) bool {
+	name, addr := trailerAddr(t.Value)
+	if sameAddr(addr, fromAddr) {
+		return true
+	}
+	tl, hl := strings.ToLower(name), strings.ToLower(fromName)
+	if tl != "" && tl == hl {
+		return true
+	}
+	// "Last, First" in From: every part must be in the header name.
+	if strings.Index(hl, ",") > 0 {
+		for _, chunk := range strings.Split(hl, ",") {
+			if !strings.Contains(hl, strings.TrimSpace(chunk)) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// sameAddr compares addresses as b4 does: case-insensitively, ignoring a
+// "+tag" in the local part, and one domain being a subdomain of the other
+// (foo@linux.intel.com is foo@intel.com).
+func sameAddr(a, b string) bool {
+	a, b = strings.ToLower(a), strings.ToLower(b)
+	if a == b {
+		return a != ""
+	}
+	al, ad, ok1 := strings.Cut(a, "@")
+	bl, bd, ok2 := strings.Cut(b, "@")
+	if !ok1 || !ok2 {
+		return false
+	}
+	al, _, _ = strings.Cut(al, "+")
+	bl, _, _ = strings.Cut(bl, "+")
+	if al != bl {
+		return false
+	}
+	if ad == bd {
+		return true
+	}
+	dots := strings.Count(ad, ".") - strings.Count(bd, ".")
+	return (dots == 1 || dots == -1) && (strings.HasSuffix(ad, "."+bd) || strings.HasSuffix(bd, "."+ad))
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// fromNameAddr splits a Message's From ("Name <addr>").
+func fromNameAddr(from string) (string, string) {
+	name, addr := trailerAddr(from)
+	if addr == "" || !strings.Contains(addr, "@") {
+		return name, AddrOf(from)
+	}
+	if name == "" {
+		name = addr
+	}
+	return strings.Trim(name, `"`), addr
+}
