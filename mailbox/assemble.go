@@ -104,12 +104,18 @@ func classify(msgs []*Message) ([]*entry, map[string]*entry) {
 		switch {
 		case e.subj.Reply || replyShaped.MatchString(m.Subject):
 			e.kind = reply
+		case m.Diff == "" && (m.InReplyTo != "" || len(m.References) > 0) && len(findTrailers(m.Body)) > 0:
+			// A review that forgot "Re:". As in b4, this comes before the
+			// cover letter test: a 0/n that answers an earlier mail and
+			// holds trailer-like lines (base-commit:) is a follow-up too,
+			// so trailers answering it are not the series' (b4 0.17 does
+			// the same; it still serves as the cover letter, by its
+			// diffstat).
+			e.kind = reply
 		case e.subj.Counted() && e.subj.Index == 0:
 			e.kind = cover
 		case m.Diff != "":
 			e.kind = patch
-		case (m.InReplyTo != "" || len(m.References) > 0) && len(findTrailers(m.Body)) > 0:
-			e.kind = reply // a review that forgot "Re:"
 		}
 		if e.kind == patch && !e.subj.Counted() {
 			e.subj.Index, e.subj.Total = 1, 1
@@ -561,7 +567,7 @@ func followupTrailers(m *Message) []Trailer {
 	name, addr := fromNameAddr(m.From)
 	var out []Trailer
 	for _, t := range findTrailers(m.Body) {
-		if t.isPerson() && !givenBySender(t, name, addr) {
+		if notFollowups[strings.ToLower(t.Name)] || t.isPerson() && !givenBySender(t, name, addr) {
 			continue
 		}
 		t.MessageID = m.MessageID

@@ -44,7 +44,9 @@ var (
 		"message-id": true, "change-id": true, "base-commit": true, "based-on": true}
 )
 
-// findTrailers returns the trailer-shaped lines of a follow-up's body.
+// findTrailers returns the trailer-shaped lines of a body, header-like
+// ones (base-commit:) included: b4 takes a mail that answers another and
+// has any of them for a follow-up. followupTrailers drops those.
 func findTrailers(body string) []Trailer {
 	body, _, _ = strings.Cut(body, "\n-- \n")
 	body = strings.TrimSpace(strings.ReplaceAll(body, "\r\n", "\n")) + "\n"
@@ -73,13 +75,13 @@ func findTrailers(body string) []Trailer {
 			continue
 		case low == "fixes" && !fixesValue.MatchString(value):
 			continue
-		case notFollowups[low]:
-			continue
 		}
+		// A " # comment" after the value stays with it, as b4 keeps it.
+		info := ""
 		if h := hashtagInfo.FindStringSubmatch(value); h != nil {
-			value = h[1]
+			value, info = h[1], h[2]
 		}
-		out = append(out, Trailer{Name: name, Value: cleanTrailerValue(low, strings.TrimSpace(value))})
+		out = append(out, Trailer{Name: name, Value: cleanTrailerValue(low, strings.TrimSpace(value)) + info})
 	}
 	return out
 }
@@ -104,11 +106,18 @@ func cleanTrailerValue(low, v string) string {
 // sender of the mail that gives it).
 func (t Trailer) isPerson() bool {
 	low := strings.ToLower(t.Name)
+	if low == "fixes" {
+		return false
+	}
 	return !utilityNames[low] && !strings.Contains(t.Value, "://") && personValue.MatchString(t.Value)
 }
 
-// trailerAddr splits "Name <addr>" (or a bare address).
+// trailerAddr splits "Name <addr>" (or a bare address), without a
+// trailing " # comment".
 func trailerAddr(v string) (name, addr string) {
+	if h := hashtagInfo.FindStringSubmatch(v); h != nil && strings.Contains(h[1], "@") {
+		v = h[1]
+	}
 	if m := nameAddr.FindStringSubmatch(v); m != nil {
 		return strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
 	}
