@@ -74,10 +74,17 @@ var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) 
 //
 // A mail over DefaultLimits is refused with a *LimitError before it costs
 // more than a scan.
-func ParseBytes(raw []byte) (*Message, error) {
+func ParseBytes(raw []byte) (m *Message, err error) {
 	if err := DefaultLimits.check(raw); err != nil {
 		return nil, err
 	}
+	defer func() {
+		// A parser bug met by hostile mail is that mail's error, not the
+		// daemon's end.
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("parsing mail: internal error: %v", r)
+		}
+	}()
 	src := bytes.NewReader(raw)
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(src)
@@ -91,7 +98,7 @@ func ParseBytes(raw []byte) (*Message, error) {
 		return nil, ErrNotMail
 	}
 	header := message.Header{Header: th}
-	m := &Message{Raw: raw}
+	m = &Message{Raw: raw}
 	m.readHeader(gomail.Header{Header: header})
 	bodyStart := len(raw) - src.Len() - br.Buffered()
 	if !m.readPlainBody(header, raw[bodyStart:]) {
