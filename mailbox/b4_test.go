@@ -263,6 +263,14 @@ func TestCoverTrailersApplied(t *testing.T) {
 		}
 	}
 
+	path, err := s.WriteAmFile(filepath.Join(t.TempDir(), "out"))
+	if err != nil || filepath.Base(path) != "v2_20261103_ada_demo_two_changes.mbx" {
+		t.Fatalf("WriteAmFile: %s, %v", path, err)
+	}
+	if data, _ := os.ReadFile(path); strings.Count(string(data), want.String()) != 2 {
+		t.Errorf("%s lacks the cover trailers:\n%s", path, data)
+	}
+
 	c := Assemble(readFixture(t, "../testdata/b4/corrupt-hunk.mbox"))[0]
 	data, _ = c.MarshalJSON()
 	if !c.Complete || len(c.Patches) != 2 || !strings.Contains(string(data), `"corrupt":"malformed hunk header`) ||

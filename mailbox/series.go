@@ -7,6 +7,8 @@ import (
 	"io"
 	"mime"
 	"net/mail"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -155,6 +157,23 @@ func (s *Series) AmName() string {
 		slug = string(r[:100])
 	}
 	return slug + ".mbx"
+}
+
+// WriteAmFile writes the am-ready mbox (trailers applied, as b4 am -o
+// does) into dir, made if need be, as AmName, and returns its path.
+func (s *Series) WriteAmFile(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("writing the series mbox: %w", err)
+	}
+	path := filepath.Join(dir, s.AmName())
+	var buf bytes.Buffer
+	if err := s.WriteMbox(&buf); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("writing the series mbox: %w", err)
+	}
+	return path, nil
 }
 
 // Files lists every file the series touches, sorted, each once.
