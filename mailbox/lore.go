@@ -228,7 +228,14 @@ func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, strin
 			q := url.Values{"q": {fmt.Sprintf("rt:%d..", set.low)}, "x": {"A"}, "o": {strconv.Itoa(o)}}
 			page, err := l.feed(ctx, "?"+q.Encode())
 			if err != nil {
-				return cur, err
+				if ctx.Err() != nil {
+					return cur, err
+				}
+				// An archive without search: deliver what the feed has
+				// rather than stall on every Poll, and say what may be lost.
+				logOr(l.Logger).Error("cannot page back through the archive; mail received since may be missed",
+					"list", l.List.String(), "since", time.Unix(set.low, 0).UTC(), "err", err)
+				break
 			}
 			for _, e := range page {
 				if !seen(e.updated.Unix(), e.key) {
