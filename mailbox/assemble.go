@@ -160,14 +160,13 @@ func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry
 }
 
 func threadKey(e *entry, byID map[string]*entry, referenced map[string]bool) string {
+	// Up to the root; a bounded walk, as Message-IDs can form a loop.
 	top := e
-	visited := map[*entry]bool{e: true}
 	for range 1000 {
 		p := parentOf(top, byID)
-		if p == nil || visited[p] {
+		if p == nil || p == e {
 			break
 		}
-		visited[p] = true
 		top = p
 	}
 	m := top.msg
@@ -469,9 +468,10 @@ func collectTrailers(thread []*entry, byID map[string]*entry, coverMsg *Message)
 			continue
 		}
 		parent := parentOf(e, byID)
-		visited := map[*entry]bool{e: true}
-		for parent != nil && !visited[parent] {
-			visited[parent] = true
+		for range 1000 {
+			if parent == nil || parent == e {
+				break
+			}
 			if parent.kind == patch {
 				byPatch[parent.msg.MessageID] = appendNew(byPatch[parent.msg.MessageID], trs)
 				break
