@@ -104,16 +104,16 @@ func (l *Lore) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 }
 
 func (l *Lore) get(ctx context.Context, ref string) (*http.Response, error) {
-	u := l.List.ResolveReference(&url.URL{Path: ref})
-	if q, ok := strings.CutPrefix(ref, "?"); ok {
-		u = l.List.ResolveReference(&url.URL{RawQuery: q})
+	// ref is relative to the list and already escaped ("<msgid>/raw",
+	// "?q=..."); "./" keeps a ':' in a Message-ID from reading as a scheme.
+	rel, err := url.Parse("./" + ref)
+	if strings.HasPrefix(ref, "?") {
+		rel, err = &url.URL{RawQuery: ref[1:]}, nil
 	}
-	if strings.Contains(ref, "://") {
-		var err error
-		if u, err = url.Parse(ref); err != nil {
-			return nil, fmt.Errorf("lore link %q: %w", ref, err)
-		}
+	if err != nil {
+		return nil, fmt.Errorf("lore path %q: %w", ref, err)
 	}
+	u := l.List.ResolveReference(rel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -343,12 +343,12 @@ func linkKey(link string) string {
 	return link
 }
 
-// raw fetches one message. public-inbox serves /raw in mboxrd form: a
+// raw fetches one message from the list, by the Message-ID in the feed's
+// link: the link's own host is not trusted (nor needed: behind a proxy it
+// may name another). public-inbox serves /raw in mboxrd form: a
 // "From mboxrd@z ..." line first, and ">From " lines quoted.
 func (l *Lore) raw(ctx context.Context, link string) ([]byte, error) {
-	if !strings.HasSuffix(link, "/") {
-		link += "/"
-	}
+	link = url.PathEscape(linkKey(link)) + "/"
 	resp, err := l.get(ctx, link+"raw")
 	if err != nil {
 		return nil, err

@@ -264,18 +264,26 @@ func TestLorePublicInboxFeed(t *testing.T) {
 	}
 	// A body line starting "From " survives mboxrd quoting.
 	fromLine := []byte("From: Eve <eve@example.org>\nTo: linux-demo@example.org\nSubject: a line\n" +
-		"Date: Mon, 9 Nov 2026 10:00:00 +0000\nMessage-ID: <fromline@example.org>\n\nFirst\nFrom here on it is quoted.\n>From this too.\n")
+		"Date: Mon, 9 Nov 2026 10:00:00 +0000\nMessage-ID: <from/line+1:2@example.org>\n\nFirst\nFrom here on it is quoted.\n>From this too.\n")
 	srv.Deliver(t, fromLine)
 	for _, m := range msgs[5:9] {
 		srv.Deliver(t, m.Raw)
 	}
 	cur = poll(cur)
-	want := []string{"fromline@example.org", "v2-0@demo.example", "v2-1@demo.example", "v2-2@demo.example", "v2-3@demo.example"}
+	want := []string{"from/line+1:2@example.org", "v2-0@demo.example", "v2-1@demo.example", "v2-2@demo.example", "v2-3@demo.example"}
 	if !reflect.DeepEqual(ids(), want) {
 		t.Fatalf("second poll: %v, want %v", ids(), want)
 	}
 	if b := got[0].Body; b != "First\nFrom here on it is quoted.\n>From this too.\n" {
 		t.Errorf("From lines: %q", b)
+	}
+	// A Message-ID with '/', '+' and ':' reads as a thread too.
+	th, err := NewLore(srv.MessageURL("from/line+1:2@example.org"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := Collect(t.Context(), th); err != nil || len(msgs) != 1 || msgs[0].MessageID != "from/line+1:2@example.org" {
+		t.Fatalf("thread of an odd Message-ID: %v, %v", msgs, err)
 	}
 	if poll(cur); len(got) != 0 {
 		t.Fatalf("nothing new, got %v", ids())
