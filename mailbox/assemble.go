@@ -104,7 +104,7 @@ func classify(msgs []*Message) ([]*entry, map[string]*entry) {
 		switch {
 		case e.subj.Reply || replyShaped.MatchString(m.Subject):
 			e.kind = reply
-		case m.Diff == "" && (m.InReplyTo != "" || len(m.References) > 0) && len(findTrailers(m.Body)) > 0:
+		case m.Diff == "" && (m.InReplyTo != "" || len(m.References) > 0) && hasTrailer(m.Body):
 			// A review that forgot "Re:". As in b4, this comes before the
 			// cover letter test: a 0/n that answers an earlier mail and
 			// holds trailer-like lines (base-commit:) is a follow-up too,

@@ -2,7 +2,6 @@ package mailbox
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -49,7 +48,49 @@ func checkDiff(d string) string {
 	return d
 }
 
-var hunkHeader = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@`)
+// parseHunkHeader reads "@@ -a[,b] +c[,d] @@..." and returns b and d
+// (1 when left out), as `^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@` would.
+func parseHunkHeader(line string) (oldN, newN int, ok bool) {
+	rest, ok := strings.CutPrefix(line, "@@ -")
+	if !ok {
+		return 0, 0, false
+	}
+	var o, n int
+	if o, rest, ok = hunkRange(rest); !ok {
+		return 0, 0, false
+	}
+	if rest, ok = strings.CutPrefix(rest, " +"); !ok {
+		return 0, 0, false
+	}
+	if n, rest, ok = hunkRange(rest); !ok || !strings.HasPrefix(rest, " @@") {
+		return 0, 0, false
+	}
+	return o, n, true
+}
+
+// hunkRange reads "start[,count]" and returns count.
+func hunkRange(s string) (int, string, bool) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, s, false
+	}
+	s = s[i:]
+	if !strings.HasPrefix(s, ",") {
+		return 1, s, true
+	}
+	j := 1
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j == 1 {
+		return 0, s, false
+	}
+	n, err := strconv.Atoi(s[1:j])
+	return n, s[j:], err == nil
+}
 
 // diffProblem says why a diff cannot apply as it stands: a malformed hunk
 // header, a hunk whose lines do not match its counts, or no change at
@@ -88,12 +129,12 @@ func diffProblem(diff string) string {
 		}
 		switch {
 		case strings.HasPrefix(line, "@@"):
-			m := hunkHeader.FindStringSubmatch(line)
-			if m == nil {
+			o, nw, ok := parseHunkHeader(line)
+			if !ok {
 				return fmt.Sprintf("malformed hunk header %q at line %d of the diff", clip(line), n)
 			}
 			header = clip(line)
-			oldLeft, newLeft = hunkCount(m[2]), hunkCount(m[4])
+			oldLeft, newLeft = o, nw
 			hunks++
 		case strings.HasPrefix(line, "GIT binary patch"), strings.HasPrefix(line, "Binary files "),
 			strings.HasPrefix(line, "old mode "), strings.HasPrefix(line, "new mode "),
@@ -112,17 +153,6 @@ func diffProblem(diff string) string {
 		return "the diff has no hunks"
 	}
 	return ""
-}
-
-func hunkCount(s string) int {
-	if s == "" {
-		return 1
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0
-	}
-	return n
 }
 
 func clip(s string) string {

@@ -22,10 +22,6 @@ import (
 //     address, give or take a "+tag" or a subdomain, or the same name):
 //     a trailer pasted from someone else's mail is not theirs to give.
 var (
-	trailerLine   = regexp.MustCompile(`^\s*(\w\S+):\s+(\S.*)`)
-	personValue   = regexp.MustCompile(`\S+@\S+\.\S+`)
-	urlValue      = regexp.MustCompile(`https?://`)
-	fixesValue    = regexp.MustCompile(`^[0-9a-fA-F]{6,}`)
 	mailtoJunk    = regexp.MustCompile(`<mailto:[^>]+>`)
 	nameAddr      = regexp.MustCompile(`^(.*?)\s*<([^>]+)>\s*$`)
 	hashtagInfo   = regexp.MustCompile(`(.*\S+)(\s+#[^#]+)$`)
@@ -48,50 +44,133 @@ var (
 // ones (base-commit:) included: b4 takes a mail that answers another and
 // has any of them for a follow-up. followupTrailers drops those.
 func findTrailers(body string) []Trailer {
-	body, _, _ = strings.Cut(body, "\n-- \n")
-	body = strings.TrimSpace(strings.ReplaceAll(body, "\r\n", "\n")) + "\n"
-	// Trailers wrapped by a mail client onto two lines.
-	body = wrappedFixes.ReplaceAllString(body, "$1 $2")
-	body = wrappedPerson.ReplaceAllString(body, "$1 $2")
 	var out []Trailer
+	scanTrailers(body, func(t Trailer) bool {
+		out = append(out, t)
+		return true
+	})
+	return out
+}
+
+// hasTrailer says whether findTrailers would find any.
+func hasTrailer(body string) bool {
+	found := false
+	scanTrailers(body, func(Trailer) bool {
+		found = true
+		return false
+	})
+	return found
+}
+
+// scanTrailers calls fn with each trailer of body until fn returns false.
+// It is on the path of every follow-up, so the common lines are judged
+// without regular expressions.
+func scanTrailers(body string, fn func(Trailer) bool) {
+	body, _, _ = strings.Cut(body, "\n-- \n")
+	if strings.IndexByte(body, '\r') >= 0 {
+		body = strings.ReplaceAll(body, "\r\n", "\n")
+	}
+	body = strings.TrimSpace(body) + "\n"
+	// Trailers wrapped by a mail client onto two lines.
+	if strings.Contains(body, ")\n") {
+		body = wrappedFixes.ReplaceAllString(body, "$1 $2")
+	}
+	if strings.Contains(body, "\n<") {
+		body = wrappedPerson.ReplaceAllString(body, "$1 $2")
+	}
 	other := false
 	for line := range strings.Lines(body) {
 		line = strings.TrimRight(line, "\r\n")
-		m := trailerLine.FindStringSubmatch(line)
-		if m == nil {
+		name, value, ok := trailerShape(line)
+		if !ok {
 			if strings.TrimSpace(line) != "" {
 				other = true
 			}
 			continue
 		}
-		name, value := m[1], m[2]
 		low := strings.ToLower(name)
 		switch {
 		case notTrailers[low], other && headerNames[low], !isASCII(low):
 			continue
-		case !personValue.MatchString(value) && !nonPerson[low]:
+		case !hasAddress(value) && !nonPerson[low]:
 			continue
-		case urlValue.MatchString(value) && !linkNames[low]:
+		case (strings.Contains(value, "http://") || strings.Contains(value, "https://")) && !linkNames[low]:
 			continue
-		case low == "fixes" && !fixesValue.MatchString(value):
+		case low == "fixes" && !hexPrefix(value, 6):
 			continue
 		}
 		// A " # comment" after the value stays with it, as b4 keeps it.
 		info := ""
-		if h := hashtagInfo.FindStringSubmatch(value); h != nil {
-			value, info = h[1], h[2]
+		if strings.IndexByte(value, '#') >= 0 {
+			if h := hashtagInfo.FindStringSubmatch(value); h != nil {
+				value, info = h[1], h[2]
+			}
 		}
-		out = append(out, Trailer{Name: name, Value: cleanTrailerValue(low, strings.TrimSpace(value)) + info})
+		if !fn(Trailer{Name: name, Value: cleanTrailerValue(low, strings.TrimSpace(value)) + info}) {
+			return
+		}
 	}
-	return out
+}
+
+// trailerShape matches `^\s*(\w\S+):\s+(\S.*)`: a first word of at least
+// two characters, starting with a letter, digit or '_', that ends in ':'
+// and is followed by blanks and a value.
+func trailerShape(line string) (name, value string, ok bool) {
+	rest := strings.TrimLeft(line, " \t\f")
+	end := strings.IndexAny(rest, " \t\f")
+	if end < 3 || rest[end-1] != ':' {
+		return "", "", false
+	}
+	c := rest[0]
+	if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+		return "", "", false
+	}
+	value = strings.TrimLeft(rest[end:], " \t\f")
+	if value == "" {
+		return "", "", false
+	}
+	return rest[:end-1], value, true
+}
+
+// hasAddress matches `\S+@\S+\.\S+`: an '@' inside a word, with a '.'
+// later in that word that is not right after the '@' nor its last char.
+func hasAddress(v string) bool {
+	for i := 1; i < len(v); i++ {
+		if v[i] != '@' || isSpace(v[i-1]) || i+1 >= len(v) || isSpace(v[i+1]) {
+			continue
+		}
+		for j := i + 2; j < len(v)-1 && !isSpace(v[j]); j++ {
+			if v[j] == '.' && !isSpace(v[j+1]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' }
+
+func hexPrefix(v string, n int) bool {
+	if len(v) < n {
+		return false
+	}
+	for i := 0; i < n; i++ {
+		c := v[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // cleanTrailerValue normalises a person trailer to "Name <addr>".
 func cleanTrailerValue(low, v string) string {
-	if utilityNames[low] || strings.Contains(v, "://") || !personValue.MatchString(v) {
+	if utilityNames[low] || strings.Contains(v, "://") || !hasAddress(v) {
 		return v
 	}
-	v = mailtoJunk.ReplaceAllString(v, "")
+	if strings.Contains(v, "<mailto:") {
+		v = mailtoJunk.ReplaceAllString(v, "")
+	}
 	if m := nameAddr.FindStringSubmatch(v); m != nil {
 		name, addr := strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
 		if name == "" {
@@ -109,7 +188,7 @@ func (t Trailer) isPerson() bool {
 	if low == "fixes" {
 		return false
 	}
-	return !utilityNames[low] && !strings.Contains(t.Value, "://") && personValue.MatchString(t.Value)
+	return !utilityNames[low] && !strings.Contains(t.Value, "://") && hasAddress(t.Value)
 }
 
 // trailerAddr splits "Name <addr>" (or a bare address), without a
