@@ -23,7 +23,6 @@ import (
 //     a trailer pasted from someone else's mail is not theirs to give.
 var (
 	mailtoJunk    = regexp.MustCompile(`<mailto:[^>]+>`)
-	nameAddr      = regexp.MustCompile(`^(.*?)\s*<([^>]+)>\s*$`)
 	hashtagInfo   = regexp.MustCompile(`(.*\S+)(\s+#[^#]+)$`)
 	wrappedFixes  = regexp.MustCompile(`(?m)^(\S+:\s+[\da-f]+\s+\([^)]+)\n([^\n]+\))`)
 	wrappedPerson = regexp.MustCompile(`(?m)^(\S+:\s+[^<\n]+)\n(<[^>\n]+>)$`)
@@ -70,7 +69,7 @@ func scanTrailers(body string, fn func(Trailer) bool) {
 	if strings.IndexByte(body, '\r') >= 0 {
 		body = strings.ReplaceAll(body, "\r\n", "\n")
 	}
-	body = strings.TrimSpace(body) + "\n"
+	body = strings.TrimSpace(body)
 	// Trailers wrapped by a mail client onto two lines.
 	if strings.Contains(body, ")\n") {
 		body = wrappedFixes.ReplaceAllString(body, "$1 $2")
@@ -171,14 +170,33 @@ func cleanTrailerValue(low, v string) string {
 	if strings.Contains(v, "<mailto:") {
 		v = mailtoJunk.ReplaceAllString(v, "")
 	}
-	if m := nameAddr.FindStringSubmatch(v); m != nil {
-		name, addr := strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
+	if name, addr, ok := splitNameAddr(v); ok {
 		if name == "" {
 			return addr
 		}
 		return name + " <" + addr + ">"
 	}
 	return strings.TrimSpace(v)
+}
+
+// splitNameAddr matches `^(.*?)\s*<([^>]+)>\s*$` and returns both groups
+// trimmed.
+func splitNameAddr(v string) (name, addr string, ok bool) {
+	v = strings.TrimRight(v, " \t\n\r\f")
+	if !strings.HasSuffix(v, ">") {
+		return "", "", false
+	}
+	end := len(v) - 1
+	k := strings.LastIndexByte(v[:end], '>')
+	lt := strings.IndexByte(v[k+1:end], '<')
+	if lt < 0 {
+		return "", "", false
+	}
+	lt += k + 1
+	if lt+1 >= end {
+		return "", "", false
+	}
+	return strings.TrimSpace(v[:lt]), strings.TrimSpace(v[lt+1 : end]), true
 }
 
 // isPerson says whether a trailer names someone (and so must name the
@@ -194,11 +212,13 @@ func (t Trailer) isPerson() bool {
 // trailerAddr splits "Name <addr>" (or a bare address), without a
 // trailing " # comment".
 func trailerAddr(v string) (name, addr string) {
-	if h := hashtagInfo.FindStringSubmatch(v); h != nil && strings.Contains(h[1], "@") {
-		v = h[1]
+	if strings.IndexByte(v, '#') >= 0 {
+		if h := hashtagInfo.FindStringSubmatch(v); h != nil && strings.Contains(h[1], "@") {
+			v = h[1]
+		}
 	}
-	if m := nameAddr.FindStringSubmatch(v); m != nil {
-		return strings.TrimSpace(m[1]), strings.TrimSpace(m[2])
+	if name, addr, ok := splitNameAddr(v); ok {
+		return name, addr
 	}
 	return "", strings.TrimSpace(v)
 }

@@ -13,6 +13,7 @@ import (
 func TestTrailerShapeIsTheRegexp(t *testing.T) {
 	line := regexp.MustCompile(`^\s*(\w\S+):\s+(\S.*)`)
 	addr := regexp.MustCompile(`\S+@\S+\.\S+`)
+	nameAddr := regexp.MustCompile(`^(.*?)\s*<([^>]+)>\s*$`)
 	var lines []string
 	for _, raw := range fixtureMails(t) {
 		for l := range strings.Lines(string(raw)) {
@@ -33,6 +34,10 @@ func TestTrailerShapeIsTheRegexp(t *testing.T) {
 		m := line.FindStringSubmatch(l)
 		if ok != (m != nil) || ok && (name != m[1] || value != m[2]) {
 			t.Fatalf("trailerShape(%q) = %q %q %v, regexp %q", l, name, value, ok, m)
+		}
+		na := nameAddr.FindStringSubmatch(l)
+		if n, a, ok := splitNameAddr(l); ok != (na != nil) || ok && (n != strings.TrimSpace(na[1]) || a != strings.TrimSpace(na[2])) {
+			t.Fatalf("splitNameAddr(%q) = %q %q %v, regexp %q", l, n, a, ok, na)
 		}
 		if hasAddress(l) != addr.MatchString(l) {
 			t.Fatalf("hasAddress(%q) = %v, regexp %v", l, hasAddress(l), addr.MatchString(l))
