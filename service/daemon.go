@@ -311,7 +311,7 @@ func (in *ingest) act(ctx context.Context) error {
 			"an allowed sender can ask with #patchbot test in its thread", "from", in.origin.Sender)
 		return nil
 	}
-	view, err := in.threadSeries(ctx, "")
+	view, err := in.threadSeries(ctx, "", false)
 	if err != nil {
 		return err
 	}
@@ -380,8 +380,9 @@ type threadView struct {
 }
 
 // threadSeries assembles the series of the mail's thread, leaving out one
-// mail (the command being answered).
-func (in *ingest) threadSeries(ctx context.Context, skip string) (*threadView, error) {
+// mail (the command being answered): the newest version of each, or with
+// all every version (for mailbox.Choose).
+func (in *ingest) threadSeries(ctx context.Context, skip string, all bool) (*threadView, error) {
 	stored, err := in.tx.Thread(ctx, in.thread)
 	if err != nil {
 		return nil, err
@@ -398,7 +399,11 @@ func (in *ingest) threadSeries(ctx context.Context, skip string) (*threadView, e
 		v.origins[m.MessageID], v.viaList[m.MessageID] = o, in.listMail(sm.Source, o)
 		msgs = append(msgs, m)
 	}
-	v.series = mailbox.Assemble(msgs)
+	if all {
+		v.series = mailbox.AssembleVersions(msgs)
+	} else {
+		v.series = mailbox.Assemble(msgs)
+	}
 	return v, nil
 }
 
@@ -485,16 +490,13 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		return nil
 	}
 	cmds, ignored := mailbox.FoldCommands(all, mailbox.MaxCommands)
-	view, err := in.threadSeries(ctx, m.MessageID)
+	view, err := in.threadSeries(ctx, m.MessageID, true)
 	if err != nil {
 		return err
 	}
-	var target *mailbox.Series
-	for _, s := range view.series {
-		if len(s.Patches) > 0 && (target == nil || s.Version > target.Version) {
-			target = s
-		}
-	}
+	// The series a command tests is the one `patchbot run` would: the
+	// newest complete version (an incomplete one cannot be applied).
+	target, _, _ := mailbox.Choose(view.series, 0)
 	asker := Asker{Address: o.Sender, Authenticated: d.sources[in.source].Trusted || o.DKIMPass(d.Config.Commands.AuthservIDs)}
 	for i, c := range cmds {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
@@ -626,7 +628,7 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 	c := req.Incomplete
 	return d.Store.Update(ctx, func(tx *store.Tx) error {
 		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
-		view, err := in.threadSeries(ctx, "")
+		view, err := in.threadSeries(ctx, "", false)
 		if err != nil {
 			return err
 		}

@@ -89,7 +89,7 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 			return 0, err // lore did not answer: ours, a 500
 		}
 	}
-	series, _, err := mailbox.Choose(mailbox.Assemble(msgs), 0)
+	series, _, err := mailbox.Choose(mailbox.AssembleVersions(msgs), 0)
 	if err != nil {
 		return 0, fmt.Errorf("%v: %w", err, web.ErrRefused)
 	}

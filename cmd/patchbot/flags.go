@@ -94,7 +94,7 @@ func parseIMAPURL(raw string) (*mailbox.IMAPConfig, error) {
 }
 
 // seriesToTest reads every mail of the source and chooses the series to
-// test as the daemon does (mailbox.Assemble, then mailbox.Choose): the
+// test as the daemon does (mailbox.AssembleVersions, then mailbox.Choose): the
 // newest complete version, or the one asked for. Notes about the choice go
 // to stderr.
 func seriesToTest(ctx context.Context, c mailbox.SourceConfig, version int, stderr io.Writer) (*mailbox.Series, error) {
@@ -106,7 +106,7 @@ func seriesToTest(ctx context.Context, c mailbox.SourceConfig, version int, stde
 	if err != nil {
 		return nil, err
 	}
-	s, notes, err := mailbox.Choose(mailbox.Assemble(msgs), version)
+	s, notes, err := mailbox.Choose(mailbox.AssembleVersions(msgs), version)
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "note:", n)
 	}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/patchbot/patchbot/mailbox"
@@ -57,17 +55,12 @@ func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir
 		if outDir == "-" {
 			return s.WriteMbox(stdout)
 		}
-		path := filepath.Join(outDir, amName(s))
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		path, err := s.WriteAmFile(outDir)
 		if err != nil {
 			return err
 		}
-		if err := s.WriteMbox(f); err != nil {
-			f.Close()
-			return err
-		}
 		fmt.Fprintf(stderr, "wrote %s (v%d, %d patch(es)); apply it with: git am -3 %s\n", path, s.Version, len(s.Patches), path)
-		return f.Close()
+		return nil
 	}
 	src, err := mailbox.Open(sc, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
@@ -86,37 +79,6 @@ func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir
 	}
 	writeSeriesText(stdout, series)
 	return nil
-}
-
-// amName is the file -o writes: v2_20261201_author_title.mbx, as b4 names it.
-func amName(s *mailbox.Series) string {
-	who := mailbox.AddrOf(s.Author)
-	if i := strings.IndexByte(who, '@'); i > 0 {
-		who = who[:i]
-	}
-	var b strings.Builder
-	for _, r := range strings.ToLower(s.Title) {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
-			b.WriteRune(r)
-		case b.Len() > 0 && !strings.HasSuffix(b.String(), "_"):
-			b.WriteByte('_')
-		}
-		if b.Len() >= 40 {
-			break
-		}
-	}
-	return fmt.Sprintf("v%d_%s_%s_%s.mbx", s.Version, s.Date.UTC().Format("20060102"),
-		strings.Trim(sanitizeName(who), "_"), strings.Trim(b.String(), "_"))
-}
-
-func sanitizeName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
-			return r
-		}
-		return '_'
-	}, s)
 }
 
 // writeJSON writes v indented, with "Name <addr>" kept readable.

@@ -88,7 +88,7 @@ func TestSeriesWritesAmMbox(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	files, _ := filepath.Glob(filepath.Join(dir, "*.mbx"))
-	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), "v1_2026") {
+	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), "20260724_usama_arif_squashfs") {
 		t.Fatalf("-o wrote %v", files)
 	}
 	data, _ := os.ReadFile(files[0])
