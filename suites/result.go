@@ -45,4 +45,12 @@ type Result struct {
 	// Notes carries facts a reader of the report needs, e.g. the model's
 	// predicted wake-ups per release for the same shape.
 	Notes map[string]string `json:"notes,omitempty"`
+	// Plan is the rule that decided the number of rounds (Plan.Rule, e.g.
+	// reports/stats.Rule's text), empty for a fixed number; Stop says why
+	// the rounds ended (StopFixed, StopSettled, StopMax).
+	Plan string `json:"plan,omitempty"`
+	Stop string `json:"stop,omitempty"`
+	// Rounds records every round run on this kernel, repeated ones too,
+	// with the host's load around it.
+	Rounds []Round `json:"rounds,omitempty"`
 }

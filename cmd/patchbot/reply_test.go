@@ -21,7 +21,7 @@ func TestCompareCommand(t *testing.T) {
 	if err := runCompare([]string{filepath.Join(dir, "base.json"), filepath.Join(dir, "patched.json")}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"The patch improves", "%stddev", "wakeups_per_release (count)"} {
+	for _, want := range []string{"Improvement: the patch", "%stddev", "wakeups_per_release (count)"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("compare output lacks %q:\n%s", want, out.String())
 		}

@@ -34,7 +34,10 @@ type Options struct {
 	Suite   string
 	Profile string // default "quick"
 	Kernels []Kernel
-	Rounds  int // default 1
+	Rounds  int // default 1; a fixed number of rounds, unless Plan is set
+	// Plan decides the number of rounds instead of Rounds (for example
+	// reports.Plan's sequential rule).
+	Plan    *suites.Plan
 	CPUs    int // default DefaultCPUs, the same for every kernel
 	MemMiB  int // default DefaultMemMiB
 	Backend string
@@ -137,7 +140,11 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 			k.Label, info.KernelRelease, info.Accel, o.CPUs, o.MemMiB, info.BootDuration.Round(1e8))
 		sides = append(sides, suites.Side{Label: k.Label, Guest: inst, Accel: info.Accel, Params: params})
 	}
-	results, err := suites.RunAB(ctx, cfg, sides, o.Rounds, progress)
+	plan := suites.FixedPlan(o.Rounds)
+	if o.Plan != nil {
+		plan = *o.Plan
+	}
+	results, err := suites.RunAB(ctx, cfg, sides, plan, progress)
 	if err != nil {
 		return nil, err
 	}
