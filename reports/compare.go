@@ -508,3 +508,64 @@ func Plan(rule stats.Rule, opt Options) suites.Plan {
 		},
 	}
 }
+
+// Replay judges results measured with a fixed number of rounds as a
+// sequential run under rule would have been judged: round by round from
+// rule.Min, it returns the comparison of the first rounds at the first look
+// where the primary metrics were settled, else at rule.Max (or the last
+// round measured). Rounds are interleaved the same way in both designs, so
+// the answer is the one the sequential run would have given.
+func Replay(base, patched []suites.Result, rule stats.Rule, opt Options) (*Comparison, error) {
+	if err := rule.Validate(); err != nil {
+		return nil, err
+	}
+	opt.Rule = &rule
+	last := min(maxRound(base), maxRound(patched))
+	var c *Comparison
+	for n := min(rule.Min, last); n <= min(rule.Max, last); n++ {
+		var err error
+		c, err = Compare(firstRounds(base, n), firstRounds(patched, n), opt)
+		if err != nil {
+			return nil, err
+		}
+		if c.Settled() {
+			break
+		}
+	}
+	if c == nil {
+		return nil, errors.New("replaying results: no rounds")
+	}
+	return c, nil
+}
+
+func maxRound(rs []suites.Result) int {
+	n := 0
+	for _, r := range rs {
+		for _, s := range r.Samples {
+			n = max(n, s.Round)
+		}
+	}
+	return n
+}
+
+// firstRounds keeps the samples of rounds 1 to n.
+func firstRounds(rs []suites.Result, n int) []suites.Result {
+	out := make([]suites.Result, len(rs))
+	for i, r := range rs {
+		r.Samples = nil
+		for _, s := range rs[i].Samples {
+			if s.Round <= n {
+				r.Samples = append(r.Samples, s)
+			}
+		}
+		r.Rounds = nil
+		for _, rd := range rs[i].Rounds {
+			if rd.N <= n {
+				r.Rounds = append(r.Rounds, rd)
+			}
+		}
+		r.Plan, r.Stop = "", ""
+		out[i] = r
+	}
+	return out
+}

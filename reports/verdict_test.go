@@ -49,8 +49,12 @@ type metric struct {
 // results makes the two kernels' results of cache-contention from metrics,
 // one sample per run, as RunAB returns them.
 func results(ms []metric) (base, patched []suites.Result) {
-	b := suites.Result{Suite: "cache-contention", Kernel: "base"}
-	p := suites.Result{Suite: "cache-contention", Kernel: "patched"}
+	return resultsOf("cache-contention", ms)
+}
+
+func resultsOf(suite string, ms []metric) (base, patched []suites.Result) {
+	b := suites.Result{Suite: suite, Kernel: "base"}
+	p := suites.Result{Suite: suite, Kernel: "patched"}
 	params := map[string]string{"threads": "64"}
 	for _, m := range ms {
 		for i, v := range m.base {
@@ -425,5 +429,34 @@ func TestLayoutNote(t *testing.T) {
 	}
 	if n := LayoutNote([]byte("# CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B is not set\n")); n != "" {
 		t.Errorf("note %q for a config without the option", n)
+	}
+}
+
+// Replay gives the sequential rule's answer on results of a fixed number
+// of rounds: a clear change stops at the first look, noise runs to the
+// last, which is judged at the last look's level.
+func TestReplay(t *testing.T) {
+	ten := func(gm, s float64) []float64 { return append(runs(gm, s), runs(gm*1.001, s)...) }
+	rule := stats.Rule{Min: 3, Max: 8, Alpha: 0.05, Interim: 0.001}
+	tests := []struct {
+		name  string
+		ms    []metric
+		runs  int
+		level float64
+	}{
+		{"clear", []metric{{"read-storm", "wakeups_per_release", "wakeups/release", false, ten(19, 0.02), ten(0.97, 0.02)}}, 3, 0.001},
+		{"noisy", []metric{{"read-storm", "files_per_s", "files/s", true, ten(100, 0.3), ten(100, 0.3)}}, 8, 0.045},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, p := results(tt.ms)
+			c, err := Replay(b, p, rule, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j := c.Suites[0]; j.Runs != tt.runs || !near(j.Level, tt.level, 1e-12) || c.Rows[0].Base.N != tt.runs {
+				t.Errorf("stopped after %d runs at level %v, want %d at %v", j.Runs, j.Level, tt.runs, tt.level)
+			}
+		})
 	}
 }

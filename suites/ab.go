@@ -293,6 +293,12 @@ func merge(acc, round *Result) *Result {
 			acc.Notes[k] = v
 		}
 	}
+	for k, v := range round.Phases {
+		if acc.Phases == nil {
+			acc.Phases = map[string]float64{}
+		}
+		acc.Phases[k] += v
+	}
 	acc.Finished = round.Finished
 	return acc
 }

@@ -16,7 +16,11 @@ import (
 // runCacheContention runs the stat storm, the small-file read storm and the
 // mixed operations, each from cold caches, with T threads.
 func runCacheContention(r *round) error {
-	img, err := mountImage(r.params[ParamImage])
+	var img *mountedImage
+	err := r.timed(PhaseStage, func() (err error) {
+		img, err = mountImage(r.params[ParamImage])
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -33,7 +37,7 @@ func runCacheContention(r *round) error {
 		if err := r.ctx.Err(); err != nil {
 			return err
 		}
-		if err := dropCaches(); err != nil {
+		if err := r.timed(PhaseDropCaches, dropCaches); err != nil {
 			return err
 		}
 		var err error

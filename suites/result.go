@@ -53,4 +53,7 @@ type Result struct {
 	// Rounds records every round run on this kernel, repeated ones too,
 	// with the host's load around it.
 	Rounds []Round `json:"rounds,omitempty"`
+	// Phases is the time in seconds each phase of the rounds took, summed
+	// over the rounds (PhaseStage, PhaseWorkload, ...).
+	Phases map[string]float64 `json:"phases,omitempty"`
 }
