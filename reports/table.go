@@ -96,6 +96,7 @@ func WritePrimary(w io.Writer, c *Comparison) error {
 	if len(rows) == 0 {
 		return nil
 	}
+	byRank(rows)
 	tw.line("     base   patched  change  95%% interval       metric")
 	group := ""
 	for _, r := range rows {
@@ -106,7 +107,7 @@ func WritePrimary(w io.Writer, c *Comparison) error {
 		b, p := centres(r)
 		change, iv := "", ""
 		if r.Interval.Defined {
-			change, iv = ratioText(r.Interval.Ratio), "["+ratioText(r.Interval.Low)+", "+ratioText(r.Interval.High)+"]"
+			change, iv = intervalText(r.Interval)
 		}
 		prefix := pad(formatValue(b), 9, true) + " " + pad(formatValue(p), 9, true) + " " +
 			pad(change, 7, true) + " " + pad(iv, 18, false) + " " + pad(judgement(r), 6, false) + " "
@@ -136,13 +137,19 @@ func judgement(r Row) string {
 	return "open"
 }
 
-// ratioText writes a ratio as a change: "-94.9%", "+61%", and from a
-// doubling as a factor, "2.6x".
-func ratioText(r float64) string {
-	if r >= 2 {
-		return times(r)
+// intervalText writes a change and its interval: "-94.9%" and "[-95.6%,
+// -94.1%]", or from a doubling on as factors, "2.6x" and "[2.1x, 3.2x]";
+// an interval that reaches below a doubling stays in percent, "[-35.8%,
+// +190%]".
+func intervalText(iv stats.Interval) (change, bounds string) {
+	if iv.Ratio >= 2 && iv.Low >= 2 {
+		return times(iv.Ratio), "[" + times(iv.Low) + ", " + times(iv.High) + "]"
 	}
-	return signedPct(r - 1)
+	change = signedPct(iv.Ratio - 1)
+	if iv.Ratio >= 2 {
+		change = times(iv.Ratio)
+	}
+	return change, "[" + signedPct(iv.Low-1) + ", " + signedPct(iv.High-1) + "]"
 }
 
 // missing lists the counters a kernel could not provide: they are absent

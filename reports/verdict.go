@@ -125,10 +125,11 @@ func claim(r Row, first bool) string {
 	return s + " by " + magnitude(r.Interval) + " (" + bounds(r.Interval, first) + ")"
 }
 
-// magnitude is the size of a change in words: "2.6x" from a doubling,
-// "90%" for a rise below it, "94.9%" for a fall.
+// magnitude is the size of a change in words: "2.6x" from a doubling
+// (when the whole interval is one), "90%" for a smaller rise, "94.9%" for
+// a fall.
 func magnitude(iv stats.Interval) string {
-	if iv.Ratio >= 2 {
+	if iv.Ratio >= 2 && iv.Low >= 2 {
 		return times(iv.Ratio)
 	}
 	return pct(math.Abs(iv.Ratio - 1))
@@ -139,7 +140,7 @@ func magnitude(iv stats.Interval) string {
 func bounds(iv stats.Interval, label bool) string {
 	var s string
 	switch {
-	case iv.Ratio >= 2 && iv.Low >= 1:
+	case iv.Ratio >= 2 && iv.Low >= 2:
 		s = times(iv.Low) + " to " + times(iv.High)
 	case iv.Ratio > 1 && iv.Low >= 1:
 		s = pct(iv.Low-1) + " to " + pct(iv.High-1)

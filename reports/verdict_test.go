@@ -136,7 +136,7 @@ func TestRegressionLeadsWhenPrimaryMetricsRegress(t *testing.T) {
 	}
 	v := Verdict(c)
 	for _, want := range []string{"Regression: the patch lowers read-storm throughput by 26% (95% interval",
-		"and raises read-storm scheduler wake-ups per cache release from 9.5 to 19, by 2.0x",
+		"and raises read-storm scheduler wake-ups per cache release from 9.5 to 19, by 100% (85.9% to 115%)",
 		"1 more primary metric regressed (below)"} {
 		if !strings.Contains(v, want) {
 			t.Errorf("verdict lacks %q:\n%s", want, v)
