@@ -92,8 +92,8 @@ type Row struct {
 
 // Guards that keep a significant row from being called a change.
 const (
-	GuardNoiseFloor = "below the noise floor"
-	GuardOverlap    = "the two kernels' runs overlap"
+	GuardNoiseFloor = stats.GuardNoiseFloor
+	GuardOverlap    = stats.GuardOverlap
 )
 
 // Better reports whether the patched kernel moved this metric the good way.
@@ -418,7 +418,7 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 			r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
 			r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
 			if r.Significant {
-				r.Guard = guard(*r, st.j.NoiseFloor, f.pairs[i])
+				r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
 				r.Called = r.Guard == ""
 			}
 			if !j.Judged {
@@ -449,27 +449,6 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		c.Rows[i].oneCell = len(cells[[2]string{c.Rows[i].Suite, c.Rows[i].Workload}]) == 1
 	}
 	return c, nil
-}
-
-// guard says why a significant change is not to be called one, as the
-// kernel test robot's comparisons do: a change smaller than the noise
-// floor (what two boots of one kernel differ by), or one whose two kernels'
-// runs overlap heavily (either kernel's median inside the middle half, the
-// interquartile range, of the other's runs). The middle half, rather than
-// LKP's whole range, so that one outlying run neither hides a change nor
-// makes one. "" when the change stands.
-func guard(r Row, floor float64, p stats.Pair) string {
-	if r.Interval.Defined && floor > 0 {
-		if math.Abs(math.Log(r.Interval.Ratio)) < math.Log1p(floor) {
-			return GuardNoiseFloor
-		}
-	}
-	b, q := r.Base, r.Patched
-	inside := func(x float64, s stats.Summary) bool { return x >= s.Q1 && x <= s.Q3 }
-	if inside(b.Median, q) || inside(q.Median, b) {
-		return GuardOverlap
-	}
-	return ""
 }
 
 func countSamples(rs []suites.Result) int {

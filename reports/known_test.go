@@ -15,8 +15,9 @@ import (
 //
 //	seed-*          the seed patch: an improvement of its primary metrics
 //	comment-only-*  a patch that changes a comment: no change
-//	aa-*            the base kernel on both sides: no significant change
-//	                on any metric, primary or derived
+//	aa-*            the base kernel on both sides: no change on any metric,
+//	                primary or derived (a significant one that a guard stops
+//	                is logged)
 //
 // docs/reports.md says how each was measured.
 func TestKnownAnswers(t *testing.T) {
@@ -28,6 +29,9 @@ func TestKnownAnswers(t *testing.T) {
 		t.Fatal("no recorded runs in testdata/known")
 	}
 	for _, dir := range dirs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue // the README
+		}
 		name := filepath.Base(dir)
 		t.Run(name, func(t *testing.T) {
 			base, err := ReadResults(filepath.Join(dir, BaseFile))
@@ -55,16 +59,16 @@ func TestKnownAnswers(t *testing.T) {
 				}
 			case strings.HasPrefix(name, "aa-"):
 				for _, r := range c.Rows {
-					if r.Significant {
-						t.Errorf("A/A: %s changed significantly (%+.1f%%, adjusted p %.3g)", r.Name(), 100*(r.Interval.Ratio-1), r.AdjustedP)
+					switch {
+					case r.Called:
+						t.Errorf("A/A: %s changed (%+.1f%%, adjusted p %.3g)", r.Name(), 100*(r.Interval.Ratio-1), r.AdjustedP)
+					case r.Significant:
+						t.Logf("A/A: %s significant (%+.1f%%), not called: %s", r.Name(), 100*(r.Interval.Ratio-1), r.Guard)
 					}
 				}
 			default:
 				t.Fatalf("%s: no known answer for this name", name)
 			}
 		})
-	}
-	if _, err := os.Stat(filepath.Join("testdata", "known")); err != nil {
-		t.Fatal(err)
 	}
 }

@@ -230,3 +230,27 @@ func Settled(js []Judgement) bool {
 	}
 	return true
 }
+
+// Guards that keep a significant change from being called one.
+const (
+	GuardNoiseFloor = "below the noise floor"
+	GuardOverlap    = "the two kernels' runs overlap"
+)
+
+// Guard says why a significant change is not to be called one, as the
+// kernel test robot's comparisons do: a change smaller than the noise floor
+// (a fraction: what two boots of one kernel differ by), or one whose two
+// kernels' runs overlap heavily (either kernel's median inside the middle
+// half, the interquartile range, of the other's runs). The middle half,
+// rather than LKP's whole range, so that one outlying run neither hides a
+// change nor makes one. "" when the change stands.
+func Guard(base, patched Summary, iv Interval, floor float64) string {
+	if iv.Defined && floor > 0 && math.Abs(math.Log(iv.Ratio)) < math.Log1p(floor) {
+		return GuardNoiseFloor
+	}
+	inside := func(x float64, s Summary) bool { return x >= s.Q1 && x <= s.Q3 }
+	if inside(base.Median, patched) || inside(patched.Median, base) {
+		return GuardOverlap
+	}
+	return ""
+}

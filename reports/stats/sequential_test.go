@@ -110,6 +110,23 @@ type sim struct {
 // rule's maximum, and returns the family's judgements at the last look and
 // the number of runs a side.
 func (s sim) run(rng *rand.Rand) ([]Judgement, int) {
+	js, _, n := s.runFamily(rng)
+	return js, n
+}
+
+// called counts the significant judgements that the guards let through
+// (noise floor floor).
+func called(js []Judgement, fam []Pair, floor float64) int {
+	n := 0
+	for i, j := range js {
+		if j.Significant && Guard(Summarize(fam[i].Base), Summarize(fam[i].Patched), j.Interval, floor) == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (s sim) runFamily(rng *rand.Rand) ([]Judgement, []Pair, int) {
 	fam := make([]Pair, len(s.noise))
 	for n := 1; ; n++ {
 		for side := 0; side < 2; side++ {
@@ -132,7 +149,7 @@ func (s sim) run(rng *rand.Rand) ([]Judgement, int) {
 		}
 		js := JudgeFamily(LogWelch, s.level(n), s.smallest, fam)
 		if n >= s.rule.Max || Settled(js) || s.greedy && anySignificant(js) {
-			return js, n
+			return js, fam, n
 		}
 	}
 }
@@ -176,16 +193,19 @@ func TestSequentialAAFalsePositives(t *testing.T) {
 		{"control: stop at the first significance, plain alpha", sim{rule: rule, level: plain, smallest: 0.1, noise: tcg, greedy: true}, true},
 	} {
 		rng := rand.New(rand.NewPCG(15, 1))
-		flagged, runs := 0, 0
+		flagged, calls, runs := 0, 0, 0
 		for i := 0; i < sequences; i++ {
-			js, n := sc.sim.run(rng)
+			js, fam, n := sc.sim.runFamily(rng)
 			if anySignificant(js) {
 				flagged++
 			}
+			if called(js, fam, 0.05) > 0 {
+				calls++
+			}
 			runs += n
 		}
-		t.Logf("%s: %d of %d A/A sequences flagged a change (%.1f%%), %.1f runs a side on average",
-			sc.name, flagged, sequences, 100*float64(flagged)/sequences, float64(runs)/sequences)
+		t.Logf("%s: %d of %d A/A sequences flagged a significant change (%.1f%%), %d called one past the guards (5%% floor), %.1f runs a side on average",
+			sc.name, flagged, sequences, 100*float64(flagged)/sequences, calls, float64(runs)/sequences)
 		switch {
 		case !sc.inflated && flagged > limit:
 			t.Errorf("%s: %d of %d A/A sequences flagged a change, want at most %d (alpha %g)", sc.name, flagged, sequences, limit, rule.Alpha)
