@@ -446,9 +446,11 @@ func Tags(c *Comparison, from, report string) []string {
 // (which a mean hides), and primary changes the guards did not call.
 func Notes(c *Comparison) []string {
 	var out []string
-	if c.Repeated > 0 {
-		out = append(out, fmt.Sprintf("%s repeated because the host was busy around %s.",
-			plural(c.Repeated, "round was"), map[bool]string{true: "it", false: "them"}[c.Repeated == 1]))
+	switch {
+	case c.Repeated == 1:
+		out = append(out, "1 round was repeated because the host was busy around it.")
+	case c.Repeated > 1:
+		out = append(out, fmt.Sprintf("%d rounds were repeated because the host was busy around them.", c.Repeated))
 	}
 	for _, b := range c.Busy {
 		before, after := 0.0, 0.0
