@@ -145,6 +145,8 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 	c.record(r, workload, params)
 	c.close()
 	r.spent(PhaseArm, t1.Sub(t0))
+	r.spent(PhaseArm+"/release-trace", c.armRelease)
+	r.spent(PhaseArm+"/perf", c.armPerf)
 	r.spent(PhaseWorkload, t2.Sub(t1))
 	r.spent(PhaseCollect, time.Since(t2))
 	return nil
@@ -155,7 +157,7 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 const (
 	PhaseStage      = "stage"       // copying the image into tmpfs and mounting it
 	PhaseDropCaches = "drop-caches" // sync and drop_caches before each workload
-	PhaseArm        = "arm"         // opening the counters, kprobes and hist triggers
+	PhaseArm        = "arm"         // opening the counters, kprobes and hist triggers (of which arm/release-trace and arm/perf)
 	PhaseWorkload   = "workload"    // the measured workloads themselves
 	PhaseCollect    = "collect"     // reading counters and histograms, disarming
 )
