@@ -179,6 +179,11 @@ func TestSequentialAAFalsePositives(t *testing.T) {
 	for _, n := range tcg {
 		modal = append(modal, noise{cv: n.cv, mix: 0.2, modeAt: 0.5})
 	}
+	// The log-scale spread of cache-contention's eight primary metrics in
+	// a measured A/A run (reports/testdata/known/aa-1): read-storm files/s,
+	// wake-ups per release, p99; mixed ops/s, p99, wake-ups per release;
+	// stat-storm files/s, p99.
+	measured := measuredNoise()
 	plain := func(int) float64 { return rule.Alpha }
 	// alpha*sequences = 100; binomial sd about 10.
 	limit := int(rule.Alpha*sequences + 3*math.Sqrt(rule.Alpha*(1-rule.Alpha)*sequences))
@@ -190,6 +195,7 @@ func TestSequentialAAFalsePositives(t *testing.T) {
 		{"quiet host (noise 2-6%)", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: quiet}, false},
 		{"TCG (noise 5-35%)", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: tcg}, false},
 		{"TCG, one run in five in a second mode", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: modal}, false},
+		{"as measured: cache-contention's 8 primary metrics in aa-1", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: measured}, false},
 		{"control: stop at the first significance, plain alpha", sim{rule: rule, level: plain, smallest: 0.1, noise: tcg, greedy: true}, true},
 	} {
 		rng := rand.New(rand.NewPCG(15, 1))
@@ -215,6 +221,11 @@ func TestSequentialAAFalsePositives(t *testing.T) {
 	}
 }
 
+// measuredSpread is the log-scale standard deviation of each primary
+// metric of cache-contention over the 20 runs of the measured A/A
+// (reports/testdata/known/aa-1; the mean of the two kernels' values).
+var measuredSpread = []float64{0.21, 0.06, 0.36, 0.23, 0.26, 0.10, 0.28, 0.35}
+
 // The rule's power, the control of the A/A test: the seed's shape (read
 // storm throughput 1.9x, wake-ups per release 20 to 1, three more primary
 // metrics unchanged) is found in nearly every sequence; with quiet noise the
@@ -230,9 +241,14 @@ func TestSequentialFindsTheSeed(t *testing.T) {
 	}{
 		{"quiet host", []noise{{cv: 0.05}, {cv: 0.03}, {cv: 0.03}, {cv: 0.04}, {cv: 0.03}}, 6, 490},
 		{"TCG", []noise{{cv: 0.15}, {cv: 0.05}, {cv: 0.10}, {cv: 0.20}, {cv: 0.10}}, 10, 475},
+		{"as measured in aa-1 (8 primary metrics)", measuredNoise(), 10, 450},
 	} {
 		rng := rand.New(rand.NewPCG(15, 2))
-		s := sim{rule: DefaultRule, level: DefaultRule.Level, smallest: 0.1, noise: sc.noise, effect: effect}
+		eff := effect
+		if len(sc.noise) != len(eff) {
+			eff = []float64{1.9, 0.12, 1, 1, 1, 1, 1, 1}
+		}
+		s := sim{rule: DefaultRule, level: DefaultRule.Level, smallest: 0.1, noise: sc.noise, effect: eff}
 		found, runs := 0, 0
 		for i := 0; i < sequences; i++ {
 			js, n := s.run(rng)
@@ -249,6 +265,14 @@ func TestSequentialFindsTheSeed(t *testing.T) {
 				sc.name, found, sequences, sc.minFound, mean, sc.maxMean)
 		}
 	}
+}
+
+func measuredNoise() []noise {
+	var out []noise
+	for _, s := range measuredSpread {
+		out = append(out, noise{cv: math.Sqrt(math.Expm1(s * s))})
+	}
+	return out
 }
 
 func TestModesFalseFlags(t *testing.T) {
