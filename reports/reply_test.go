@@ -46,8 +46,8 @@ func TestReplyGolden(t *testing.T) {
 		deny []string // phrases it must not contain
 	}{
 		{"squashfs-improvement",
-			[]string{"The patch improves", "cuts", "significant", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run"},
-			[]string{"No significant change"}},
+			[]string{"Improvement: the patch", "cuts", "95% interval", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run"},
+			[]string{"No change", "Regression"}},
 		{"fuse-rfc-build-failure",
 			[]string{"does not build", "'expires' undeclared", "fs/fuse/dev.c:1240:9"},
 			[]string{"%change", "improves"}},
@@ -58,8 +58,8 @@ func TestReplyGolden(t *testing.T) {
 			[]string{"does not boot", "Kernel panic - not syncing"},
 			[]string{"%change"}},
 		{"aa-no-change",
-			[]string{"No significant change"},
-			[]string{"The patch improves", "The patch cuts"}},
+			[]string{"No change: none of the", "No significant change in the"},
+			[]string{"Improvement", "Regression", "The patch improves", "The patch cuts"}},
 		{"readahead-warning",
 			[]string{"-Wunused-function", "readers=16", "lt256K"},
 			nil},

@@ -48,4 +48,15 @@ type Result struct {
 	// Model is the reference model's prediction for the run's shape
 	// (cache-contention only).
 	Model *Prediction `json:"model,omitempty"`
+	// Plan is the rule that decided the number of rounds (Plan.Rule, e.g.
+	// reports/stats.Rule's text), empty for a fixed number; Stop says why
+	// the rounds ended (StopFixed, StopSettled, StopMax).
+	Plan string `json:"plan,omitempty"`
+	Stop string `json:"stop,omitempty"`
+	// Rounds records every round run on this kernel, repeated ones too,
+	// with the host's load around it.
+	Rounds []Round `json:"rounds,omitempty"`
+	// Phases is the time in seconds each phase of the rounds took, summed
+	// over the rounds (PhaseStage, PhaseWorkload, ...).
+	Phases map[string]float64 `json:"phases,omitempty"`
 }

@@ -25,7 +25,7 @@ func TestCompareCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"The patch improves", "%stddev", "wakeups_per_release (count)"} {
+	for _, want := range []string{"Improvement: the patch", "%stddev", "wakeups_per_release (count)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("compare output lacks %q:\n%s", want, out)
 		}

@@ -42,8 +42,11 @@ type Options struct {
 	Suite   string
 	Profile string // default "quick"
 	Kernels []Kernel
-	Runs    int // rounds per kernel, interleaved; default 1
-	VM      VMConfig
+	Runs    int // rounds per kernel, interleaved; default 1; a fixed number unless Plan is set
+	// Plan decides the number of rounds instead of Runs (for example
+	// reports.Plan's sequential rule).
+	Plan *suites.Plan
+	VM   VMConfig
 	// Progress gets a line per stage and per round; nil for none.
 	Progress io.Writer
 	// CacheDir holds the suite images; default images.CacheDir()/fsimage.
@@ -189,7 +192,11 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
 		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: inst, Accel: info.Accel, Params: params})
 	}
-	results, err := suites.RunAB(ctx, cfg, sides, o.Runs, progress)
+	plan := suites.FixedPlan(o.Runs)
+	if o.Plan != nil {
+		plan = *o.Plan
+	}
+	results, err := suites.RunAB(ctx, cfg, sides, plan, progress)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +214,8 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 type Spec struct {
 	Suite   string
 	Profile string
-	Runs    int
+	Runs    int // a fixed number of rounds per kernel, unless Plan is set
+	Plan    *suites.Plan
 	Base    *images.Build
 	Patched *images.Build
 	// Progress gets a line per boot and round.
@@ -234,7 +242,7 @@ type Tester struct {
 // Test runs one suite on the base and patched kernels.
 func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir,
+		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir,
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
