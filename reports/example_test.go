@@ -34,7 +34,7 @@ func ExampleCompare() {
 	reports.WriteTable(os.Stdout, c, reports.Commits{})
 	// Output:
 	// Improvement: the patch cuts read-storm scheduler wake-ups per cache release from 9.7 to 1.1, by 88.7% (95% interval 87.7% to 89.5%).
-	// patchbot noticed a 88.7% reduction of cache-contention.read-storm.wakeups_per_release
+	// patchbot noticed an 88.7% reduction of cache-contention.read-storm.wakeups_per_release
 	//
 	//      base   patched  change  95% interval       metric
 	// cache-contention / read-storm

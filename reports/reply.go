@@ -94,7 +94,18 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
 		data.Verdict = Verdict(c)
+		data.Headline = Headline(c)
+		data.Notes = Notes(c)
+		data.RunsLine = RunsLine(c)
+		// A regression's reply suggests the tags for the fix, Closes:
+		// pointing at this reply on lore.
+		data.Tags = Tags(c, from.String(), "https://lore.kernel.org/r/"+replyID(run, from.Address))
 		var buf bytes.Buffer
+		if err := WritePrimary(&buf, c); err != nil {
+			return nil, err
+		}
+		data.Primary = strings.TrimRight(buf.String(), "\n")
+		buf.Reset()
 		commits := Commits{Base: run.BaseCommit, BaseTitle: run.BaseTitle,
 			Patched: run.PatchedCommit, PatchedTitle: stripTags(run.Thread.Subject)}
 		if run.PatchedCommit == run.BaseCommit {
@@ -147,20 +158,33 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
-	h.MessageID = trimID(run.ReplyID)
-	if h.MessageID == "" {
-		h.MessageID = messageID(run, from.Address)
-	}
+	h.MessageID = replyID(run, from.Address)
 	return &Reply{Header: h, Body: text}, nil
+}
+
+// replyID is the reply's Message-ID: the run's own, or one derived from
+// the run.
+func replyID(run *Run, from string) string {
+	if id := trimID(run.ReplyID); id != "" {
+		return id
+	}
+	return messageID(run, from)
 }
 
 type replyData struct {
 	Run     *Run
 	Intro   string
 	Verdict string
-	Table   string
-	Extra   string
-	Model   string
+	// Headline is the robot's opening line for the top primary change.
+	Headline string
+	// Primary lists each primary metric with its interval and state.
+	Primary  string
+	Notes    []string
+	Tags     []string
+	RunsLine string
+	Table    string
+	Extra    string
+	Model    string
 }
 
 func failureVerdict(run *Run) string {

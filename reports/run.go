@@ -74,6 +74,9 @@ type Run struct {
 	BaseTitle     string `json:"base_title,omitempty"` // e.g. "Linux 6.1.192 (Debian linux-source-6.1)"
 	PatchedCommit string `json:"patched_commit,omitempty"`
 	ConfigHash    string `json:"config_hash"`
+	// Layout says how the kernels' code layout was pinned (LayoutNote of
+	// their config), so that a change cannot come from alignment alone.
+	Layout string `json:"layout,omitempty"`
 	ConfigPath    string `json:"config_path,omitempty"` // where a reader gets the config
 	Compiler      string `json:"compiler"`
 	CPUs          int    `json:"cpus"`

@@ -418,13 +418,24 @@ func Headline(c *Comparison) string {
 	})()
 	switch {
 	case len(worse) > 0:
-		return fmt.Sprintf("patchbot noticed a %+.1f%% regression of %s", change, worse[0].Name())
+		return noticed(fmt.Sprintf("%+.1f%%", change), "regression", worse[0].Name())
 	case len(better) > 0 && better[0].HigherIsBetter:
-		return fmt.Sprintf("patchbot noticed a %.1f%% improvement of %s", change, better[0].Name())
+		return noticed(fmt.Sprintf("%.1f%%", change), "improvement", better[0].Name())
 	case len(better) > 0:
-		return fmt.Sprintf("patchbot noticed a %.1f%% reduction of %s", -change, better[0].Name())
+		return noticed(fmt.Sprintf("%.1f%%", -change), "reduction", better[0].Name())
 	}
 	return ""
+}
+
+// noticed writes "patchbot noticed a 12.0% ..." with the article the
+// number is read with: "an 88.6%", "an 11.0%", "an 18.2%".
+func noticed(amount, what, name string) string {
+	a := "a"
+	n := strings.TrimLeft(amount, "+-")
+	if strings.HasPrefix(n, "8") || (strings.HasPrefix(n, "11") || strings.HasPrefix(n, "18")) && (len(n) == 2 || n[2] == '.') {
+		a = "an"
+	}
+	return fmt.Sprintf("patchbot noticed %s %s %s of %s", a, amount, what, name)
 }
 
 // Tags are the trailers a regression reply suggests for the fix, as the

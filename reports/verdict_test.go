@@ -460,3 +460,15 @@ func TestReplay(t *testing.T) {
 		})
 	}
 }
+
+func TestNoticedReadsItsNumber(t *testing.T) {
+	for amount, want := range map[string]string{
+		"88.6%": "an", "8.0%": "an", "11.0%": "an", "18.2%": "an", "+11.5%": "an",
+		"12.0%": "a", "94.9%": "a", "110.0%": "a", "-26.0%": "a", "181.0%": "a",
+	} {
+		got := noticed(amount, "reduction", "x")
+		if !strings.HasPrefix(got, "patchbot noticed "+want+" "+amount+" ") {
+			t.Errorf("noticed(%s) = %q, want the article %q", amount, got, want)
+		}
+	}
+}

@@ -242,6 +242,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	}
 	run.BaseCommit, run.BaseTitle, run.ConfigHash, run.Compiler = base.Commit, base.Title, base.ConfigHash, base.Compiler
 	copyArtifact(base.Config, runDir, "config")
+	if kc, err := os.ReadFile(base.Config); err == nil {
+		run.Layout = reports.LayoutNote(kc)
+	}
 	copyArtifact(base.Log, runDir, "build-base.log")
 
 	patched := base
@@ -278,9 +281,19 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
 		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, Base: req.Base, AA: req.AA}.Commands()
 
+	// Runs 0: as many rounds as the evidence needs, by the sequential rule
+	// (reports/stats.DefaultRule), on a host checked to be quiet around
+	// each round; otherwise the number asked for.
+	var plan *suites.Plan
+	if req.Runs == 0 {
+		pl := reports.Plan(stats.DefaultRule, run.Options)
+		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
+		pl.QuietWait = time.Minute
+		plan = &pl
+	}
 	for _, name := range names {
 		stage("run " + name)
-		out, err := p.Tester.Test(ctx, invm.Spec{Suite: name, Profile: req.Profile, Runs: req.Runs,
+		out, err := p.Tester.Test(ctx, invm.Spec{Suite: name, Profile: req.Profile, Runs: req.Runs, Plan: plan,
 			Base: base, Patched: patched, Progress: p.Progress})
 		if blame.IsPatch(err) {
 			run.Failure = failureOf(err)
