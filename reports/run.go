@@ -76,13 +76,13 @@ type Run struct {
 	ConfigHash    string `json:"config_hash"`
 	// Layout says how the kernels' code layout was pinned (LayoutNote of
 	// their config), so that a change cannot come from alignment alone.
-	Layout string `json:"layout,omitempty"`
-	ConfigPath    string `json:"config_path,omitempty"` // where a reader gets the config
-	Compiler      string `json:"compiler"`
-	CPUs          int    `json:"cpus"`
-	MemMiB        int    `json:"mem_mib"`
-	Accel         string `json:"accel"` // "kvm" or "tcg"
-	Runs          int    `json:"runs"`  // runs per kernel, interleaved
+	Layout     string `json:"layout,omitempty"`
+	ConfigPath string `json:"config_path,omitempty"` // where a reader gets the config
+	Compiler   string `json:"compiler"`
+	CPUs       int    `json:"cpus"`
+	MemMiB     int    `json:"mem_mib"`
+	Accel      string `json:"accel"` // "kvm" or "tcg"
+	Runs       int    `json:"runs"`  // runs per kernel, interleaved
 	// Commands reproduce the run with patchbot, one shell line each.
 	Commands    []string `json:"commands"`
 	NewWarnings []string `json:"new_warnings,omitempty"`
