@@ -56,6 +56,8 @@ type Daemon struct {
 	wake    chan struct{}
 	sources map[string]mailbox.SourceConfig
 
+	parsed *parsedMail // stored mail, parsed once
+
 	mu       sync.Mutex
 	running  int64        // the job being run, 0 when none
 	progress web.Progress // its current stage
@@ -201,6 +203,9 @@ func (d *Daemon) defaults() {
 		d.sources[SourceName(i, s)] = s
 	}
 	d.wake = make(chan struct{}, 1)
+	if d.parsed == nil {
+		d.parsed = newParsedMail(64 << 20)
+	}
 }
 
 // watch reads one source until ctx ends, logging and retrying failures.
@@ -243,11 +248,43 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 	}
 	d.step(StepIngestRead)
 	d.Metrics.Messages.Inc()
-	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, thread: threadOf(m), now: time.Now()}
+	key := storageKey(m)
+	// Counted before acting and forgotten after: a mail the daemon died on
+	// twice is set aside with its reason, not read again at every start.
+	n, err := d.Store.BeginIngest(ctx, key)
+	if err != nil {
+		return err
+	}
+	if n > d.maxIngests() {
+		reason := fmt.Sprintf("the daemon died %d times while acting on this mail", n-1)
+		d.Log.Error("mail set aside: it was being acted on when the daemon died; it will not be read again",
+			"source", source, "message_id", m.MessageID, "reason", reason)
+		return d.Store.Update(ctx, func(tx *store.Tx) error {
+			if err := tx.SetAside(ctx, key, reason); err != nil {
+				return err
+			}
+			return tx.SetCursor(ctx, source, cur)
+		})
+	}
+	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, now: time.Now()}
 	in.log = d.Log.With("source", source, "message_id", m.MessageID)
-	err := d.Store.Update(ctx, func(tx *store.Tx) error {
+	err = d.Store.Update(ctx, func(tx *store.Tx) error {
 		in.tx, in.jobs, in.answers = tx, 0, 0
-		fresh, err := tx.SaveMessage(ctx, source, m.MessageID, in.thread, m.Raw)
+		// The thread of the mail it answers, when that is kept (a reply
+		// whose References list its parent first stays in the thread);
+		// else the first of its References.
+		th, err := tx.ThreadOf(ctx, append([]string{m.InReplyTo}, m.References...))
+		if err != nil {
+			return err
+		}
+		if th == "" {
+			th = threadOf(m)
+		}
+		if th == "" {
+			th = key // a mail without a Message-ID or references is a thread of its own
+		}
+		in.thread = th
+		fresh, err := tx.SaveMessage(ctx, source, key, in.thread, m.Raw)
 		if err != nil {
 			return err
 		}
@@ -257,6 +294,10 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		if !fresh {
 			return nil // acted on when it was first kept
 		}
+		// Replies that came before this mail were kept under its ID.
+		if err := tx.Rehome(ctx, key, in.thread); err != nil {
+			return err
+		}
 		if err := in.act(ctx); err != nil {
 			return err
 		}
@@ -264,6 +305,9 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		return nil
 	})
 	if err != nil {
+		return err
+	}
+	if err := d.Store.EndIngest(ctx, key); err != nil {
 		return err
 	}
 	d.step(StepIngestCommitted)
@@ -335,8 +379,14 @@ func (in *ingest) act(ctx context.Context) error {
 			}
 			continue
 		}
-		req := NewRequest(s, d.Config.Suites, ReplyTarget(s))
-		if err := in.boundThread(ctx, &req.Thread, view, ReplyTarget(s)); err != nil {
+		target := ReplyTarget(s)
+		if target == "" {
+			// A patch without a Message-ID: its reply answers the name
+			// it is kept under, and starts a thread of its own.
+			target = storageKey(s.Patches[0].Message)
+		}
+		req := NewRequest(s, d.Config.Suites, target)
+		if err := in.boundThread(ctx, &req.Thread, view, target); err != nil {
 			return err
 		}
 		if req.Thread.Author == "" {
@@ -390,8 +440,8 @@ func (in *ingest) threadSeries(ctx context.Context, skip string, all bool) (*thr
 	v := &threadView{lists: map[string]bool{}, origins: map[string]mailbox.Origin{}, viaList: map[string]bool{}}
 	var msgs []*mailbox.Message
 	for _, sm := range stored {
-		m, err := mailbox.ParseBytes(sm.Raw)
-		if err != nil || m.MessageID == skip {
+		m, err := in.d.parsed.get(sm.MessageID, sm.Raw)
+		if err != nil || (skip != "" && m.MessageID == skip) {
 			continue // it was parsed once already; a stored mail that no longer parses is skipped
 		}
 		o := mailbox.OriginOf(m)
@@ -830,6 +880,24 @@ func threadRoot(t reports.Thread) string {
 		return strings.Trim(t.References[0], "<> ")
 	}
 	return strings.Trim(t.MessageID, "<> ")
+}
+
+// storageKey is what a mail is kept under: its Message-ID, or for a mail
+// without one a name made from its bytes, so that such a mail is kept, and
+// its series assembled, like any other.
+func storageKey(m *mailbox.Message) string {
+	if m.MessageID != "" {
+		return m.MessageID
+	}
+	h := sha256.Sum256(m.Raw)
+	return "no-message-id-" + hex.EncodeToString(h[:12]) + "@patchbot.invalid"
+}
+
+func (d *Daemon) maxIngests() int {
+	if d.MaxCrashes > 0 {
+		return d.MaxCrashes
+	}
+	return 2
 }
 
 // threadOf is the Message-ID that starts m's thread.

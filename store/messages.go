@@ -67,8 +67,9 @@ func saveMessage(ctx context.Context, q querier, source, messageID, threadID str
 
 // StoredMessage is a kept mail and the source it was first read from.
 type StoredMessage struct {
-	Source string
-	Raw    []byte
+	MessageID string
+	Source    string
+	Raw       []byte
 }
 
 // ThreadMessages returns the raw mails kept for a thread, in the order seen.
@@ -91,7 +92,7 @@ func (t *Tx) Thread(ctx context.Context, threadID string) ([]StoredMessage, erro
 }
 
 func threadMessages(ctx context.Context, q querier, threadID string) ([]StoredMessage, error) {
-	rows, err := q.QueryContext(ctx, `SELECT source, raw FROM messages WHERE thread_id = ? ORDER BY rowid`, threadID)
+	rows, err := q.QueryContext(ctx, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY rowid`, threadID)
 	if err != nil {
 		return nil, fmt.Errorf("reading thread %s: %w", threadID, err)
 	}
@@ -99,7 +100,7 @@ func threadMessages(ctx context.Context, q querier, threadID string) ([]StoredMe
 	var out []StoredMessage
 	for rows.Next() {
 		var m StoredMessage
-		if err := rows.Scan(&m.Source, &m.Raw); err != nil {
+		if err := rows.Scan(&m.MessageID, &m.Source, &m.Raw); err != nil {
 			return nil, err
 		}
 		out = append(out, m)

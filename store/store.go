@@ -109,6 +109,18 @@ var migrations = []string{
 		reason  TEXT NOT NULL,
 		at      TEXT NOT NULL
 	);`,
+	// 5: mail that the daemon died on. Each mail's ingest is counted
+	// before it is acted on and forgotten once it committed; a mail whose
+	// count passes two was being acted on when the daemon died twice, and
+	// is set aside with its reason instead of read again at every start.
+	`
+	CREATE TABLE ingests (
+		message_id TEXT PRIMARY KEY,
+		attempts   INTEGER NOT NULL,
+		aside      INTEGER NOT NULL DEFAULT 0,
+		reason     TEXT NOT NULL DEFAULT '',
+		updated    TEXT NOT NULL
+	);`,
 }
 
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
