@@ -422,9 +422,10 @@ func grids(c *Comparison, keys ...string) []*grid {
 	return out
 }
 
-// distinct returns the values of param key in first-seen order, or in
-// numeric order when they are all numbers.
-func distinct(rows []Row, key string) []string {
+// ParamValues returns the values of param key in first-seen order, or in
+// numeric order when they are all numbers: the axes of the reply's grids
+// and curves, and of the dashboard's.
+func ParamValues(rows []Row, key string) []string {
 	var vals []string
 	seen := map[string]bool{}
 	numeric := true
@@ -453,8 +454,8 @@ func distinct(rows []Row, key string) []string {
 func WriteGrids(w io.Writer, c *Comparison) error {
 	tw := &lineWriter{w: w}
 	for _, g := range grids(c, "bucket", "readers") {
-		readers := distinct(g.rows, "readers")
-		buckets := distinct(g.rows, "bucket")
+		readers := ParamValues(g.rows, "readers")
+		buckets := ParamValues(g.rows, "bucket")
 		cells := map[[2]string]Row{}
 		for _, r := range g.rows {
 			cells[[2]string{r.Params["bucket"], r.Params["readers"]}] = r

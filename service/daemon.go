@@ -719,20 +719,7 @@ func humanDuration(d time.Duration) string {
 }
 
 // suiteNames lists the valid suites and profiles, for help and errors.
-func suiteNames() (names, profiles []string) {
-	all, _ := suites.All()
-	seen := map[string]bool{}
-	for _, s := range all {
-		names = append(names, s.Name)
-		for _, p := range s.ProfileNames() {
-			if !seen[p] {
-				seen[p] = true
-				profiles = append(profiles, p)
-			}
-		}
-	}
-	return names, profiles
-}
+func suiteNames() (names, profiles []string) { return suites.Names() }
 
 // work runs queued jobs until ctx ends.
 func (d *Daemon) work(ctx context.Context) {

@@ -230,6 +230,26 @@ func All() ([]*Suite, error) {
 	return out, nil
 }
 
+// Names lists the embedded suites' names, and every profile any of them
+// has, for help texts and refusals.
+func Names() (names, profiles []string) {
+	all, err := All()
+	if err != nil {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, s := range all {
+		names = append(names, s.Name)
+		for _, p := range s.ProfileNames() {
+			if !seen[p] {
+				seen[p] = true
+				profiles = append(profiles, p)
+			}
+		}
+	}
+	return names, profiles
+}
+
 // Lookup returns the embedded suite called name.
 func Lookup(name string) (*Suite, error) {
 	all, err := All()

@@ -104,19 +104,9 @@ func (s *server) formView() *FormView {
 
 // knownSuites are the suites that can be asked for and their profiles.
 func knownSuites() (names, profiles []string) {
-	all, err := suites.All()
-	if err != nil {
+	names, profiles = suites.Names()
+	if names == nil {
 		return nil, []string{"quick", "full"}
-	}
-	seen := map[string]bool{}
-	for _, s := range all {
-		names = append(names, s.Name)
-		for _, p := range s.ProfileNames() {
-			if !seen[p] {
-				seen[p] = true
-				profiles = append(profiles, p)
-			}
-		}
 	}
 	sort.Strings(profiles)
 	return names, profiles

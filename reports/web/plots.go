@@ -216,8 +216,8 @@ type errPoints struct {
 // gridPlot draws a bucket × readers workload as cells coloured by the
 // change, each labelled with the reply's %change and mark.
 func gridPlot(suite, workload, metric, unit string, rows []reports.Row, noise float64) ([]byte, int, error) {
-	readers := distinct(rows, "readers")
-	buckets := distinct(rows, "bucket")
+	readers := reports.ParamValues(rows, "readers")
+	buckets := reports.ParamValues(rows, "bucket")
 	p := newPlot(fmt.Sprintf("%s %s: %%change by file size and readers", workload, metricName(metric, unit)))
 	p.X.Label.Text = "readers"
 	p.Y.Label.Text = "file size"
@@ -499,32 +499,6 @@ func tagMarks(svg []byte) []byte {
 		out.WriteString(line)
 	}
 	return out.Bytes()
-}
-
-// distinct returns the values of param key in first-seen order, or in
-// numeric order when they all are numbers (as the reply's grid does).
-func distinct(rows []reports.Row, key string) []string {
-	var vals []string
-	seen := map[string]bool{}
-	numeric := true
-	for _, r := range rows {
-		v := r.Params[key]
-		if !seen[v] {
-			seen[v] = true
-			vals = append(vals, v)
-			if _, err := strconv.ParseFloat(v, 64); err != nil {
-				numeric = false
-			}
-		}
-	}
-	if numeric {
-		sort.SliceStable(vals, func(i, j int) bool {
-			a, _ := strconv.ParseFloat(vals[i], 64)
-			b, _ := strconv.ParseFloat(vals[j], 64)
-			return a < b
-		})
-	}
-	return vals
 }
 
 func index0(vals []string) map[string]int {
