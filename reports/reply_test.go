@@ -253,6 +253,7 @@ func TestRenderLongFields(t *testing.T) {
 	run.Thread.Subject = "[PATCH v12 07/23] squashfs: make the fragment cache wake exactly the waiters that can use a published block"
 	run.ConfigPath = "/var/cache/patchbot/builds/3c5f1a9e7b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f/linux-6.1.192/.config"
 	run.Commands = []string{"patchbot run --mbox /var/lib/patchbot/runs/2026-11-29T10:20:00Z-squashfs-make-the-fragment-cache/series.mbox --suite cache-contention"}
+	run.Layout = LayoutNote([]byte("CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y\n"))
 	for i := range run.Patched {
 		for j := range run.Patched[i].Samples {
 			run.Patched[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"
@@ -274,6 +275,9 @@ func TestRenderLongFields(t *testing.T) {
 	}
 	if !strings.Contains(reply.Body, run.ConfigPath) {
 		t.Error("the config path was cut")
+	}
+	if !strings.Contains(reply.Body, "layout:") {
+		t.Error("the layout line is missing")
 	}
 }
 

@@ -560,7 +560,7 @@ func LayoutNote(kconfig []byte) string {
 	sc := bufio.NewScanner(bytes.NewReader(kconfig))
 	for sc.Scan() {
 		if strings.TrimSpace(sc.Text()) == "CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y" {
-			return "functions aligned to 64 bytes (CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B), so code layout cannot fake a result"
+			return "functions aligned to 64 bytes (DEBUG_FORCE_FUNCTION_ALIGN_64B)"
 		}
 	}
 	return ""
