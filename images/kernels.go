@@ -2,7 +2,6 @@ package images
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -35,33 +34,24 @@ func OpenTree(ctx context.Context, cache string, c TreeConfig, progress io.Write
 	return OpenBase(ctx, c.Tree, ref)
 }
 
-// Kernels builds the two kernels of a test: the base (the configured tree,
-// or the commit a series names as its base-commit when the tree has it)
-// and the patched kernel on top of it. The tree is opened once.
+// Kernels chooses the base of a test and builds its kernels: the base
+// (see Choose: a configured tree, the series' base-commit, or the kernel:
+// base) and the patched kernel on top of it. The kernel: base is opened
+// once.
 type Kernels struct {
-	Builder  *Builder
-	Tree     TreeConfig
+	Builder *Builder
+	// Tree is the kernel: base, the offline default.
+	Tree TreeConfig
+	// Trees are the configured trees; nil or empty for none.
+	Trees    *Trees
 	Progress io.Writer
 
 	mu   sync.Mutex
 	base *Base
 }
 
-// Base builds (or finds in the cache) the base kernel. A series'
-// base-commit is used when the tree has that commit; when it has not, the
-// configured base is used and the progress says so.
-func (k *Kernels) Base(ctx context.Context, baseCommit string) (*Build, error) {
-	base, err := k.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if baseCommit != "" {
-		if b, err := base.WithBaseCommit(ctx, baseCommit); err == nil {
-			base = b
-		} else if k.Progress != nil {
-			fmt.Fprintf(k.Progress, "base-commit %s is not in the tree; using %s\n", short(baseCommit), short(base.Commit))
-		}
-	}
+// Base builds (or finds in the cache) the base kernel of a choice.
+func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
 	b, err := k.Builder.Base(ctx, base)
 	if err != nil {
 		return nil, err
@@ -101,3 +91,8 @@ func (b Base) title(ctx context.Context) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// AddedWarnings are the warnings of after that before does not have,
+// compared without line numbers: what one patch of a series added, from
+// the new warnings of the prefix builds before and after it.
+func AddedWarnings(before, after []Warning) []Warning { return newWarnings(before, after) }

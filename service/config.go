@@ -55,6 +55,10 @@ type Config struct {
 	// IncompleteAfter is how long a series may wait for its missing parts
 	// before patchbot answers that it could not test it, and why.
 	IncompleteAfter time.Duration `yaml:"incomplete_after"`
+
+	// Trees are the trees a series may be tested on besides the kernel:
+	// base, fetched into one object store (see images.Kernels.Choose).
+	Trees images.TreesConfig `yaml:"trees"`
 }
 
 // SuitesConfig is how much a job measures by default.
@@ -91,6 +95,7 @@ func DefaultConfig() Config {
 		StateDir: DefaultState(),
 		Paths:    []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
 		VM:       invm.DefaultVM(),
+		Trees:    images.DefaultTrees(),
 		// Five runs: with three a side, even an 8.5 -> 0.95 change cannot
 		// pass Holm across a reply's metrics.
 		Suites:          SuitesConfig{Profile: "quick", Runs: 5},
@@ -143,6 +148,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Sprintf("sources[%d]: two sources are named %q", i, name))
 		}
 		names[name] = true
+	}
+	if err := c.Trees.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err.Error())

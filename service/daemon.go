@@ -66,6 +66,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.Outbox.Run(ctx, time.Minute)
 	}()
+	if d.Pipeline != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.fetchTrees(ctx)
+		}()
+	}
 	for name, src := range d.Sources {
 		wg.Add(1)
 		go func() {
@@ -328,6 +335,10 @@ func (d *Daemon) commands(ctx context.Context, m *mailbox.Message, thread string
 			}
 			if c.Profile != "" {
 				req.Profile = c.Profile
+			}
+			if err := withOptions(req, c, target); err != nil {
+				a.Kind, a.Reason = reports.AnswerNotUnderstood, err.Error()
+				break
 			}
 			if err := d.enqueue(ctx, "command", "command:"+key, req); err != nil {
 				return err

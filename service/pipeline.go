@@ -48,6 +48,29 @@ type Request struct {
 	// whether the series of this thread and version is still missing parts,
 	// and if so answers why it was not tested.
 	Incomplete *IncompleteCheck `json:"incomplete,omitempty"`
+
+	// Tags are the subject's tags that may name a tree ("net-next").
+	Tags []string `json:"tags,omitempty"`
+	// BaseOverride is the base asked for (--base, base=): a tree's name,
+	// "default", or a commit; it wins over Base and Tags.
+	BaseOverride string `json:"base_override,omitempty"`
+	// First and Last measure patches First..Last only (patches=M-N), on
+	// top of patches 1..First-1; 0 measures the whole series.
+	First int `json:"first,omitempty"`
+	Last  int `json:"last,omitempty"`
+	// Subjects are the patches' subjects, in order, for the per-patch
+	// parts of the reply.
+	Subjects []string `json:"subjects,omitempty"`
+	// Series names the series across its versions, so that the reply to
+	// v2 can say what v1 measured.
+	Series SeriesKey `json:"series"`
+}
+
+// SeriesKey is a series across its versions: the same author and title.
+type SeriesKey struct {
+	Author  string `json:"author,omitempty"` // address only
+	Title   string `json:"title,omitempty"`
+	Version int    `json:"version,omitempty"`
 }
 
 // IncompleteCheck names the series an incomplete-series job looks at.
@@ -62,7 +85,12 @@ type IncompleteCheck struct {
 // replyTo (the patch, the cover letter, or an email command).
 func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Request {
 	req := &Request{Title: s.Subject, Patches: s.Mails(), Files: s.Files(), Base: s.Base,
-		Profile: defaults.Profile, Runs: defaults.Runs}
+		Profile: defaults.Profile, Runs: defaults.Runs,
+		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+	for _, p := range s.Patches {
+		req.Subjects = append(req.Subjects, p.Subject)
+	}
+	req.Tags = subjectTags(s)
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
 		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
@@ -150,10 +178,12 @@ func dedupe(xs []string) []string {
 	return out
 }
 
-// Builder builds the base and patched kernels (images.Kernels). Base gets
-// the series' base-commit, if it gave one, to use when the tree has it.
+// Builder chooses the base and builds the kernels (images.Kernels):
+// Choose picks the tree and commit, Base builds it, Patched builds a
+// series (or a prefix of one) on it incrementally.
 type Builder interface {
-	Base(ctx context.Context, baseCommit string) (*images.Build, error)
+	Choose(ctx context.Context, w images.Want) (*images.Choice, error)
+	Base(ctx context.Context, base images.Base) (*images.Build, error)
 	Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error)
 }
 
@@ -178,6 +208,10 @@ type Pipeline struct {
 	VM invm.VMConfig
 	// Tree is the configured base tree, for the reproduce commands.
 	Tree images.TreeConfig
+	// Trees are the configured trees, fetched on a schedule by the daemon.
+	Trees *images.Trees
+	// History finds the earlier versions' runs (the store); nil for none.
+	History History
 	// ResultsURL gives the link to a run's results (the dashboard), from
 	// its directory; nil gives none.
 	ResultsURL func(runDir string) string
@@ -196,8 +230,18 @@ type Outcome struct {
 // Infra): the caller retries. A patch that does not apply, build, boot or
 // survive its suites is not an error: the outcome carries the failure and
 // the reply says so.
+//
+// The stages: choose the base (images.Kernels.Choose), build it, build the
+// series, each prefix of it one after the other when it has more than one
+// patch; measure each suite A against B; when the series changed a
+// primary metric and has more than one patch, bisect over the prefixes;
+// set the earlier version's measurement beside this one; report.
 func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*Outcome, error) {
 	names, err := req.SuiteNames()
+	if err != nil {
+		return nil, err
+	}
+	first, last, err := req.span()
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +251,10 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// Counters and times are positive with multiplicative noise: judge
 	// them on the log scale (see reports/stats.LogWelch).
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Test: stats.LogWelch},
-		ReplyID: req.ReplyID, Command: req.Command}
+		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches)}
+	if req.First > 0 {
+		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
+	}
 	var mbox bytes.Buffer
 	if err := mailbox.WriteMbox(&mbox, req.Patches); err != nil {
 		return nil, err
@@ -220,8 +267,20 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	}
 	stage := p.stage
 
+	stage("choose the base")
+	choice, err := p.Builder.Choose(ctx, images.Want{Override: req.BaseOverride, BaseCommit: req.Base,
+		Tags: req.Tags, Patches: req.Patches[:last]})
+	run.BaseChoice = baseChoiceOf(choice, err, req)
+	if err != nil {
+		if !blame.IsPatch(err) {
+			return nil, fmt.Errorf("choosing the base: %w", err)
+		}
+		run.Failure = baseFailure(err)
+		return p.finish(req, run, runDir, choice)
+	}
+
 	stage("build base")
-	base, err := p.Builder.Base(ctx, req.Base)
+	base, err := p.Builder.Base(ctx, choice.Base)
 	if err != nil {
 		return nil, fmt.Errorf("building the base kernel: %w", blame.On(blame.Base, err))
 	}
@@ -229,47 +288,43 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	copyArtifact(base.Config, runDir, "config")
 	copyArtifact(base.Log, runDir, "build-base.log")
 
-	patched := base
+	a, b := base, base
+	var prefixes []*images.Build
 	if req.AA {
 		stage("A/A: the base kernel on both sides")
 	} else {
 		stage("apply and build patched")
-		patched, err = p.Builder.Patched(ctx, base, req.Patches)
+		var failed bool
+		prefixes, failed, err = p.buildSeries(ctx, req, run, base, last, runDir)
 		if err != nil {
-			err = blame.On(blame.Patched, err)
-			if !blame.IsPatch(err) {
-				return nil, fmt.Errorf("building the patched kernel: %w", err)
-			}
-			run.Failure = failureOf(err)
-			var ae *images.ApplyError
-			if errors.As(err, &ae) {
-				writeArtifact(runDir, "git-am.log", ae.Output)
-			}
-			var be *images.BuildError
-			if errors.As(err, &be) {
-				copyArtifact(be.Log, runDir, "build-patched.log")
-			}
-			return p.finish(req, run, runDir)
+			return nil, err
 		}
-		for _, w := range patched.NewWarnings {
+		if failed {
+			return p.finish(req, run, runDir, choice)
+		}
+		b = prefixes[last]
+		if first > 1 {
+			a = prefixes[first-1]
+		}
+		for _, w := range images.AddedWarnings(a.NewWarnings, b.NewWarnings) {
 			run.NewWarnings = append(run.NewWarnings, w.String())
 		}
-		copyArtifact(patched.Log, runDir, "build-patched.log")
+		copyArtifact(b.Log, runDir, "build-patched.log")
 	}
-	run.PatchedCommit = patched.Head
+	run.PatchedCommit = b.Head
 	if run.PatchedCommit == "" {
 		run.PatchedCommit = base.Commit // A/A, or a base build
 	}
-	run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, Base: req.Base, AA: req.AA}.Commands()
+	run.Commands = p.repro(req, choice, base.Commit).Commands()
 
 	for _, name := range names {
 		stage("run " + name)
 		out, err := p.Tester.Test(ctx, invm.Spec{Suite: name, Profile: req.Profile, Runs: req.Runs,
-			Base: base, Patched: patched, Progress: p.Progress})
+			Base: a, Patched: b, Progress: p.Progress})
+		err = reblame(err, a != base)
 		if blame.IsPatch(err) {
 			run.Failure = failureOf(err)
-			return p.finish(req, run, runDir)
+			return p.finish(req, run, runDir, choice)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("running suite %s: %w", name, err)
@@ -281,7 +336,55 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			run.Model = reports.ModelOf(out.Base)
 		}
 	}
-	return p.finish(req, run, runDir)
+	if !req.AA && last-first >= 1 {
+		if err := p.bisect(ctx, req, run, a, prefixes, first, last, runDir); err != nil {
+			return nil, err
+		}
+	}
+	p.previous(ctx, req, run)
+	return p.finish(req, run, runDir, choice)
+}
+
+// span is the part of the series measured: First..Last, or all of it.
+func (r *Request) span() (first, last int, err error) {
+	n := len(r.Patches)
+	if n == 0 {
+		return 0, 0, errors.New("the request has no patches")
+	}
+	if r.First == 0 && r.Last == 0 {
+		return 1, n, nil
+	}
+	if r.First < 1 || r.Last < r.First || r.Last > n {
+		return 0, 0, fmt.Errorf("patches=%d-%d: the series has %d patches", r.First, r.Last, n)
+	}
+	return r.First, r.Last, nil
+}
+
+// reblame puts a failure of the A side on the patch when the A side is a
+// prefix of the series (patches=M-N with M > 1), not the base.
+func reblame(err error, aPatched bool) error {
+	var ke *blame.KernelError
+	if err == nil || !aPatched || !errors.As(err, &ke) || ke.Kernel != blame.Base {
+		return err
+	}
+	return blame.On(blame.Patched, ke.Err)
+}
+
+// repro is the reproduce command of the run: the base it was tested on
+// unless it was the default, and the patches measured.
+func (p *Pipeline) repro(req *Request, c *images.Choice, commit string) reports.Repro {
+	r := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
+		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, AA: req.AA}
+	switch {
+	case req.BaseOverride != "":
+		r.Base = req.BaseOverride
+	case c != nil && c.How != images.ByDefault:
+		r.Base = commit
+	}
+	if req.First > 0 {
+		r.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
+	}
+	return r
 }
 
 // failureOf is the evidence of a patch's failure, from the stage error
@@ -313,12 +416,11 @@ func failureOf(err error) *reports.Failure {
 	return f
 }
 
-func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string) (*Outcome, error) {
+func (p *Pipeline) finish(req *Request, run *reports.Run, runDir string, c *images.Choice) (*Outcome, error) {
 	p.stage("report")
 	run.Finished = time.Now().UTC()
 	if run.Commands == nil {
-		run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-			Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, Base: req.Base, AA: req.AA}.Commands()
+		run.Commands = p.repro(req, c, run.BaseCommit).Commands()
 	}
 	if err := reports.SaveRun(runDir, run); err != nil {
 		return nil, err
