@@ -389,7 +389,8 @@ func (t *Trees) list() []Tree {
 // for a kernel) and an apply per patch. A series that does not apply is an
 // *ApplyError naming the first patch that fails and its first failing
 // hunk; a patch that changes nothing (already applied) fails as git am's
-// "No changes" does.
+// "No changes" does. The repository is only read: new objects go to a
+// scratch directory.
 func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 	if len(patches) == 0 {
 		return nil
@@ -400,9 +401,18 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 	}
 	defer os.RemoveAll(dir)
 	index := filepath.Join(dir, "index")
+	// New objects (the patched blobs, the trees of write-tree) go to the
+	// scratch directory, the tree's own are borrowed: the repository is
+	// read, never written.
+	objects := filepath.Join(dir, "objects")
+	if err := os.Mkdir(objects, 0o700); err != nil {
+		return infra("try-apply: creating a scratch directory", err)
+	}
+	repoObjects := filepath.Join(base.Repo, "objects")
 	run := func(stdin []byte, args ...string) ([]byte, []byte, error) {
 		cmd := exec.CommandContext(ctx, "git", append([]string{"--git-dir=" + base.Repo}, args...)...)
-		cmd.Env = append(os.Environ(), "GIT_INDEX_FILE="+index)
+		cmd.Env = append(os.Environ(), "GIT_INDEX_FILE="+index, "GIT_OBJECT_DIRECTORY="+objects,
+			"GIT_ALTERNATE_OBJECT_DIRECTORIES="+repoObjects)
 		cmd.Dir = dir
 		if stdin != nil {
 			cmd.Stdin = bytes.NewReader(stdin)

@@ -3,6 +3,8 @@ package images
 import (
 	"context"
 	"io"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 )
@@ -96,3 +98,35 @@ func (b Base) title(ctx context.Context) string {
 // compared without line numbers: what one patch of a series added, from
 // the new warnings of the prefix builds before and after it.
 func AddedWarnings(before, after []Warning) []Warning { return newWarnings(before, after) }
+
+// PeekTree is the kernel: base as it stands, without importing anything:
+// ok is false when Debian's tarball was never imported (the first job
+// imports it) or the operator's tree lacks the ref.
+func PeekTree(ctx context.Context, cache string, c TreeConfig) (b Base, title string, ok bool) {
+	if c.Tree != "" {
+		ref := c.Base
+		if ref == "" {
+			ref = "HEAD"
+		}
+		b, err := OpenBase(ctx, c.Tree, ref)
+		if err != nil {
+			return Base{}, "", false
+		}
+		return b, b.title(ctx), true
+	}
+	out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Version}", DebianSource).Output()
+	if err != nil || len(out) == 0 {
+		return Base{}, "", false
+	}
+	repo := filepath.Join(cache, "trees", DebianSource+".git")
+	ref := "refs/tags/debian/" + string(out)
+	if c.Base != "" {
+		ref = c.Base
+	}
+	commit, found := revParse(ctx, repo, ref)
+	if !found {
+		return Base{}, "", false
+	}
+	b = Base{Repo: repo, Commit: commit}
+	return b, b.title(ctx), true
+}

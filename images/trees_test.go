@@ -412,3 +412,16 @@ func TestTreesConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestTryApplyWritesNothingToTheTree(t *testing.T) {
+	f := newFixture(t)
+	repo := filepath.Join(filepath.Dir(f.defaultTree), "mainline.git")
+	count := func() string { return gitRun(t, "", "2026-01-01T00:00:00Z", "--git-dir="+repo, "count-objects") }
+	before := count()
+	if err := TryApply(context.Background(), Base{Repo: repo, Commit: f.mainline}, f.series); err != nil {
+		t.Fatal(err)
+	}
+	if after := count(); after != before {
+		t.Errorf("objects %q before, %q after a try-apply", before, after)
+	}
+}

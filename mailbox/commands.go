@@ -30,8 +30,9 @@ type Command struct {
 // revision syntax.
 var baseRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
-// patchRange reads "2-3" or "2" (1-based, at most 10000 as a counter).
-func patchRange(v string) (first, last int, ok bool) {
+// ParsePatchRange reads "2-3" or "2" (1-based, at most 10000 as a counter),
+// the patches= of a test command and patchbot run --patches.
+func ParsePatchRange(v string) (first, last int, ok bool) {
 	a, b, isRange := strings.Cut(v, "-")
 	if !isRange {
 		b = a
@@ -101,7 +102,7 @@ func parseCommand(line string, args []string) Command {
 				continue
 			}
 			if v, ok := strings.CutPrefix(a, "patches="); ok {
-				if c.First, c.Last, ok = patchRange(v); !ok {
+				if c.First, c.Last, ok = ParsePatchRange(v); !ok {
 					c.Err = fmt.Sprintf("patches=%q: want M-N or M, e.g. patches=2-3", v)
 				}
 				continue
