@@ -18,7 +18,7 @@ import (
 func TestDecodeTreesConfig(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, wantErr string
-		check              func(t *testing.T, c Config)
+		check               func(t *testing.T, c Config)
 	}{
 		{name: "defaults: no tree, fetched every 6h when there are", check: func(t *testing.T, c Config) {
 			if len(c.Trees.List) != 0 || c.Trees.FetchEvery != 6*time.Hour {
