@@ -384,13 +384,14 @@ func (t *Trees) list() []Tree {
 
 // TryApply says whether the whole series applies to base, as git am -3
 // would apply it, without a checkout: each mail is split with git mailinfo
-// and applied with git apply --cached --3way to a private index read from
-// the base's tree. It costs a read of the tree into an index (about 0.2 s
-// for a kernel) and an apply per patch. A series that does not apply is an
-// *ApplyError naming the first patch that fails and its first failing
-// hunk; a patch that changes nothing (already applied) fails as git am's
-// "No changes" does. The repository is only read: new objects go to a
-// scratch directory.
+// and applied with git apply --cached (--3way when it does not fit) to a
+// private index read from the base's tree. It costs a read of the tree
+// into an index (about 0.2 s for a kernel) and an apply per patch. A
+// series that does not apply is an *ApplyError naming the first patch that
+// fails and its first failing hunk (what a plain apply reports on the tree
+// the earlier patches left); a patch that changes nothing (already
+// applied) fails as git am's "No changes" does. The repository is only
+// read: new objects go to a scratch directory.
 func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 	if len(patches) == 0 {
 		return nil
@@ -426,6 +427,10 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 		return infra("try-apply: reading "+short(base.Commit), fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr)))
 	}
 	msg, patch := filepath.Join(dir, "msg"), filepath.Join(dir, "patch")
+	tree, stderr, err := run(nil, "rev-parse", base.Commit+"^{tree}")
+	if err != nil {
+		return infra("try-apply: reading "+short(base.Commit), fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr)))
+	}
 	for i, mail := range patches {
 		info, stderr, err := run(mail, "mailinfo", msg, patch)
 		if err != nil {
@@ -436,14 +441,19 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 			ae.Output, ae.Hunk = []byte("Patch is empty."), "the mail holds no diff"
 			return ae
 		}
-		before, _, err := run(nil, "write-tree")
+		// A plain apply first, as git am does: when it fits, no merge. When
+		// it does not, its report is the first failing hunk, and the 3-way
+		// merge (what -3 adds) decides.
+		out, stderr, err := run(nil, "apply", "--cached", "--check", "-v", patch)
+		args := []string{"apply", "--cached", patch}
 		if err != nil {
-			return infra("try-apply: writing the tree", err)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			ae.Hunk = string(bytes.TrimSpace(append(out, stderr...)))
+			args = []string{"apply", "--cached", "--3way", "-v", patch}
 		}
-		if err := copyIndex(index, index+".before"); err != nil {
-			return err
-		}
-		out, stderr, err := run(nil, "apply", "--cached", "--3way", "-v", patch)
+		out, stderr, err = run(nil, args...)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -453,33 +463,19 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 				return infra("try-apply: running git apply", err)
 			}
 			ae.Output = append(out, stderr...)
-			// The first failing hunk, as a plain apply on the tree the
-			// earlier patches left reports it ("error: while searching for:").
-			if err := copyIndex(index+".before", index); err != nil {
-				return err
-			}
-			o, e, _ := run(nil, "apply", "--cached", "--check", "-v", patch)
-			ae.Hunk = string(bytes.TrimSpace(append(o, e...)))
 			return ae
 		}
 		after, _, err := run(nil, "write-tree")
 		if err != nil {
 			return infra("try-apply: writing the tree", err)
 		}
-		if bytes.Equal(before, after) {
+		if bytes.Equal(tree, after) {
 			ae.Output, ae.Hunk = []byte("No changes -- Patch already applied."), "the patch changes nothing: it is already applied"
 			return ae
 		}
+		tree = after
 	}
 	return nil
-}
-
-func copyIndex(from, to string) error {
-	data, err := os.ReadFile(from)
-	if err != nil {
-		return infra("try-apply: copying the index", err)
-	}
-	return infra("try-apply: copying the index", os.WriteFile(to, data, 0o600))
 }
 
 // mailinfoSubject is the "Subject: " line git mailinfo prints, tags
