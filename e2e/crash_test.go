@@ -127,7 +127,11 @@ func runTestDaemon(cfgPath, crash string) int {
 // fakeKernels builds nothing.
 type fakeKernels struct{ crash *crasher }
 
-func (f *fakeKernels) Base(ctx context.Context, baseCommit string) (*images.Build, error) {
+func (f *fakeKernels) Choose(ctx context.Context, w images.Want) (*images.Choice, error) {
+	return &images.Choice{Tree: images.DefaultTree, How: images.ByDefault}, nil
+}
+
+func (f *fakeKernels) Base(ctx context.Context, base images.Base) (*images.Build, error) {
 	return &images.Build{BzImage: "/nonexistent/base", Commit: strings.Repeat("1", 40), ConfigHash: "cafe",
 		Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
 }

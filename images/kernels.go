@@ -2,8 +2,9 @@ package images
 
 import (
 	"context"
-	"fmt"
 	"io"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 )
@@ -35,33 +36,24 @@ func OpenTree(ctx context.Context, cache string, c TreeConfig, progress io.Write
 	return OpenBase(ctx, c.Tree, ref)
 }
 
-// Kernels builds the two kernels of a test: the base (the configured tree,
-// or the commit a series names as its base-commit when the tree has it)
-// and the patched kernel on top of it. The tree is opened once.
+// Kernels chooses the base of a test and builds its kernels: the base
+// (see Choose: a configured tree, the series' base-commit, or the kernel:
+// base) and the patched kernel on top of it. The kernel: base is opened
+// once.
 type Kernels struct {
-	Builder  *Builder
-	Tree     TreeConfig
+	Builder *Builder
+	// Tree is the kernel: base, the offline default.
+	Tree TreeConfig
+	// Trees are the configured trees; nil or empty for none.
+	Trees    *Trees
 	Progress io.Writer
 
 	mu   sync.Mutex
 	base *Base
 }
 
-// Base builds (or finds in the cache) the base kernel. A series'
-// base-commit is used when the tree has that commit; when it has not, the
-// configured base is used and the progress says so.
-func (k *Kernels) Base(ctx context.Context, baseCommit string) (*Build, error) {
-	base, err := k.open(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if baseCommit != "" {
-		if b, err := base.WithBaseCommit(ctx, baseCommit); err == nil {
-			base = b
-		} else if k.Progress != nil {
-			fmt.Fprintf(k.Progress, "base-commit %s is not in the tree; using %s\n", short(baseCommit), short(base.Commit))
-		}
-	}
+// Base builds (or finds in the cache) the base kernel of a choice.
+func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
 	b, err := k.Builder.Base(ctx, base)
 	if err != nil {
 		return nil, err
@@ -100,4 +92,41 @@ func (b Base) title(ctx context.Context) string {
 		return ""
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// AddedWarnings are the warnings of after that before does not have,
+// compared without line numbers: what one patch of a series added, from
+// the new warnings of the prefix builds before and after it.
+func AddedWarnings(before, after []Warning) []Warning { return newWarnings(before, after) }
+
+// PeekTree is the kernel: base as it stands, without importing anything:
+// ok is false when Debian's tarball was never imported (the first job
+// imports it) or the operator's tree lacks the ref.
+func PeekTree(ctx context.Context, cache string, c TreeConfig) (b Base, title string, ok bool) {
+	if c.Tree != "" {
+		ref := c.Base
+		if ref == "" {
+			ref = "HEAD"
+		}
+		b, err := OpenBase(ctx, c.Tree, ref)
+		if err != nil {
+			return Base{}, "", false
+		}
+		return b, b.title(ctx), true
+	}
+	out, err := exec.CommandContext(ctx, "dpkg-query", "-W", "-f=${Version}", DebianSource).Output()
+	if err != nil || len(out) == 0 {
+		return Base{}, "", false
+	}
+	repo := filepath.Join(cache, "trees", DebianSource+".git")
+	ref := "refs/tags/debian/" + string(out)
+	if c.Base != "" {
+		ref = c.Base
+	}
+	commit, found := revParse(ctx, repo, ref)
+	if !found {
+		return Base{}, "", false
+	}
+	b = Base{Repo: repo, Commit: commit}
+	return b, b.title(ctx), true
 }

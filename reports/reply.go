@@ -26,6 +26,7 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"join":   strings.Join,
 	"shell":  shellLines,
 	"url":    shortURL,
+	"sub":    func(a, b int) int { return a - b },
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.
@@ -87,7 +88,8 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		return nil, fmt.Errorf("rendering reply: the %s kernel failed at %s: %w", f.Kernel, f.Stage, ErrNotPatchFault)
 	}
 
-	data := replyData{Run: run, Intro: "Hello,"}
+	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
+		Bisection: bisectText(run), Previous: previousText(run)}
 	if run.Failure == nil {
 		c, err := Compare(run.Base, run.Patched, run.Options)
 		if err != nil {
@@ -185,9 +187,14 @@ type replyData struct {
 	Table    string
 	Extra    string
 	Model    string
+	// The base and the per-patch parts (perpatch.go).
+	Base, Builds, Bisection, Previous string
 }
 
 func failureVerdict(run *Run) string {
+	if noBase(run) {
+		return noBaseVerdict(run)
+	}
 	f := run.Failure
 	patch := ""
 	if f.Patch != "" {
@@ -202,6 +209,8 @@ func failureVerdict(run *Run) string {
 		detail = ": " + d + "."
 	}
 	switch f.Stage {
+	case StageBase:
+		return "The series was not tested: the base asked for is unknown" + detail
 	case StageApply:
 		return fmt.Sprintf("The patch%s does not apply to %s%s", patch, base, detail)
 	case StageBuild:

@@ -309,3 +309,20 @@ func TestFailureWithoutEvidence(t *testing.T) {
 		t.Errorf("verdict lost:\n%s", reply.Body)
 	}
 }
+
+// A series that fails before any VM ran says nothing about a VM.
+func TestBuildFailureHasNoVMLine(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "boot-panic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Failure.Stage, run.Failure.Detail, run.Failure.Excerpt = StageBuild, "error: x", "error: x"
+	run.CPUs, run.MemMiB, run.Accel = 0, 0, ""
+	reply, err := Render(run, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(reply.Body, "VM:") {
+		t.Errorf("a VM line without a VM:\n%s", reply.Body)
+	}
+}

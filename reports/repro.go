@@ -16,7 +16,8 @@ type Repro struct {
 	CPUs      int
 	MemMiB    int
 	Tree      string // the operator's tree, if not the default (said, not given: it is a path on the bot's disk)
-	Base      string // the base the series named (base-commit), if any
+	Base      string // the base it was tested on (a tree or commit), unless the default
+	Patches   string // "2-3": the patches measured, when not the whole series
 	AA        bool
 }
 
@@ -40,6 +41,9 @@ func (r Repro) Commands() []string {
 	}
 	if r.Base != "" {
 		args = append(args, "--base", r.Base)
+	}
+	if r.Patches != "" {
+		args = append(args, "--patches", r.Patches)
 	}
 	if r.AA {
 		args = append(args, "--aa")

@@ -131,6 +131,9 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if _, err := req.SuiteNames(); err != nil {
 		return answer(reports.AnswerInvalid, err.Error()), nil
 	}
+	if err := withOptions(req, c.Command, target); err != nil {
+		return answer(reports.AnswerInvalid, err.Error()), nil
+	}
 	if ok, why, err := d.mayMail(ctx, tx, c.thread, now); err != nil || !ok {
 		return decision{Outcome: store.CommandDropped, Why: why}, err
 	}

@@ -60,6 +60,10 @@ type Config struct {
 	// IncompleteAfter is how long a series may wait for its missing parts
 	// before patchbot answers that it could not test it, and why.
 	IncompleteAfter time.Duration `yaml:"incomplete_after"`
+
+	// Trees are the trees a series may be tested on besides the kernel:
+	// base, fetched into one object store (see images.Kernels.Choose).
+	Trees images.TreesConfig `yaml:"trees"`
 }
 
 // SuitesConfig is how much a job measures by default.
@@ -112,6 +116,7 @@ func DefaultConfig() Config {
 		StateDir: DefaultState(),
 		Paths:    []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
 		VM:       invm.DefaultVM(),
+		Trees:    images.DefaultTrees(),
 		// Runs 0: the sequential rule decides, from 3 to 10 a side.
 		Suites:          SuitesConfig{Profile: "quick"},
 		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
@@ -164,6 +169,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Sprintf("sources[%d]: two sources are named %q", i, name))
 		}
 		names[name] = true
+	}
+	if err := c.Trees.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err.Error())

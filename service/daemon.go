@@ -133,6 +133,13 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.Outbox.Run(ctx, d.FlushEvery)
 	}()
+	if d.Pipeline != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.fetchTrees(ctx)
+		}()
+	}
 	for name, src := range d.Sources {
 		wg.Add(1)
 		go func() {

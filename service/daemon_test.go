@@ -35,7 +35,11 @@ func (f *fakeBuilder) path(name string) string {
 	return filepath.Join(f.bzImage, name)
 }
 
-func (f *fakeBuilder) Base(ctx context.Context, baseCommit string) (*images.Build, error) {
+func (f *fakeBuilder) Choose(ctx context.Context, w images.Want) (*images.Choice, error) {
+	return &images.Choice{Tree: images.DefaultTree, How: images.ByDefault}, nil
+}
+
+func (f *fakeBuilder) Base(ctx context.Context, base images.Base) (*images.Build, error) {
 	return &images.Build{BzImage: f.path("base"), Commit: "1111111111111111111111111111111111111111",
 		ConfigHash: "cafe", Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
 }

@@ -51,6 +51,29 @@ type Request struct {
 	// whether the series of this thread and version is still missing parts,
 	// and if so answers why it was not tested.
 	Incomplete *IncompleteCheck `json:"incomplete,omitempty"`
+
+	// Tags are the subject's tags that may name a tree ("net-next").
+	Tags []string `json:"tags,omitempty"`
+	// BaseOverride is the base asked for (--base, base=): a tree's name,
+	// "default", or a commit; it wins over Base and Tags.
+	BaseOverride string `json:"base_override,omitempty"`
+	// First and Last measure patches First..Last only (patches=M-N), on
+	// top of patches 1..First-1; 0 measures the whole series.
+	First int `json:"first,omitempty"`
+	Last  int `json:"last,omitempty"`
+	// Subjects are the patches' subjects, in order, for the per-patch
+	// parts of the reply.
+	Subjects []string `json:"subjects,omitempty"`
+	// Series names the series across its versions, so that the reply to
+	// v2 can say what v1 measured.
+	Series SeriesKey `json:"series"`
+}
+
+// SeriesKey is a series across its versions: the same author and title.
+type SeriesKey struct {
+	Author  string `json:"author,omitempty"` // address only
+	Title   string `json:"title,omitempty"`
+	Version int    `json:"version,omitempty"`
 }
 
 // IncompleteCheck names the series an incomplete-series job looks at.
@@ -65,7 +88,12 @@ type IncompleteCheck struct {
 // replyTo (the patch, the cover letter, or an email command).
 func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Request {
 	req := &Request{Title: s.Subject, Patches: s.Mails(), Files: s.Files(), Base: s.Base,
-		Profile: defaults.Profile, Runs: defaults.Runs}
+		Profile: defaults.Profile, Runs: defaults.Runs,
+		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+	for _, p := range s.Patches {
+		req.Subjects = append(req.Subjects, p.Subject)
+	}
+	req.Tags = subjectTags(s)
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
 		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
@@ -153,10 +181,12 @@ func dedupe(xs []string) []string {
 	return out
 }
 
-// Builder builds the base and patched kernels (images.Kernels). Base gets
-// the series' base-commit, if it gave one, to use when the tree has it.
+// Builder chooses the base and builds the kernels (images.Kernels):
+// Choose picks the tree and commit, Base builds it, Patched builds a
+// series (or a prefix of one) on it incrementally.
 type Builder interface {
-	Base(ctx context.Context, baseCommit string) (*images.Build, error)
+	Choose(ctx context.Context, w images.Want) (*images.Choice, error)
+	Base(ctx context.Context, base images.Base) (*images.Build, error)
 	Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error)
 }
 
@@ -181,6 +211,10 @@ type Pipeline struct {
 	VM invm.VMConfig
 	// Tree is the configured base tree, for the reproduce commands.
 	Tree images.TreeConfig
+	// Trees are the configured trees, fetched on a schedule by the daemon.
+	Trees *images.Trees
+	// History finds the earlier versions' runs (the store); nil for none.
+	History History
 	// ResultsURL gives the link to a run's results (the dashboard), from
 	// its directory; nil gives none.
 	ResultsURL func(runDir string) string
@@ -206,8 +240,18 @@ type Outcome struct {
 // Infra): the caller retries. A patch that does not apply, build, boot or
 // survive its suites is not an error: the outcome carries the failure and
 // the reply says so.
+//
+// The stages: choose the base (images.Kernels.Choose), build it, build the
+// series, each prefix of it one after the other when it has more than one
+// patch; measure each suite A against B; when the series changed a
+// primary metric and has more than one patch, bisect over the prefixes;
+// set the earlier version's measurement beside this one; report.
 func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*Outcome, error) {
 	names, err := req.SuiteNames()
+	if err != nil {
+		return nil, err
+	}
+	first, last, err := req.span()
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +261,10 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// Counters and times are positive with multiplicative noise: judge
 	// them on the log scale (see reports/stats.LogWelch).
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Test: stats.LogWelch},
-		ReplyID: req.ReplyID, Command: req.Command}
+		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches)}
+	if req.First > 0 {
+		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
+	}
 	var mbox bytes.Buffer
 	if err := mailbox.WriteMbox(&mbox, req.Patches); err != nil {
 		return nil, err
@@ -228,15 +275,28 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	if p.ResultsURL != nil {
 		run.ResultsURL = p.ResultsURL(runDir)
 	}
-	total := 3 + len(names) // build base, build patched, the suites, report
-	done := 0
-	stage := func(name string) {
-		p.stage(name, done, total)
-		done++
+	// choose, build base, apply and build, one build a patch when there
+	// are several, the suites, report; a bisection adds its steps.
+	st := &stages{p: p, total: 4 + len(names)}
+	if last > 1 {
+		st.total += last
+	}
+	stage := st.stage
+
+	stage("choose the base")
+	choice, err := p.Builder.Choose(ctx, images.Want{Override: req.BaseOverride, BaseCommit: req.Base,
+		Tags: req.Tags, Patches: req.Patches[:last]})
+	run.BaseChoice = baseChoiceOf(choice, err, req)
+	if err != nil {
+		if !blame.IsPatch(err) {
+			return nil, fmt.Errorf("choosing the base: %w", err)
+		}
+		run.Failure = baseFailure(err)
+		return p.finish(ctx, req, run, runDir, choice, st)
 	}
 
 	stage("build base")
-	base, err := p.Builder.Base(ctx, req.Base)
+	base, err := p.Builder.Base(ctx, choice.Base)
 	if err != nil {
 		return nil, fmt.Errorf("building the base kernel: %w", blame.On(blame.Base, err))
 	}
@@ -247,39 +307,34 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	}
 	copyArtifact(base.Log, runDir, "build-base.log")
 
-	patched := base
+	a, b := base, base
+	var prefixes []*images.Build
 	if req.AA {
 		stage("A/A: the base kernel on both sides")
 	} else {
 		stage("apply and build patched")
-		patched, err = p.Builder.Patched(ctx, base, req.Patches)
+		var failed bool
+		prefixes, failed, err = p.buildSeries(ctx, req, run, base, last, runDir, st)
 		if err != nil {
-			err = blame.On(blame.Patched, err)
-			if !blame.IsPatch(err) {
-				return nil, fmt.Errorf("building the patched kernel: %w", err)
-			}
-			run.Failure = failureOf(err)
-			var ae *images.ApplyError
-			if errors.As(err, &ae) {
-				writeArtifact(runDir, "git-am.log", ae.Output)
-			}
-			var be *images.BuildError
-			if errors.As(err, &be) {
-				copyArtifact(be.Log, runDir, "build-patched.log")
-			}
-			return p.finish(ctx, req, run, runDir, stage)
+			return nil, err
 		}
-		for _, w := range patched.NewWarnings {
+		if failed {
+			return p.finish(ctx, req, run, runDir, choice, st)
+		}
+		b = prefixes[last]
+		if first > 1 {
+			a = prefixes[first-1]
+		}
+		for _, w := range images.AddedWarnings(a.NewWarnings, b.NewWarnings) {
 			run.NewWarnings = append(run.NewWarnings, w.String())
 		}
-		copyArtifact(patched.Log, runDir, "build-patched.log")
+		copyArtifact(b.Log, runDir, "build-patched.log")
 	}
-	run.PatchedCommit = patched.Head
+	run.PatchedCommit = b.Head
 	if run.PatchedCommit == "" {
 		run.PatchedCommit = base.Commit // A/A, or a base build
 	}
-	run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, Base: req.Base, AA: req.AA}.Commands()
+	run.Commands = p.repro(req, choice, base.Commit).Commands()
 
 	// Runs 0: as many rounds as the evidence needs, by the sequential rule
 	// (reports/stats.DefaultRule), on a host checked to be quiet around
@@ -294,10 +349,11 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	for _, name := range names {
 		stage("run " + name)
 		out, err := p.Tester.Test(ctx, invm.Spec{Suite: name, Profile: req.Profile, Runs: req.Runs, Plan: plan,
-			Base: base, Patched: patched, Progress: p.Progress})
+			Base: a, Patched: b, Progress: p.Progress})
+		err = reblame(err, a != base)
 		if blame.IsPatch(err) {
 			run.Failure = failureOf(err)
-			return p.finish(ctx, req, run, runDir, stage)
+			return p.finish(ctx, req, run, runDir, choice, st)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("running suite %s: %w", name, err)
@@ -309,7 +365,55 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 			run.Model = reports.ModelOf(out.Base)
 		}
 	}
-	return p.finish(ctx, req, run, runDir, stage)
+	if !req.AA && last-first >= 1 {
+		if err := p.bisect(ctx, req, run, a, prefixes, first, last, runDir, st); err != nil {
+			return nil, err
+		}
+	}
+	p.previous(ctx, req, run)
+	return p.finish(ctx, req, run, runDir, choice, st)
+}
+
+// span is the part of the series measured: First..Last, or all of it.
+func (r *Request) span() (first, last int, err error) {
+	n := len(r.Patches)
+	if n == 0 {
+		return 0, 0, errors.New("the request has no patches")
+	}
+	if r.First == 0 && r.Last == 0 {
+		return 1, n, nil
+	}
+	if r.First < 1 || r.Last < r.First || r.Last > n {
+		return 0, 0, fmt.Errorf("patches=%d-%d: the series has %d patches", r.First, r.Last, n)
+	}
+	return r.First, r.Last, nil
+}
+
+// reblame puts a failure of the A side on the patch when the A side is a
+// prefix of the series (patches=M-N with M > 1), not the base.
+func reblame(err error, aPatched bool) error {
+	var ke *blame.KernelError
+	if err == nil || !aPatched || !errors.As(err, &ke) || ke.Kernel != blame.Base {
+		return err
+	}
+	return blame.On(blame.Patched, ke.Err)
+}
+
+// repro is the reproduce command of the run: the base it was tested on
+// unless it was the default, and the patches measured.
+func (p *Pipeline) repro(req *Request, c *images.Choice, commit string) reports.Repro {
+	r := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
+		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, AA: req.AA}
+	switch {
+	case req.BaseOverride != "":
+		r.Base = req.BaseOverride
+	case c != nil && c.How != images.ByDefault:
+		r.Base = commit
+	}
+	if req.First > 0 {
+		r.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
+	}
+	return r
 }
 
 // failureOf is the evidence of a patch's failure, from the stage error
@@ -341,12 +445,11 @@ func failureOf(err error) *reports.Failure {
 	return f
 }
 
-func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, runDir string, stage func(string)) (*Outcome, error) {
-	stage("report")
+func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, runDir string, c *images.Choice, st *stages) (*Outcome, error) {
+	st.stage("report")
 	run.Finished = time.Now().UTC()
 	if run.Commands == nil {
-		run.Commands = reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-			Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, Base: req.Base, AA: req.AA}.Commands()
+		run.Commands = p.repro(req, c, run.BaseCommit).Commands()
 	}
 	if err := reports.SaveRun(runDir, run); err != nil {
 		return nil, err
@@ -376,13 +479,22 @@ func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, r
 	return &Outcome{Run: run, Reply: reply, Raw: raw}, nil
 }
 
-func (p *Pipeline) stage(name string, done, total int) {
-	if p.Progress != nil {
-		fmt.Fprintf(p.Progress, "== %s\n", name)
+// stages tells the terminal and OnStage each stage of one Execute as it
+// starts, with how many are done of how many.
+type stages struct {
+	p           *Pipeline
+	done, total int
+}
+
+func (s *stages) stage(name string) {
+	if s.p.Progress != nil {
+		fmt.Fprintf(s.p.Progress, "== %s\n", name)
 	}
-	if p.OnStage != nil {
-		p.OnStage(name, done, total)
+	s.total = max(s.total, s.done+1)
+	if s.p.OnStage != nil {
+		s.p.OnStage(name, s.done, s.total)
 	}
+	s.done++
 }
 
 // firstLine is the first non-empty line of s, or def.

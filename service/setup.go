@@ -20,15 +20,19 @@ import (
 )
 
 // NewPipeline wires the real stages from a config: images.Kernels for the
-// builds, invm.Tester for VMs of the configured shape, and the reply
-// options.
+// base's choice among the configured trees and the builds, invm.Tester for
+// VMs of the configured shape, and the reply options. The caller that has
+// a store sets History.
 func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	b, err := images.DefaultBuilder(progress)
 	if err != nil {
 		return nil, err
 	}
+	trees := images.NewTrees(cfg.Trees, b.Cache)
+	trees.Progress = progress
 	p := &Pipeline{
-		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Progress: progress},
+		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Trees: trees, Progress: progress},
+		Trees:    trees,
 		Tester:   &invm.Tester{VM: cfg.VM},
 		Reply:    cfg.Reply,
 		Progress: progress,
@@ -113,6 +117,7 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
+	p.History = st
 	srcs, err := OpenSources(cfg, log)
 	if err != nil {
 		return fail(err)

@@ -70,7 +70,10 @@ Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
 				b.Config.Fragments = append(b.Config.Fragments, fragments...)
 				k := &images.Kernels{Builder: b, Tree: images.TreeConfig{Tree: *tree, Base: *base}, Progress: stderr}
 				report := buildReport{Schema: schemaVersion, Series: series.Subject}
-				report.Base, err = k.Base(ctx, series.Base)
+				choice, err := k.Choose(ctx, images.Want{BaseCommit: series.Base, Patches: series.Mails()})
+				if err == nil {
+					report.Base, err = k.Base(ctx, choice.Base)
+				}
 				if err != nil {
 					err = blame.On(blame.Base, err)
 				} else {

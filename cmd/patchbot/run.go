@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
 )
@@ -20,9 +21,13 @@ func init() {
 		summary: "test one series now: build, boot, measure, print the reply",
 		usage:   "run (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [flags]",
 		desc: `Reads the mail, chooses the series to test (the newest complete version, or -v N),
-builds the base and patched kernels, boots both in VMs of the same shape, runs
-the suites the touched files select (or --suites) with rounds interleaved, and
-prints the reply. Everything is kept in a run directory under the state
+chooses the base (--base; else the series' base-commit, a subject tag naming a
+configured tree, or the newest tree the whole series applies to: see 'patchbot
+trees'), builds the base and the series (patch by patch when it has more than
+one), boots both kernels in VMs of the same shape, runs the suites the touched
+files select (or --suites) with rounds interleaved, and prints the reply. When
+the series changed a metric, prefixes of it are measured to name the patch the
+change comes from. Everything is kept in a run directory under the state
 directory; the reply is queued in the state's outbox and sent only with --send
 (or smtp.enabled in the config).
 
@@ -31,7 +36,8 @@ Exit status: 0 the series was tested (the reply may report a regression),
 2 usage error, 3 the patch's fault (it does not apply, build or boot).`,
 		example: `patchbot run --mbox testdata/mbox/squashfs-thundering-herd.mbox
 patchbot run --msgid 20260724190556.1950693-1-usama.arif@linux.dev --suites cache-contention --runs 7
-patchbot run --mbox series.mbox --aa   # the base against itself: must find no change`,
+patchbot run --mbox series.mbox --aa   # the base against itself: must find no change
+patchbot run --mbox series.mbox --base next --patches 2-3`,
 		flags: runFlags,
 	})
 }
@@ -49,8 +55,9 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 	runs := fs.Int("runs", 0, "runs per kernel, interleaved, 1..100 (default from the config: as many as the evidence needs, 3 to 10)")
 	version := fs.Int("v", 0, "test version `N` of the series (default: the newest complete one)")
 	send := fs.Bool("send", false, "send the reply through the configured SMTP server")
-	tree := fs.String("tree", "", "kernel git tree `dir` (default: Debian's linux-source-6.1, imported once)")
-	base := fs.String("base", "", "base `ref` (in --tree, or a commit of the Debian import)")
+	tree := fs.String("tree", "", "kernel git tree `dir`, the default base (default: Debian's linux-source-6.1, imported once)")
+	base := fs.String("base", "", "test on this `base`: a configured tree's name, default, or a commit or ref (default: chosen; see 'patchbot trees')")
+	patches := fs.String("patches", "", "measure only patches `M-N` (or M), on top of the ones before")
 	aa := fs.Bool("aa", false, "A/A run: the base kernel on both sides (the series is not applied)")
 	return func(ctx context.Context, args []string) error {
 		if err := noArgs(args); err != nil {
@@ -79,8 +86,15 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 		if *tree != "" {
 			cfg.Kernel.Tree = *tree
 		}
-		if *base != "" {
-			cfg.Kernel.Base = *base
+		if *base != "" && !images.ValidRef(*base) {
+			return usagef("--base %q: want a tree's name, a commit or a ref", *base)
+		}
+		var first, last int
+		if *patches != "" {
+			var ok bool
+			if first, last, ok = mailbox.ParsePatchRange(*patches); !ok {
+				return usagef("--patches %q: want M-N or M, e.g. 2-3", *patches)
+			}
 		}
 		if *version < 0 {
 			return usagef("-v %d: want a version number", *version)
@@ -97,15 +111,27 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 		if err := cfg.Validate(); err != nil {
 			return err
 		}
-		return runSeriesTest(ctx, cfg, sc, *version, names, *aa, stdout, stderr)
+		opts := testOptions{names: names, aa: *aa, base: *base, first: first, last: last}
+		return runSeriesTest(ctx, cfg, sc, *version, opts, stdout, stderr)
 	}
 }
 
-func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceConfig, version int, names []string,
-	aa bool, stdout, stderr io.Writer) error {
+// testOptions are what a run asks for beyond the config.
+type testOptions struct {
+	names       []string
+	aa          bool
+	base        string // --base: a tree, default, a commit or ref
+	first, last int    // --patches
+}
+
+func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceConfig, version int, o testOptions,
+	stdout, stderr io.Writer) error {
 	series, err := seriesToTest(ctx, sc, version, stderr)
 	if err != nil {
 		return err
+	}
+	if o.last > len(series.Patches) {
+		return usagef("--patches %d-%d: the series has %d patch(es)", o.first, o.last, len(series.Patches))
 	}
 	fmt.Fprintf(stderr, "series: %s (v%d, %d patch(es), files %s)\n",
 		series.Subject, series.Version, len(series.Patches), strings.Join(series.Files(), " "))
@@ -118,8 +144,10 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	if err != nil {
 		return err
 	}
+	p.History = st
 	req := service.NewRequest(series, cfg.Suites, service.ReplyTarget(series))
-	req.Suites, req.AA = names, aa
+	req.Suites, req.AA, req.BaseOverride = o.names, o.aa, o.base
+	req.First, req.Last = o.first, o.last
 	if _, err := req.SuiteNames(); err != nil {
 		return usageError{err.Error()} // before any kernel is built
 	}
