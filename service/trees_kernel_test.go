@@ -127,7 +127,14 @@ func TestSecondPatchBreaksTheRealBuild(t *testing.T) {
 
 // The bisection on real kernels in real VMs: of a comment fix, the seed
 // change and a documentation line, it names 2/3.
+//
+// It measures three times in VMs (the series, then up to two prefixes):
+// about as long as the end-to-end test three times over under TCG, so it
+// runs only when PATCHBOT_LONG_TESTS=1 (docs/service.md says how long).
 func TestRealBisectionNamesTheSeedPatch(t *testing.T) {
+	if os.Getenv("PATCHBOT_LONG_TESTS") != "1" {
+		t.Skip("measures three times in VMs; set PATCHBOT_LONG_TESTS=1 to run it")
+	}
 	needKernel(t, true)
 	kern, _ := realKernels(t, "mainline", "next", "net")
 	timer := &timedTester{Tester: &invm.Tester{VM: invm.DefaultVM()}}
