@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -51,9 +52,10 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	return p, nil
 }
 
-// OpenStore opens the state database (state.db) in the config's state
-// directory, which it creates 0700: the database, the runs and the
-// secrets' copies in it are patchbot's alone.
+// OpenStore opens the state database: the config's PostgreSQL server when
+// it names one (with the password from its file), else state.db in the
+// state directory. It creates the state directory 0700 either way: the
+// runs and the secrets' copies in it are patchbot's alone.
 func OpenStore(cfg Config) (*store.Store, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
@@ -61,7 +63,23 @@ func OpenStore(cfg Config) (*store.Store, error) {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("closing the state directory to others: %w", err)
 	}
-	return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	if cfg.Database == "" {
+		return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	}
+	dsn := cfg.Database
+	if cfg.DatabasePasswordFile != "" {
+		pw, err := mailbox.ReadSecret(cfg.DatabasePasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("database password: %w", err)
+		}
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		u.User = url.UserPassword(u.User.Username(), pw)
+		dsn = u.String()
+	}
+	return store.Open(dsn)
 }
 
 // NewOutbox is the outbox of st, sending through the configured SMTP
@@ -122,7 +140,6 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return fail(err)
 	}
 	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
-	p.OnStage = d.setStage
 	return d, nil
 }
 
