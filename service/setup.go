@@ -161,3 +161,23 @@ func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, 
 	}
 	return added, nil
 }
+
+// NewWorker wires a worker from a config: the state database, the
+// pipeline, and what this host can run (DetectCaps; only the suites
+// named, when some are). The caller closes w.Store.
+func NewWorker(cfg Config, log *slog.Logger, name string, suites []string) (*Worker, error) {
+	if err := CheckSuites(suites, ""); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPipeline(cfg, nil)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	caps := DetectCaps(cfg, suites)
+	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil
+}

@@ -69,6 +69,10 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 		{[]string{"suite", "run", "--suites", "nosuch", "--local"}, `no suite "nosuch"`},
 		{[]string{"reply"}, "want one run directory"},
 		{[]string{"watch", "extra"}, `unexpected argument "extra"`},
+		{[]string{"worker", "extra"}, `unexpected argument "extra"`},
+		{[]string{"worker", "--name", "two words"}, `--name "two words"`},
+		{[]string{"worker", "--suites", "nosuch"}, `no suite "nosuch"`},
+		{[]string{"worker", "--http", "nope"}, `--http "nope": want host:port`},
 	} {
 		code, out, errOut := run(t, tc.args...)
 		if code != exitUsage {
