@@ -248,8 +248,8 @@ func (c *Config) validateFleet() []string {
 	} else if c.DatabasePasswordFile != "" {
 		errs = append(errs, "database_password_file is set but database is empty")
 	}
-	if c.Fleet.Lease < 10*time.Second {
-		errs = append(errs, fmt.Sprintf("fleet.lease %s: want at least 10s", c.Fleet.Lease))
+	if c.Fleet.Lease < time.Second {
+		errs = append(errs, fmt.Sprintf("fleet.lease %s: want at least 1s", c.Fleet.Lease))
 	}
 	if c.Fleet.Poll < 100*time.Millisecond || c.Fleet.Poll > c.Fleet.Lease {
 		errs = append(errs, fmt.Sprintf("fleet.poll %s: want 100ms..fleet.lease", c.Fleet.Poll))
