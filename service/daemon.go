@@ -217,7 +217,7 @@ func (d *Daemon) coordinate(ctx context.Context) {
 // collect writes the runs workers stored into the runs directory; their
 // replies were stored with them, so the outbox is told.
 func (d *Daemon) collect(ctx context.Context) {
-	n, err := CollectRuns(ctx, d.Config, d.Store)
+	n, err := CollectRuns(ctx, d.Config, d.Store, d.Log)
 	if err != nil && ctx.Err() == nil {
 		d.Log.Error("collecting runs", "err", err)
 	}

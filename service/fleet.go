@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path"
 	"path/filepath"
@@ -82,56 +83,64 @@ var runFileName = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}$`)
 // CollectRuns writes the runs that workers stored into the state
 // directory's runs/, where the dashboard and `patchbot reply` read them,
 // and forgets the stored copies. A run is written beside its place and
-// renamed into it, so that a reader never sees half of one. It returns
+// renamed into it, so that a reader never sees half of one. A file whose
+// name is not a plain relative path is left out, and logged. It returns
 // how many runs it wrote.
-func CollectRuns(ctx context.Context, cfg Config, st *store.Store) (int, error) {
-	ids, err := st.PendingRuns(ctx, 100)
-	if err != nil {
-		return 0, err
-	}
+func CollectRuns(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) (int, error) {
 	runs := filepath.Join(cfg.StateDir, "runs")
 	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return 0, fmt.Errorf("creating the runs directory: %w", err)
 	}
+	const batch = 100
 	n := 0
-	for _, id := range ids {
-		files, err := st.RunFiles(ctx, id)
+	for ctx.Err() == nil {
+		ids, err := st.PendingRuns(ctx, batch)
 		if err != nil {
 			return n, err
 		}
-		if err := writeRun(runs, fmt.Sprintf("job-%d", id), files); err != nil {
-			return n, fmt.Errorf("writing the run of job %d: %w", id, err)
+		for _, id := range ids {
+			files, err := st.RunFiles(ctx, id)
+			if err != nil {
+				return n, err
+			}
+			skipped, err := writeRun(runs, fmt.Sprintf("job-%d", id), files)
+			if err != nil {
+				return n, fmt.Errorf("writing the run of job %d: %w", id, err)
+			}
+			if len(skipped) > 0 {
+				log.Error("files of a run left out: their names are not plain relative paths", "job", id, "names", skipped)
+			}
+			if err := st.DeleteRunFiles(ctx, id); err != nil {
+				return n, err
+			}
+			n++
 		}
-		if err := st.DeleteRunFiles(ctx, id); err != nil {
-			return n, err
+		if len(ids) < batch {
+			break
 		}
-		n++
 	}
-	return n, nil
+	return n, ctx.Err()
 }
 
-func writeRun(runs, name string, files []store.RunFile) error {
+// writeRun writes a run's files into runs/name, replacing what was there,
+// and returns the names it left out.
+func writeRun(runs, name string, files []store.RunFile) (skipped []string, err error) {
 	tmp := filepath.Join(runs, ".incoming-"+name)
 	os.RemoveAll(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return err
+		return nil, err
 	}
 	for _, f := range files {
-		clean := path.Clean(f.Name)
-		if clean != f.Name || strings.HasPrefix(clean, "/") {
-			return fmt.Errorf("run file %q: not a plain relative path", f.Name)
+		if !plainPath(f.Name) {
+			skipped = append(skipped, fmt.Sprintf("%q", f.Name))
+			continue
 		}
-		for _, el := range strings.Split(clean, "/") {
-			if !runFileName.MatchString(el) {
-				return fmt.Errorf("run file %q: %q is not a plain file name", f.Name, el)
-			}
-		}
-		p := filepath.Join(tmp, filepath.FromSlash(clean))
+		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.WriteFile(p, f.Data, 0o600); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	dst := filepath.Join(runs, name)
@@ -141,11 +150,25 @@ func writeRun(runs, name string, files []store.RunFile) error {
 		old := filepath.Join(runs, ".old-"+name)
 		os.RemoveAll(old)
 		if err := os.Rename(dst, old); err != nil {
-			return err
+			return nil, err
 		}
 		defer os.RemoveAll(old)
 	}
-	return os.Rename(tmp, dst)
+	return skipped, os.Rename(tmp, dst)
+}
+
+// plainPath says whether a stored run file's name is a clean relative
+// path of plain names: no "..", no leading "/" or ".", nothing odd.
+func plainPath(name string) bool {
+	if path.Clean(name) != name || strings.HasPrefix(name, "/") {
+		return false
+	}
+	for _, el := range strings.Split(name, "/") {
+		if !runFileName.MatchString(el) {
+			return false
+		}
+	}
+	return true
 }
 
 // workersSince is how long a stopped or dead worker stays on the

@@ -72,6 +72,10 @@ func runFleetChild(role string) int {
 	}
 	defer st.Close()
 	switch role {
+	case "sim-coordinator":
+		if err := runSimCoordinator(ctx, cfg, st); err != nil {
+			return fail(err)
+		}
 	case "coordinator":
 		srcs, err := OpenSources(cfg, log)
 		if err != nil {
@@ -235,7 +239,9 @@ type fleetWorld struct {
 	starts int
 }
 
-func newFleetWorld(t *testing.T, lists int, extra string) *fleetWorld {
+// newFleetWorld makes a fleet of lists lists; fleet is the config's fleet
+// part and extra more of the config.
+func newFleetWorld(t *testing.T, lists int, fleet, extra string) *fleetWorld {
 	t.Helper()
 	pg := pgtest.Start(t)
 	dsn, err := pg.NewDB()
@@ -263,13 +269,12 @@ func newFleetWorld(t *testing.T, lists int, extra string) *fleetWorld {
 	w.cfg = filepath.Join(w.dir, "patchbot.yaml")
 	conf := fmt.Sprintf(`state_dir: %s
 database: %s
-fleet: {local_worker: false, lease: 2s, poll: 200ms}
+fleet: %s
 sources:
 %ssmtp: {enabled: true, addr: %q, from: bot@patchbot.test, ca_file: %s}
 reply: {from: "patchbot <bot@patchbot.test>"}
-suites: {runs: 2}
 http: %s
-%s`, w.state, dsn, srcs.String(), w.pf.Addr, filepath.Join(w.pf.ConfigDir, "cert.pem"), w.http, extra)
+%s`, w.state, dsn, fleet, srcs.String(), w.pf.Addr, filepath.Join(w.pf.ConfigDir, "cert.pem"), w.http, extra)
 	if err := os.WriteFile(w.cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +361,7 @@ Content-Type: text/plain; charset=UTF-8
 	return id
 }
 
-func seedPatch(t *testing.T) []byte {
+func seedPatch(t testing.TB) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
 	if err != nil {
@@ -446,7 +451,7 @@ func TestFleetSurvivesAWorkerKilledMidJob(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL, Postfix and three processes; skipped with -short")
 	}
-	w := newFleetWorld(t, 2, "")
+	w := newFleetWorld(t, 2, "{local_worker: false, lease: 2s, poll: 200ms}", "suites: {runs: 2}\n")
 	seed := seedPatch(t)
 	const perList = 5
 	var posted []string
@@ -585,5 +590,82 @@ func TestFleetSurvivesAWorkerKilledMidJob(t *testing.T) {
 				t.Errorf("the dashboard's page lacks %s", want)
 			}
 		}
+	}
+}
+
+// One worker on this host runs the seed series for real: the base kernel
+// from the cache, the patched build in the sandbox, both kernels booted
+// in QEMU (TCG here), the suite's rounds interleaved. Its results reach
+// the coordinator through the database and its reply goes out once.
+// Heavy: run it under the shared lock.
+func TestFleetRealKernel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and boots kernels; skipped with -short")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (Postfix, mounts in the build sandbox)")
+	}
+	for _, bin := range []string{"qemu-system-x86_64", "mksquashfs", "postfix", "bwrap"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed (scripts/install-deps.sh installs it)", bin)
+		}
+	}
+	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
+		t.Skip("Debian's linux-source-6.1 is not installed")
+	}
+	w := newFleetWorld(t, 1, "{local_worker: false, lease: 30s, poll: 500ms}",
+		"vm: {backend: qemu, cpus: 2, mem_mib: 1024}\nsuites: {profile: quick, runs: 3}\n")
+	id := w.post(0, 0, seedPatch(t))
+	cache := os.Getenv("PATCHBOT_CACHE")
+	if cache == "" {
+		cache = "/var/cache/patchbot"
+	}
+	w.start("coordinator", "coordinator")
+	start := time.Now()
+	w.start("kvm-less", "real-worker", "PATCHBOT_CACHE="+cache)
+	w.waitFor("the job to be done and its reply sent", 25*time.Minute, func() bool {
+		jobs := w.jobs()
+		if len(jobs) != 1 || jobs[0].State == store.JobFailed || jobs[0].State == store.JobParked {
+			if len(jobs) == 1 {
+				w.t.Fatalf("job %s: %s", jobs[0].State, jobs[0].Error)
+			}
+			return false
+		}
+		ms, _ := w.st.OutboxIn(context.Background(), store.Sent)
+		return jobs[0].State == store.JobDone && len(ms) == 1
+	})
+	t.Logf("patch to reply in %s", time.Since(start).Round(time.Second))
+	j := w.jobs()[0]
+	if j.Owner != "kvm-less" || j.Attempts != 1 || j.Blame != "" {
+		t.Errorf("job = owner %s, %d attempts, blame %q, error %q", j.Owner, j.Attempts, j.Blame, j.Error)
+	}
+	sent, _ := w.st.OutboxIn(context.Background(), store.Sent)
+	w.waitFor("Postfix to deliver every copy", time.Minute, func() bool {
+		copies, _ := w.delivered()
+		return copies[sent[0].MessageID] >= len(sent[0].Recipients)
+	})
+	copies, perRcpt := w.delivered()
+	if len(copies) != 1 || copies[sent[0].MessageID] != len(sent[0].Recipients) {
+		t.Errorf("delivered %v, want one reply to each of %v", copies, sent[0].Recipients)
+	}
+	for k, n := range perRcpt {
+		if n != 1 {
+			t.Errorf("%s: %d copies", k, n)
+		}
+	}
+	reply := string(sent[0].Raw)
+	for _, want := range []string{"In-Reply-To: <" + id + ">", "sched_wakeup", "TCG"} {
+		if !strings.Contains(reply, want) {
+			t.Errorf("the reply lacks %q:\n%s", want, reply)
+		}
+	}
+	run := filepath.Join(w.state, "runs", fmt.Sprintf("job-%d", j.ID))
+	for _, f := range []string{"run.json", "base.json", "patched.json", "build-patched.log", "reply.eml", "series.mbox"} {
+		if _, err := os.Stat(filepath.Join(run, f)); err != nil {
+			t.Errorf("the coordinator's run lacks %s: %v", f, err)
+		}
+	}
+	if v := w.home(); workerState(v, "kvm-less") != "idle" || v.Runs != 1 {
+		t.Errorf("the dashboard: workers %+v, %d runs", v.Workers, v.Runs)
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,28 +53,36 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			n, err := CollectRuns(ctx, Config{StateDir: state}, st)
+			var logs bytes.Buffer
+			n, err := CollectRuns(ctx, Config{StateDir: state}, st, slog.New(slog.NewTextHandler(&logs, nil)))
 			run := filepath.Join(state, "runs", "job-1")
+			// The run is written either way, with its good files.
+			if err != nil || n != 1 {
+				t.Fatalf("CollectRuns = %d, %v", n, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(run, "reply.eml")); err != nil || string(b) != "mail" {
+				t.Errorf("reply.eml: %q, %v", b, err)
+			}
+			if p, _ := st.PendingRuns(ctx, 10); len(p) != 0 {
+				t.Errorf("a collected run is still pending: %v", p)
+			}
 			if tc.ok {
-				if err != nil || n != 1 {
-					t.Fatalf("CollectRuns = %d, %v", n, err)
-				}
 				if b, err := os.ReadFile(filepath.Join(run, filepath.FromSlash(tc.name))); err != nil || string(b) != "x" {
 					t.Errorf("%s: %q, %v", tc.name, b, err)
 				}
-				if p, _ := st.PendingRuns(ctx, 10); len(p) != 0 {
-					t.Errorf("a collected run is still pending: %v", p)
-				}
 				return
 			}
-			if err == nil || n != 0 {
-				t.Fatalf("CollectRuns = %d, %v; want %q refused", n, err, tc.name)
+			if !strings.Contains(logs.String(), "files of a run left out") {
+				t.Errorf("%q was not logged as left out:\n%s", tc.name, logs.String())
 			}
-			if _, err := os.Stat(run); err == nil {
-				t.Error("a run with a bad path was written")
+			ents, _ := os.ReadDir(run)
+			if len(ents) != 1 {
+				t.Errorf("the run holds %d entries, want reply.eml alone", len(ents))
 			}
-			if _, err := os.Stat(filepath.Join(state, "escape")); err == nil {
-				t.Error("a file was written outside the runs")
+			for _, p := range []string{filepath.Join(state, "escape"), filepath.Join(state, "b"), filepath.Join(state, "runs", "escape")} {
+				if _, err := os.Stat(p); err == nil {
+					t.Errorf("%s was written outside the run", p)
+				}
 			}
 		})
 	}
@@ -82,10 +91,10 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 // A collected run replaces an earlier attempt's in one rename.
 func TestWriteRunReplaces(t *testing.T) {
 	runs := t.TempDir()
-	if err := writeRun(runs, "job-1", []store.RunFile{{Name: "old.log", Data: []byte("old")}}); err != nil {
+	if _, err := writeRun(runs, "job-1", []store.RunFile{{Name: "old.log", Data: []byte("old")}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeRun(runs, "job-1", []store.RunFile{{Name: "run.json", Data: []byte("{}")}}); err != nil {
+	if _, err := writeRun(runs, "job-1", []store.RunFile{{Name: "run.json", Data: []byte("{}")}}); err != nil {
 		t.Fatal(err)
 	}
 	ents, _ := os.ReadDir(runs)

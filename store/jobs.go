@@ -300,37 +300,69 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 		}
 	}
 	at := fmtTime(c.At)
+	// What fits: due, of the kind, and needing no more than the worker
+	// has. Written for a jobs row named j.
+	fits := `j.state = ? AND j.kind = ? AND j.not_before <= ? AND j.need_kvm <= ? AND j.need_cpus <= ? AND j.need_mem_mib <= ?
+		AND NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id`
+	fitArgs := []any{JobQueued, c.Kind, at, boolInt(c.Caps.Accel == "kvm"), c.Caps.CPUs, c.Caps.MemMiB}
+	if len(c.Caps.Suites) > 0 {
+		fits += ` AND su.suite NOT IN (?` + strings.Repeat(", ?", len(c.Caps.Suites)-1) + `)`
+		for _, s := range c.Caps.Suites {
+			fitArgs = append(fitArgs, s)
+		}
+	}
+	fits += `)`
 	var j *Job
 	err := s.inTx(ctx, false, func(r runner) error {
-		suites := `NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id)`
-		var suiteArgs []any
-		if len(c.Caps.Suites) > 0 {
-			suites = `NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id AND su.suite NOT IN (?` +
-				strings.Repeat(", ?", len(c.Caps.Suites)-1) + `))`
-			for _, s := range c.Caps.Suites {
-				suiteArgs = append(suiteArgs, s)
-			}
-		}
-		args := []any{JobRunning, c.Worker, fmtTime(c.At.Add(c.Lease)), at, now(), JobQueued,
-			JobRunning, JobRunning, JobQueued, c.Kind, at,
-			boolInt(c.Caps.Accel == "kvm"), c.Caps.CPUs, c.Caps.MemMiB}
-		args = append(args, suiteArgs...)
-		var err error
-		j, err = scanJob(r.QueryRowContext(ctx, `UPDATE jobs SET state = ?, owner = ?, lease_until = ?, started = ?,
-			attempts = attempts + 1, updated = ?
-			WHERE state = ? AND id = (
-				SELECT j.id FROM jobs j
-				LEFT JOIN (SELECT source, count(*) AS n FROM jobs WHERE state = ? GROUP BY source) rs ON rs.source = j.source
-				LEFT JOIN (SELECT sender, count(*) AS n FROM jobs WHERE state = ? GROUP BY sender) rw ON rw.sender = j.sender
-				LEFT JOIN served ss ON ss.kind = 'source' AND ss.name = j.source
-				LEFT JOIN served sw ON sw.kind = 'sender' AND sw.name = j.sender
-				WHERE j.state = ? AND j.kind = ? AND j.not_before <= ?
-					AND j.need_kvm <= ? AND j.need_cpus <= ? AND j.need_mem_mib <= ? AND `+suites+`
-				ORDER BY coalesce(rs.n, 0), coalesce(ss.last, ''), coalesce(rw.n, 0), coalesce(sw.last, ''), j.id
-				LIMIT 1`+r.d.skipLocked("j")+`)
-			RETURNING `+jobColumns, args...))
+		// The (source, sender) pairs with a job that fits, best first:
+		// fewest running of the source, its longest wait since it was
+		// served, then the same of the sender. Ranking the pairs, not the
+		// jobs, keeps the sort small however deep the queue.
+		rows, err := r.QueryContext(ctx, `SELECT h.source, h.sender FROM (
+				SELECT j.source, j.sender, min(j.id) AS first FROM jobs j WHERE `+fits+` GROUP BY j.source, j.sender) h
+			LEFT JOIN (SELECT source, count(*) AS n FROM jobs WHERE state = ? GROUP BY source) rs ON rs.source = h.source
+			LEFT JOIN (SELECT sender, count(*) AS n FROM jobs WHERE state = ? GROUP BY sender) rw ON rw.sender = h.sender
+			LEFT JOIN served ss ON ss.kind = 'source' AND ss.name = h.source
+			LEFT JOIN served sw ON sw.kind = 'sender' AND sw.name = h.sender
+			ORDER BY coalesce(rs.n, 0), coalesce(ss.last, ''), coalesce(rw.n, 0), coalesce(sw.last, ''), h.first
+			LIMIT 8`, append(append([]any{}, fitArgs...), JobRunning, JobRunning)...)
 		if err != nil {
 			return err
+		}
+		var pairs [][2]string
+		for rows.Next() {
+			var p [2]string
+			if err := rows.Scan(&p[0], &p[1]); err != nil {
+				rows.Close()
+				return err
+			}
+			pairs = append(pairs, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// The pair's oldest job that fits; another claim may hold it (and
+		// the next, and …): on PostgreSQL those are skipped, and a pair
+		// whose jobs are all held gives way to the next.
+		for _, p := range pairs {
+			args := []any{JobRunning, c.Worker, fmtTime(c.At.Add(c.Lease)), at, now(), JobQueued}
+			args = append(append(args, fitArgs...), p[0], p[1])
+			j, err = scanJob(r.QueryRowContext(ctx, `UPDATE jobs SET state = ?, owner = ?, lease_until = ?, started = ?,
+				attempts = attempts + 1, updated = ?
+				WHERE state = ? AND id = (SELECT j.id FROM jobs j WHERE `+fits+` AND j.source = ? AND j.sender = ?
+					ORDER BY j.id LIMIT 1`+r.d.skipLocked("j")+`)
+				RETURNING `+jobColumns, args...))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if j == nil {
+			return sql.ErrNoRows
 		}
 		// Served now: the next claim prefers the others. Source before
 		// sender, always, so that two claims never wait on each other's

@@ -406,3 +406,65 @@ func TestUpgradeFromBeforeTheFleet(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkClaimJob claims and ends jobs from a queue kept 10,000 deep:
+// on PostgreSQL with 50 claimers at once, as a fleet's workers would; on
+// SQLite with one, as a single host has. The fair claim's cost at depth.
+//
+//	go test -run '^$' -bench BenchmarkClaimJob ./store/
+func BenchmarkClaimJob(b *testing.B) {
+	for _, e := range engines {
+		b.Run(e.name, func(b *testing.B) {
+			s, _ := e.open(b)
+			ctx := context.Background()
+			const depth = 10000
+			sources := []string{"lkml", "fsdevel", "mm", "fuse", "squashfs"}
+			add := func(lo, hi int) {
+				for i := lo; i < hi; i += 500 {
+					err := s.Update(ctx, func(tx *Tx) error {
+						for k := i; k < min(i+500, hi); k++ {
+							if _, _, err := tx.AddJob(ctx, Job{Dedupe: fmt.Sprint("j", k), Source: sources[k%5],
+								Sender: fmt.Sprintf("dev%d", k%37), Request: []byte(`{"title":"x"}`),
+								Needs: Needs{CPUs: 2, MemMiB: 2048, Suites: []string{"cache-contention"}}}); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			add(0, depth+b.N)
+			caps := Caps{Accel: "kvm", CPUs: 32, MemMiB: 65536, Suites: []string{"cache-contention", "fuse-waitq", "locks", "readahead"}}
+			var n sync.Mutex
+			w := 0
+			if e.name == "sqlite" {
+				b.SetParallelism(1)
+			} else {
+				b.SetParallelism(25) // 50 claimers on 2 cores
+			}
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				n.Lock()
+				w++
+				name := fmt.Sprint("w", w)
+				n.Unlock()
+				for pb.Next() {
+					j, err := s.ClaimJob(ctx, Claim{Worker: name, Lease: time.Minute, At: time.Now(), Caps: caps})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					j.State = JobDone
+					if err := s.FinishJob(ctx, j); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+		})
+	}
+}

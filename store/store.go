@@ -155,7 +155,7 @@ const fleetStep = `
 	ALTER TABLE jobs ADD COLUMN lease_until TEXT NOT NULL DEFAULT '';
 	ALTER TABLE jobs ADD COLUMN started TEXT NOT NULL DEFAULT '';
 	CREATE INDEX jobs_owner ON jobs(owner, state);
-	CREATE INDEX jobs_source ON jobs(state, source);
+	CREATE INDEX jobs_queue ON jobs(state, source, sender, id);
 	CREATE TABLE job_suites (
 		job_id BIGINT NOT NULL,
 		suite  TEXT NOT NULL,
