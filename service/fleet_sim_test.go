@@ -207,7 +207,7 @@ func simulate(b *testing.B, jobs, workers int, unit time.Duration) {
 	for i := 0; i < workers; i++ {
 		w := &Worker{Config: cfg, Store: st, Name: fmt.Sprintf("sim-%02d", i), Host: fmt.Sprintf("host-%02d", i), Caps: &caps,
 			Pipeline: &Pipeline{Builder: simBuilder{}, Tester: simTester{unit: unit}, Reply: cfg.Reply, VM: cfg.VM},
-			Log: discardLog(), WorkDir: filepath.Join(dir, fmt.Sprint("w", i))}
+			Log:      discardLog(), WorkDir: filepath.Join(dir, fmt.Sprint("w", i))}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
