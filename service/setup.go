@@ -117,7 +117,8 @@ func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error
 }
 
 // NewDaemon wires a daemon from a config: the state database, the
-// pipeline, the sources and the outbox. The caller closes d.Store.
+// pipeline (when it runs jobs itself), the sources and the outbox. The
+// caller closes d.Store.
 func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	st, err := OpenStore(cfg)
 	if err != nil {
@@ -127,9 +128,12 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
-	p, err := NewPipeline(cfg, nil)
-	if err != nil {
-		return fail(err)
+	// A coordinator that runs no jobs itself needs no build tools.
+	var p *Pipeline
+	if cfg.Fleet.LocalWorker {
+		if p, err = NewPipeline(cfg, nil); err != nil {
+			return fail(err)
+		}
 	}
 	srcs, err := OpenSources(cfg, log)
 	if err != nil {
