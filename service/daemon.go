@@ -248,6 +248,9 @@ func (d *Daemon) defaults() {
 	if d.Config.Fleet.Poll == 0 {
 		d.Config.Fleet.Poll = 5 * time.Second
 	}
+	if d.Config.Fleet.Lease == 0 {
+		d.Config.Fleet.Lease = 2 * time.Minute
+	}
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
 	}
