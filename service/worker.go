@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -291,13 +290,21 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 		end()
 		return
 	}
-	if w.WorkDir == "" {
-		w.WorkDir = filepath.Join(os.TempDir(), "patchbot-worker-"+safeName(w.Name))
-	}
 	// The run is written here, on the worker's disk, then stored with the
 	// job's end; the coordinator writes it into its run directory, by the
 	// same name (the dashboard's links and the published copy use it).
-	work := filepath.Join(w.WorkDir, fmt.Sprintf("job-%d", j.ID))
+	workDir := w.WorkDir
+	if workDir == "" { // RunOnce without Run: a directory for this job alone
+		d, err := os.MkdirTemp("", "patchbot-worker-")
+		if err != nil {
+			w.retry(j, fmt.Errorf("worker: %w", err), log)
+			end()
+			return
+		}
+		defer os.RemoveAll(d)
+		workDir = d
+	}
+	work := filepath.Join(workDir, fmt.Sprintf("job-%d", j.ID))
 	os.RemoveAll(work)
 	defer os.RemoveAll(work)
 	j.RunDir = runDir(w.Config, j)
@@ -474,14 +481,4 @@ func readRun(dir string) ([]store.RunFile, error) {
 		return nil, fmt.Errorf("reading the run: %w", err)
 	}
 	return files, nil
-}
-
-// safeName is a worker's name fit for a file name.
-func safeName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r == '/' || r == os.PathSeparator || r < ' ' {
-			return '_'
-		}
-		return r
-	}, s)
 }
