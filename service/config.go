@@ -25,6 +25,7 @@ import (
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/reports/web"
+	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
@@ -33,9 +34,19 @@ import (
 // typo is not silently ignored. Defaults are set before decoding; Validate
 // checks ranges. Each part is the config type of the stage it configures.
 type Config struct {
-	// StateDir holds the SQLite database (state.db) and one directory per
-	// run (runs/NAME); it is created 0700.
+	// StateDir holds the SQLite database (state.db, unless Database names
+	// a server) and one directory per run (runs/NAME); it is created 0700.
 	StateDir string `yaml:"state_dir"`
+	// Database is where the state and the job queue live: empty for
+	// state.db in StateDir (SQLite, nothing to install), or a PostgreSQL
+	// URL (postgres://user@host/db) that the coordinator and every worker
+	// of a fleet share. The URL holds no password: DatabasePasswordFile
+	// (mode 0600) does.
+	Database             string `yaml:"database"`
+	DatabasePasswordFile string `yaml:"database_password_file"`
+	// Fleet is how jobs are run: by a worker inside watch, or by workers
+	// on other hosts (patchbot worker).
+	Fleet FleetConfig `yaml:"fleet"`
 	// Sources are the lists to watch.
 	Sources []mailbox.SourceConfig `yaml:"sources"`
 	// Paths: a series is tested only when it touches one of these prefixes.
@@ -64,6 +75,26 @@ type Config struct {
 	// Trees are the trees a series may be tested on besides the kernel:
 	// base, fetched into one object store (see images.Kernels.Choose).
 	Trees images.TreesConfig `yaml:"trees"`
+}
+
+// FleetConfig shapes the queue between the coordinator (watch) and its
+// workers.
+type FleetConfig struct {
+	// LocalWorker makes watch run a worker in its own process, as a
+	// single host does (the default). Off, watch only coordinates: it
+	// reads mail, queues jobs, collects results and sends replies, and
+	// workers on the test hosts run the jobs (patchbot worker).
+	LocalWorker bool `yaml:"local_worker"`
+	// Lease is how long a worker holds a job without renewing it; it
+	// renews every quarter of it. A worker killed mid-job loses the job
+	// when it runs out, and another worker runs it.
+	Lease time.Duration `yaml:"lease"`
+	// Poll is how often an idle worker looks for a job, and the
+	// coordinator for finished runs and leases that ran out.
+	Poll time.Duration `yaml:"poll"`
+	// RequireKVM makes every test job wait for a worker with KVM, so that
+	// absolute times are not TCG's.
+	RequireKVM bool `yaml:"require_kvm"`
 }
 
 // SuitesConfig is how much a job measures by default.
@@ -123,6 +154,7 @@ func DefaultConfig() Config {
 		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
 		Limits:          DefaultLimits(),
 		IncompleteAfter: 6 * time.Hour,
+		Fleet:           FleetConfig{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
 	}
 }
 
@@ -159,6 +191,7 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" {
 		errs = append(errs, "state_dir is empty")
 	}
+	errs = append(errs, c.validateFleet()...)
 	names := map[string]bool{}
 	for i, s := range c.Sources {
 		if err := s.Validate(); err != nil {
@@ -209,4 +242,41 @@ func SourceName(i int, s mailbox.SourceConfig) string {
 		return s.Name
 	}
 	return fmt.Sprintf("source-%d", i)
+}
+
+// validateFleet checks the database URL and the fleet's timings.
+func (c *Config) validateFleet() []string {
+	var errs []string
+	if c.Database != "" {
+		u, err := url.Parse(c.Database)
+		switch {
+		case err != nil || !store.IsPostgres(c.Database) || u.Host == "":
+			errs = append(errs, "database: want a postgres://user@host/db URL (or nothing, for SQLite in state_dir)")
+		case hasPassword(u):
+			errs = append(errs, "database: the URL holds a password; put it in database_password_file (mode 0600)")
+		}
+	} else if c.DatabasePasswordFile != "" {
+		errs = append(errs, "database_password_file is set but database is empty")
+	}
+	if c.Fleet.Lease < time.Second {
+		errs = append(errs, fmt.Sprintf("fleet.lease %s: want at least 1s", c.Fleet.Lease))
+	}
+	if c.Fleet.Poll < 100*time.Millisecond || c.Fleet.Poll > c.Fleet.Lease {
+		errs = append(errs, fmt.Sprintf("fleet.poll %s: want 100ms..fleet.lease", c.Fleet.Poll))
+	}
+	return errs
+}
+
+// hasPassword says whether a PostgreSQL URL carries a password, in its
+// user part or as a parameter.
+func hasPassword(u *url.URL) bool {
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	for k := range u.Query() {
+		if strings.EqualFold(k, "password") {
+			return true
+		}
+	}
+	return false
 }

@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -22,28 +22,38 @@ import (
 	"github.com/patchbot/patchbot/suites"
 )
 
-// Daemon watches sources, queues jobs, runs them one at a time, and puts
-// the replies in the outbox. All of its state is in the store, so a
-// restart (or kill -9) resumes where it was.
+// Daemon is the coordinator: it watches sources, queues jobs, runs the
+// checks that look at stored mail (an incomplete series' wait), collects
+// the runs that workers stored, expires the leases of workers that died,
+// and sends the replies from the outbox. With a Worker (the single host's
+// default, fleet.local_worker) it also runs the jobs, in this process; a
+// fleet's workers run them elsewhere (patchbot worker). All of its state
+// is in the store, so a restart (or kill -9) resumes where it was.
 type Daemon struct {
 	Config   Config
 	Store    *store.Store
 	Pipeline *Pipeline
+	// Worker runs jobs in this process; when nil and the config's
+	// fleet.local_worker is on, one is made over Pipeline.
+	Worker *Worker
+	// Name owns the coordinator's own claims (the checks); default
+	// HOST/coordinator.
+	Name string
 	// Sources by name; the name keys the stored cursor.
 	Sources map[string]mailbox.Source
 	// Outbox holds the replies; it sends them when it has a Sender.
 	Outbox  *outbox.Outbox
 	Log     *slog.Logger
 	Metrics *Metrics
-	// Poll is how often sources without a push mechanism are read and the
-	// queue is looked at; default 30 s.
+	// Poll is how often sources without a push mechanism are read; default
+	// 30 s. The queue is looked at every fleet.poll.
 	Poll time.Duration
 	// Backoff is the wait before an infrastructure failure is retried, per
 	// attempt; MaxAttempts gives up (compared at every claim).
 	Backoff     time.Duration
 	MaxAttempts int
-	// MaxCrashes parks a job that was running when the daemon died this
-	// many times; default 2.
+	// MaxCrashes parks a job whose worker died while running it this many
+	// times (a restart found it running, or its lease ran out); default 2.
 	MaxCrashes int
 	// FlushEvery is how often the outbox is flushed besides at start and
 	// when a reply is committed (a retry, a dead sender's claim that ran
@@ -53,35 +63,32 @@ type Daemon struct {
 	// crash tests stop the process there. Nil in production.
 	OnStep func(Step)
 
-	wake    chan struct{}
+	wake    chan struct{} // the coordinator's loop: a run was stored, a check may be due
 	sources map[string]mailbox.SourceConfig
 
 	parsed *parsedMail // stored mail, parsed once
-
-	mu       sync.Mutex
-	running  int64        // the job being run, 0 when none
-	progress web.Progress // its current stage
 }
 
-// setStage records the running job's stage, for the dashboard.
-func (d *Daemon) setStage(name string, done, total int) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.progress = web.Progress{Stage: name, Done: done, Total: total}
-}
-
-// progressOf is the dashboard's view of a running job's progress.
+// progressOf is the dashboard's view of a running job's progress, when
+// this process runs it.
 func (d *Daemon) progressOf(jobID int64) (web.Progress, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if jobID == 0 || jobID != d.running {
+	if d.Worker == nil {
 		return web.Progress{}, false
 	}
-	return d.progress, true
+	return d.Worker.progressOf(jobID)
 }
 
-// Wake tells the worker that a job is waiting.
+// Wake tells the workers in this process, and the coordinator's loop, that
+// a job is waiting.
 func (d *Daemon) Wake() {
+	if d.Worker != nil {
+		d.Worker.Wake()
+	}
+	d.kick()
+}
+
+// kick wakes the coordinator's loop.
+func (d *Daemon) kick() {
 	if d.wake == nil {
 		return
 	}
@@ -147,28 +154,85 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.watch(ctx, name, src)
 		}()
 	}
-	d.work(ctx)
+	if d.Worker != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := d.Worker.Run(ctx); err != nil {
+				d.Log.Error("the worker stopped", "err", err)
+			}
+		}()
+	}
+	d.coordinate(ctx)
 	wg.Wait()
 	d.Log.Info("stopped")
 	return nil
 }
 
-// recoverJobs runs once at start: a job left running was running when the
-// daemon died. It is queued again, or parked after MaxCrashes deaths.
+// recoverJobs runs once at start: a job left running under the
+// coordinator's name or its worker's was running when the daemon died,
+// and one whose lease ran out meanwhile lost its worker. Each is queued
+// again, or parked after MaxCrashes deaths.
 func (d *Daemon) recoverJobs(ctx context.Context) error {
-	requeued, parked, err := d.Store.RecoverJobs(ctx, d.MaxCrashes)
+	requeued, parked, err := d.Store.RecoverJobs(ctx, d.Name, d.MaxCrashes)
 	if err != nil {
 		return err
 	}
-	for _, j := range requeued {
-		d.Log.Warn("job was running when the daemon died; queued again", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
+	logLost(d.Log, d.Metrics, requeued, parked, "the daemon died while running it")
+	if d.Worker != nil {
+		if err := d.Worker.Recover(ctx); err != nil {
+			return err
+		}
 	}
-	for _, j := range parked {
-		d.Metrics.Parked.Inc()
-		d.Log.Error("job parked: the daemon died while running it; it will not run again and its author is not mailed "+
-			"until a person unparks it", "job", j.ID, "title", j.Title, "crashes", j.Crashes)
+	return d.expire(ctx)
+}
+
+// expire applies the crash rule to jobs whose worker's lease ran out.
+func (d *Daemon) expire(ctx context.Context) error {
+	requeued, parked, err := d.Store.ExpireJobs(ctx, time.Now(), d.MaxCrashes)
+	if err != nil {
+		return err
 	}
+	logLost(d.Log, d.Metrics, requeued, parked, "its worker's lease ran out (the worker died, or lost the database)")
 	return nil
+}
+
+// coordinate is the coordinator's loop: due checks, leases that ran out,
+// runs to collect, gauges; every fleet.poll, and when woken.
+func (d *Daemon) coordinate(ctx context.Context) {
+	for ctx.Err() == nil {
+		for {
+			ran, err := d.checkOnce(ctx)
+			if err != nil && ctx.Err() == nil {
+				d.Log.Error("claiming a check", "err", err)
+			}
+			if !ran {
+				break
+			}
+		}
+		if err := d.expire(ctx); err != nil && ctx.Err() == nil {
+			d.Log.Error("expiring leases", "err", err)
+		}
+		d.collect(ctx)
+		d.updateGauges(ctx)
+		select {
+		case <-ctx.Done():
+		case <-d.wake:
+		case <-time.After(d.Config.Fleet.Poll):
+		}
+	}
+}
+
+// collect writes the runs workers stored into the runs directory; their
+// replies were stored with them, so the outbox is told.
+func (d *Daemon) collect(ctx context.Context) {
+	n, err := CollectRuns(ctx, d.Config, d.Store, d.Log)
+	if err != nil && ctx.Err() == nil {
+		d.Log.Error("collecting runs", "err", err)
+	}
+	if n > 0 {
+		d.Outbox.Wake()
+	}
 }
 
 func (d *Daemon) defaults() {
@@ -190,6 +254,12 @@ func (d *Daemon) defaults() {
 	if d.FlushEvery == 0 {
 		d.FlushEvery = time.Minute
 	}
+	if d.Config.Fleet.Poll == 0 {
+		d.Config.Fleet.Poll = 5 * time.Second
+	}
+	if d.Config.Fleet.Lease == 0 {
+		d.Config.Fleet.Lease = 2 * time.Minute
+	}
 	if d.Metrics == nil {
 		d.Metrics = NewMetrics()
 	}
@@ -204,6 +274,19 @@ func (d *Daemon) defaults() {
 	}
 	if d.Outbox.OnUncertain == nil {
 		d.Outbox.OnUncertain = func(store.OutboxMessage) { d.Metrics.Uncertain.Inc() }
+	}
+	host, _ := os.Hostname()
+	if d.Name == "" {
+		d.Name = host + "/coordinator"
+	}
+	if d.Worker == nil && d.Config.Fleet.LocalWorker {
+		d.Worker = &Worker{Config: d.Config, Store: d.Store, Pipeline: d.Pipeline, Name: host + "/watch", Host: host,
+			Log: d.Log, Metrics: d.Metrics, Backoff: d.Backoff, MaxAttempts: d.MaxAttempts, MaxCrashes: d.MaxCrashes,
+			OnStep: d.OnStep}
+	}
+	if d.Worker != nil && d.Worker.OnDone == nil {
+		// The run is in the store: collect it now, not at the next poll.
+		d.Worker.OnDone = func(*store.Job) { d.kick() }
 	}
 	d.sources = map[string]mailbox.SourceConfig{}
 	for i, s := range d.Config.Sources {
@@ -404,7 +487,8 @@ func (in *ingest) act(ctx context.Context) error {
 			log.Info("no suite to run for this series; not tested", "err", err)
 			continue
 		}
-		if err := in.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version), req); err != nil {
+		if err := in.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
+			mailbox.AddrOf(s.Author), req); err != nil {
 			return err
 		}
 	}
@@ -513,16 +597,24 @@ func (in *ingest) waitForParts(ctx context.Context, s *mailbox.Series) error {
 		return err
 	}
 	_, _, err = in.tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprintf("incomplete:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
-		Trigger: "incomplete", Title: s.Subject, Request: data, NotBefore: in.now.Add(in.d.Config.IncompleteAfter)})
+		Kind: store.KindCheck, Trigger: "incomplete", Title: s.Subject, Request: data, Source: in.source,
+		Sender: mailbox.AddrOf(s.Author), NotBefore: in.now.Add(in.d.Config.IncompleteAfter)})
 	return err
 }
 
-func (in *ingest) enqueue(ctx context.Context, trigger, dedupe string, req *Request) error {
+// enqueue queues a test for sender (the series' author, or the command's
+// sender), from the mail's source: the claim's fairness is by both.
+func (in *ingest) enqueue(ctx context.Context, trigger, dedupe, sender string, req *Request) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	id, added, err := in.tx.AddJob(ctx, store.Job{Dedupe: dedupe, Trigger: trigger, Title: req.Title, Request: data})
+	names, err := req.SuiteNames()
+	if err != nil {
+		return err
+	}
+	id, added, err := in.tx.AddJob(ctx, store.Job{Dedupe: dedupe, Trigger: trigger, Title: req.Title, Request: data,
+		Source: in.source, Sender: sender, Needs: needsOf(in.d.Config, names)})
 	if err != nil {
 		return err
 	}
@@ -593,7 +685,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			in.log.Info("opt-out recorded: patchbot will not mail this address again", "address", o.Sender)
 		}
 		if dc.Request != nil {
-			if err := in.enqueue(ctx, "command", "command:"+cmd.key, dc.Request); err != nil {
+			if err := in.enqueue(ctx, "command", "command:"+cmd.key, o.Sender, dc.Request); err != nil {
 				return err
 			}
 		}
@@ -643,37 +735,44 @@ func (d *Daemon) putAnswer(ctx context.Context, tx *store.Tx, a reports.Answer, 
 	return d.putReply(ctx, tx, r, thread)
 }
 
-// putReply puts a rendered mail in the outbox within tx. A mail that
-// cannot be addressed (or whose recipients all opted out) is dropped and
-// logged: it would be the same on every retry.
+// putReply puts a rendered mail in the outbox within tx.
 func (d *Daemon) putReply(ctx context.Context, tx *store.Tx, r *reports.Reply, thread string) (bool, string, error) {
+	return putReply(ctx, tx, d.Outbox, d.Config, d.Metrics, d.Log, r, thread)
+}
+
+// putReply puts a rendered mail in ob's outbox within tx, from the
+// config's sender. A mail that cannot be addressed (or whose recipients
+// all opted out) is dropped and logged: it would be the same on every
+// retry.
+func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
+	r *reports.Reply, thread string) (bool, string, error) {
 	raw, err := r.Bytes()
 	var rcpt []string
 	if err == nil {
 		rcpt, err = r.Recipients()
 	}
 	if err != nil {
-		d.Log.Error("mail not sent: it cannot be encoded or addressed", "message_id", r.Header.MessageID, "err", err)
-		d.Metrics.Dropped.WithLabelValues("unaddressable").Inc()
+		log.Error("mail not sent: it cannot be encoded or addressed", "message_id", r.Header.MessageID, "err", err)
+		m.Dropped.WithLabelValues("unaddressable").Inc()
 		return false, err.Error(), nil
 	}
-	added, err := d.Outbox.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(d.Config.Reply.From), To: rcpt, Raw: raw, ThreadID: thread})
+	added, err := ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: raw, ThreadID: thread})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
-		d.Log.Info("mail not sent: every recipient opted out", "message_id", r.Header.MessageID)
-		d.Metrics.Dropped.WithLabelValues("opted-out").Inc()
+		log.Info("mail not sent: every recipient opted out", "message_id", r.Header.MessageID)
+		m.Dropped.WithLabelValues("opted-out").Inc()
 		return false, "every recipient opted out", nil
 	case errors.Is(err, outbox.ErrTooManyRecipients):
-		d.Log.Error("mail not sent: too many recipients", "message_id", r.Header.MessageID, "err", err)
-		d.Metrics.Dropped.WithLabelValues("unaddressable").Inc()
+		log.Error("mail not sent: too many recipients", "message_id", r.Header.MessageID, "err", err)
+		m.Dropped.WithLabelValues("unaddressable").Inc()
 		return false, err.Error(), nil
 	case err != nil:
 		return false, "", fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
 	if added {
-		d.Metrics.Replies.Inc()
-		d.Log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+		m.Replies.Inc()
+		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
 	}
 	return true, "", nil
 }
@@ -702,7 +801,7 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 				missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
 			}
 			sent, why, err := in.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
-				MessageID: d.jobReplyID(j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
+				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
 			if err == nil && !sent {
 				in.log.Info("incomplete-series answer not sent", "why", why)
 			}
@@ -728,31 +827,31 @@ func humanDuration(d time.Duration) string {
 // suiteNames lists the valid suites and profiles, for help and errors.
 func suiteNames() (names, profiles []string) { return suites.Names() }
 
-// work runs queued jobs until ctx ends.
-func (d *Daemon) work(ctx context.Context) {
-	for ctx.Err() == nil {
-		ran, err := d.RunOnce(ctx)
-		if err != nil {
-			d.Log.Error("claiming a job", "err", err)
-		}
-		if !ran {
-			d.updateGauges(ctx)
-			select {
-			case <-ctx.Done():
-			case <-d.wake:
-			case <-time.After(d.Poll):
-			}
-		}
-	}
-}
-
-// RunOnce runs the next job that is due, if any, and says whether it ran
-// one.
+// RunOnce runs the next check that is due, or else, with a worker in this
+// process, the next test job that is due and collects its run; it says
+// whether it ran one.
 func (d *Daemon) RunOnce(ctx context.Context) (bool, error) {
 	if d.wake == nil {
 		d.defaults()
 	}
-	j, err := d.Store.ClaimJob(ctx, time.Now(), d.MaxAttempts)
+	if ran, err := d.checkOnce(ctx); ran || err != nil {
+		return ran, err
+	}
+	if d.Worker == nil {
+		return false, nil
+	}
+	ran, err := d.Worker.RunOnce(ctx)
+	if ran {
+		d.collect(ctx)
+	}
+	return ran, err
+}
+
+// checkOnce runs the coordinator's next due check (an incomplete series'
+// wait is over), if any.
+func (d *Daemon) checkOnce(ctx context.Context) (bool, error) {
+	j, err := d.Store.ClaimJob(ctx, store.Claim{Worker: d.Name, Lease: d.Config.Fleet.Lease, At: time.Now(),
+		Kind: store.KindCheck, MaxAttempts: d.MaxAttempts})
 	if errors.Is(err, store.ErrNoJob) {
 		return false, nil
 	}
@@ -760,98 +859,44 @@ func (d *Daemon) RunOnce(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	d.step(StepJobClaimed)
-	d.runJob(ctx, j)
+	d.runCheck(ctx, j)
 	return true, nil
 }
 
-func (d *Daemon) runJob(ctx context.Context, j *store.Job) {
+func (d *Daemon) runCheck(ctx context.Context, j *store.Job) {
 	log := d.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
 	bg := context.WithoutCancel(ctx)
 	var req Request
-	if err := json.Unmarshal(j.Request, &req); err != nil {
-		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "undecodable request: "+err.Error()
-		d.Store.UpdateJob(bg, j)
-		return
-	}
-	if req.Incomplete != nil {
+	err := json.Unmarshal(j.Request, &req)
+	switch {
+	case err != nil || req.Incomplete == nil:
+		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, fmt.Sprintf("not a check: %v", err)
+	case ctx.Err() != nil:
+		j.State, j.Attempts = store.JobQueued, j.Attempts-1
+	default:
 		if err := d.checkIncomplete(ctx, j, &req); err != nil {
 			d.retry(j, err, log)
 		} else {
 			j.State, j.Stage = store.JobDone, "done"
 			d.Outbox.Wake()
 		}
-		d.Store.UpdateJob(bg, j)
-		return
 	}
-	j.RunDir = filepath.Join(d.Config.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
-	req.ReplyID = d.jobReplyID(j)
-	j.Stage = "running"
-	d.Store.UpdateJob(ctx, j)
-	log.Info("job started")
-	start := time.Now()
-	d.mu.Lock()
-	d.running, d.progress = j.ID, web.Progress{Stage: "starting"}
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		d.running = 0
-		d.mu.Unlock()
-	}()
-	out, err := d.Pipeline.Execute(ctx, &req, j.RunDir)
-	d.Metrics.JobSeconds.Observe(time.Since(start).Seconds())
-	switch {
-	case ctx.Err() != nil:
-		// Shutting down: the job goes back to the queue, and the restart
-		// runs it again. The claim was not used: it is given back, so that
-		// restarts do not spend the job's attempts.
-		j.State, j.Stage, j.Attempts = store.JobQueued, "interrupted", j.Attempts-1
-		log.Info("job interrupted by shutdown; it will run again after restart")
-	case err != nil:
-		// Execute's errors are never the patch's (blame.Of is Infra): a
-		// base kernel that panics is retried, not mailed.
-		d.retry(j, err, log)
-	default:
-		d.step(StepJobExecuted)
-		if out.Run.Failure != nil {
-			d.Metrics.Failures.WithLabelValues(string(blame.Patch)).Inc()
-			j.Blame, j.Error = blame.Patch, string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
-		}
-		// The reply is not held to the quotas: the job was accepted under
-		// them, and its recipients were capped when it was queued.
-		if req.NoMail {
-			log.Info("reply kept with the run, not mailed (a dashboard run)", "run_dir", j.RunDir)
-		} else if err := d.Store.Update(bg, func(tx *store.Tx) error {
-			_, _, err := d.putReply(bg, tx, out.Reply, threadRoot(req.Thread))
-			return err
-		}); err != nil {
-			d.retry(j, err, log)
-			break
-		}
-		d.step(StepJobReplied)
-		d.Outbox.Wake()
-		j.State, j.Stage = store.JobDone, "done"
-		log.Info("job done", "failure", j.Error, "seconds", time.Since(start).Round(time.Second).Seconds())
-	}
-	if err := d.Store.UpdateJob(bg, j); err != nil {
-		log.Error("recording the job's end", "err", err)
-	}
-	if j.State == store.JobDone {
-		d.step(StepJobDone)
+	if err := d.Store.FinishJob(bg, j); err != nil {
+		log.Error("recording the check's end", "err", err)
 	}
 }
 
-// retry queues a job again after an infrastructure failure, with a
-// growing backoff, or fails it for good after MaxAttempts.
+// retry queues a check again after a failure of the store, with a growing
+// backoff, or fails it for good after MaxAttempts.
 func (d *Daemon) retry(j *store.Job, err error, log *slog.Logger) {
 	j.Blame, j.Error = blame.Of(err), err.Error()
-	d.Metrics.Failures.WithLabelValues(string(j.Blame)).Inc()
 	if j.Attempts >= d.MaxAttempts {
 		j.State = store.JobFailed
-		log.Error("job failed for good (infrastructure)", "err", err)
+		log.Error("check failed for good", "err", err)
 		return
 	}
 	j.State, j.NotBefore = store.JobQueued, time.Now().Add(d.Backoff*time.Duration(1<<(j.Attempts-1)))
-	log.Warn("job failed (infrastructure); retrying later", "err", err, "not_before", j.NotBefore)
+	log.Warn("check failed; retrying later", "err", err, "not_before", j.NotBefore)
 }
 
 func (d *Daemon) updateGauges(ctx context.Context) {
@@ -922,9 +967,9 @@ func touches(files, prefixes []string) bool {
 }
 
 // jobReplyID is the Message-ID of a job's reply: one per job, whatever run
-// of it produced the reply.
-func (d *Daemon) jobReplyID(j *store.Job) string {
-	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(d.Config.Reply.From))
+// of it, on whichever worker, produced the reply.
+func jobReplyID(cfg Config, j *store.Job) string {
+	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, shortHash(j.Dedupe), domainOf(cfg.Reply.From))
 }
 
 func shortHash(s string) string {

@@ -244,7 +244,8 @@ func TestDaemonCrashAfterReplySendsOnce(t *testing.T) {
 	d.Store.Close()
 
 	d2 := newTestDaemon(t, dir)
-	if re, _, _ := d2.Store.RecoverJobs(ctx, 2); len(re) != 1 {
+	d2.defaults()
+	if re, _, _ := d2.Store.RecoverJobs(ctx, d2.Worker.Name, 2); len(re) != 1 {
 		t.Fatalf("requeued %d jobs, want 1", len(re))
 	}
 	if ran, _ := d2.RunOnce(ctx); !ran {

@@ -28,8 +28,11 @@ type Metrics struct {
 	// Dropped counts mails patchbot chose not to write, by reason: quota,
 	// opted-out, unaddressable, render.
 	Dropped *prometheus.CounterVec
-	// Parked counts jobs parked at start for having crashed the daemon.
+	// Parked counts jobs parked for having lost their worker twice (a
+	// restart found them running, or their lease ran out).
 	Parked prometheus.Counter
+	// Lost counts jobs whose worker died while running them.
+	Lost prometheus.Counter
 	// Outbox counts the outbox by state (uncertain ones wait for a person).
 	Outbox *prometheus.GaugeVec
 }
@@ -57,12 +60,14 @@ func NewMetrics() *Metrics {
 		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_mails_dropped_total",
 			Help: "Mails patchbot did not write, by reason: quota, opted-out, unaddressable, render."}, []string{"reason"}),
 		Parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_parked_total",
-			Help: "Jobs parked at start because the daemon died while running them."}),
+			Help: "Jobs parked because their worker died (or its lease ran out) while running them twice."}),
+		Lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_lost_total",
+			Help: "Jobs whose worker died, or whose lease ran out, while running them."}),
 		Outbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_outbox",
 			Help: "Outbox messages by state; uncertain ones wait for a person."}, []string{"state"}),
 	}
 	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
-		m.Uncertain, m.Dropped, m.Parked, m.Outbox, prometheus.NewGoCollector())
+		m.Uncertain, m.Dropped, m.Parked, m.Lost, m.Outbox, prometheus.NewGoCollector())
 	return m
 }
 

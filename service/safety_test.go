@@ -456,7 +456,7 @@ func TestCrashingJobIsParked(t *testing.T) {
 	for crash := 0; crash < 2; crash++ {
 		// The claim, then the daemon dies mid-job (the worker never
 		// returns); the next start recovers.
-		if _, err := d.Store.ClaimJob(ctx, time.Now(), d.MaxAttempts); err != nil {
+		if _, err := d.Store.ClaimJob(ctx, d.Worker.claim(time.Now())); err != nil {
 			t.Fatal(err)
 		}
 		if err := d.recoverJobs(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 
@@ -55,9 +56,10 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	return p, nil
 }
 
-// OpenStore opens the state database (state.db) in the config's state
-// directory, which it creates 0700: the database, the runs and the
-// secrets' copies in it are patchbot's alone.
+// OpenStore opens the state database: the config's PostgreSQL server when
+// it names one (with the password from its file), else state.db in the
+// state directory. It creates the state directory 0700 either way: the
+// runs and the secrets' copies in it are patchbot's alone.
 func OpenStore(cfg Config) (*store.Store, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
@@ -65,7 +67,23 @@ func OpenStore(cfg Config) (*store.Store, error) {
 	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("closing the state directory to others: %w", err)
 	}
-	return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	if cfg.Database == "" {
+		return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	}
+	dsn := cfg.Database
+	if cfg.DatabasePasswordFile != "" {
+		pw, err := mailbox.ReadSecret(cfg.DatabasePasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("database password: %w", err)
+		}
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		u.User = url.UserPassword(u.User.Username(), pw)
+		dsn = u.String()
+	}
+	return store.Open(dsn)
 }
 
 // NewOutbox is the outbox of st, sending through the configured SMTP
@@ -103,7 +121,8 @@ func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error
 }
 
 // NewDaemon wires a daemon from a config: the state database, the
-// pipeline, the sources and the outbox. The caller closes d.Store.
+// pipeline (when it runs jobs itself), the sources and the outbox. The
+// caller closes d.Store.
 func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	st, err := OpenStore(cfg)
 	if err != nil {
@@ -113,9 +132,12 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		st.Close()
 		return nil, err
 	}
-	p, err := NewPipeline(cfg, nil)
-	if err != nil {
-		return fail(err)
+	// A coordinator that runs no jobs itself needs no build tools.
+	var p *Pipeline
+	if cfg.Fleet.LocalWorker {
+		if p, err = NewPipeline(cfg, nil); err != nil {
+			return fail(err)
+		}
 	}
 	p.History = st
 	srcs, err := OpenSources(cfg, log)
@@ -127,7 +149,6 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		return fail(err)
 	}
 	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
-	p.OnStage = d.setStage
 	return d, nil
 }
 
@@ -148,4 +169,24 @@ func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, 
 		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
 	return added, nil
+}
+
+// NewWorker wires a worker from a config: the state database, the
+// pipeline, and what this host can run (DetectCaps; only the suites
+// named, when some are). The caller closes w.Store.
+func NewWorker(cfg Config, log *slog.Logger, name string, suites []string) (*Worker, error) {
+	if err := CheckSuites(suites, ""); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPipeline(cfg, nil)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	caps := DetectCaps(cfg, suites)
+	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil
 }

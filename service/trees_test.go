@@ -77,11 +77,13 @@ In-Reply-To: <20261130100000.3-0-author@example.org>
 References: <20261130100000.3-0-author@example.org>
 
 %s
-`, id, line)), 0o644)
+
+`, id, line)), 0o644) // the blank line closes the mbox entry
 		return path
 	}
-	d.ingestFile(t, "c1", cmd("c1", "#patchbot test base=next patches=2-3"))
-	d.ingestFile(t, "c2", cmd("c2", "#patchbot test patches=2-5"))
+	// The maintainer is allow-listed; a trusted server vouches for the mail.
+	d.ingestAs(t, "c1", cmd("c1", "#patchbot test base=next patches=2-3"), listID+dkimPass("example.org"))
+	d.ingestAs(t, "c2", cmd("c2", "#patchbot test patches=2-5"), listID+dkimPass("example.org"))
 	all, _ := d.Store.Jobs(ctx)
 	var jobs []*store.Job
 	for _, j := range all {

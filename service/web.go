@@ -37,6 +37,18 @@ func NewDashboard(cfg Config, st *store.Store, q web.Queue, d *Daemon, log *slog
 	if d != nil {
 		o.Progress = d.progressOf
 	}
+	if st != nil {
+		o.Workers = func() []web.WorkerStatus {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ws, err := WorkerStatuses(ctx, st, cfg.Fleet.Lease, time.Now())
+			if err != nil {
+				log.Warn("dashboard: listing workers", "err", err)
+				return []web.WorkerStatus{}
+			}
+			return ws
+		}
+	}
 	return web.New(o)
 }
 
@@ -108,7 +120,13 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 	}
 	h := sha256.Sum256(data)
 	key := fmt.Sprintf("web:%s:%d", hex.EncodeToString(h[:8]), time.Now().UnixNano())
-	id, _, err := s.Store.AddJob(ctx, store.Job{Dedupe: key, Trigger: "web", Title: req.Title, Request: data})
+	names, _ := req.SuiteNames()
+	who := sub.Submitter
+	if who == "" {
+		who = "dashboard"
+	}
+	id, _, err := s.Store.AddJob(ctx, store.Job{Dedupe: key, Trigger: "web", Title: req.Title, Request: data,
+		Source: "dashboard", Sender: who, Needs: needsOf(s.Config, names)})
 	if err != nil {
 		return 0, err
 	}

@@ -30,12 +30,12 @@ type Command struct {
 
 // LogCommand records an email command; a command seen before is not
 // recorded twice. It returns whether it was new.
-func (t *Tx) LogCommand(ctx context.Context, c Command) (bool, error) { return logCommand(ctx, t.q, c) }
+func (t *Tx) LogCommand(ctx context.Context, c Command) (bool, error) { return logCommand(ctx, t.r, c) }
 
-func logCommand(ctx context.Context, q querier, c Command) (bool, error) {
-	res, err := q.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome)
+func logCommand(ctx context.Context, r runner, c Command) (bool, error) {
+	res, err := r.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome)
 		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
-		c.Key, c.Sender, c.ThreadID, c.At.UTC().Format(timeFormat), c.Outcome == CommandAccepted, string(c.Outcome))
+		c.Key, c.Sender, c.ThreadID, fmtTime(c.At), boolInt(c.Outcome == CommandAccepted), string(c.Outcome))
 	if err != nil {
 		return false, fmt.Errorf("logging command %s: %w", c.Key, err)
 	}
@@ -51,21 +51,22 @@ type CommandCounts struct {
 
 // CommandCounts counts a sender's commands since a time.
 func (s *Store) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, s.db, sender, since)
+	return commandCounts(ctx, s.r, sender, since)
 }
 
 // CommandCounts is Store.CommandCounts inside the transaction.
 func (t *Tx) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, t.q, sender, since)
+	return commandCounts(ctx, t.r, sender, since)
 }
 
-func commandCounts(ctx context.Context, q querier, sender string, since time.Time) (CommandCounts, error) {
+func commandCounts(ctx context.Context, r runner, sender string, since time.Time) (CommandCounts, error) {
 	var c CommandCounts
-	err := q.QueryRowContext(ctx, `SELECT
-		coalesce(sum(outcome IN (?, ?, ?)), 0), coalesce(sum(outcome = ?), 0)
+	err := r.QueryRowContext(ctx, `SELECT
+		coalesce(sum(CASE WHEN outcome IN (?, ?, ?) THEN 1 ELSE 0 END), 0),
+		coalesce(sum(CASE WHEN outcome = ? THEN 1 ELSE 0 END), 0)
 		FROM commands WHERE sender = ? AND at >= ?`,
 		CommandAccepted, CommandAnswered, CommandRefused, CommandRefused,
-		sender, since.UTC().Format(timeFormat)).Scan(&c.Counted, &c.Refusals)
+		sender, fmtTime(since)).Scan(&c.Counted, &c.Refusals)
 	if err != nil {
 		return c, fmt.Errorf("counting commands of %s: %w", sender, err)
 	}
@@ -75,11 +76,11 @@ func commandCounts(ctx context.Context, q querier, sender string, since time.Tim
 // OptOut records that an address asked never to be mailed again. It
 // returns whether the address was new.
 func (t *Tx) OptOut(ctx context.Context, address, reason string) (bool, error) {
-	return optOut(ctx, t.q, address, reason)
+	return optOut(ctx, t.r, address, reason)
 }
 
-func optOut(ctx context.Context, q querier, address, reason string) (bool, error) {
-	res, err := q.ExecContext(ctx, `INSERT INTO optouts (address, reason, at) VALUES (?, ?, ?)
+func optOut(ctx context.Context, r runner, address, reason string) (bool, error) {
+	res, err := r.ExecContext(ctx, `INSERT INTO optouts (address, reason, at) VALUES (?, ?, ?)
 		ON CONFLICT(address) DO NOTHING`, strings.ToLower(address), reason, now())
 	if err != nil {
 		return false, fmt.Errorf("recording the opt-out of %s: %w", address, err)
@@ -90,17 +91,17 @@ func optOut(ctx context.Context, q querier, address, reason string) (bool, error
 
 // OptedOut says whether an address asked never to be mailed again.
 func (s *Store) OptedOut(ctx context.Context, address string) (bool, error) {
-	return optedOut(ctx, s.db, address)
+	return optedOut(ctx, s.r, address)
 }
 
 // OptedOut is Store.OptedOut inside the transaction.
 func (t *Tx) OptedOut(ctx context.Context, address string) (bool, error) {
-	return optedOut(ctx, t.q, address)
+	return optedOut(ctx, t.r, address)
 }
 
-func optedOut(ctx context.Context, q querier, address string) (bool, error) {
+func optedOut(ctx context.Context, r runner, address string) (bool, error) {
 	var one int
-	err := q.QueryRowContext(ctx, `SELECT 1 FROM optouts WHERE address = ?`, strings.ToLower(address)).Scan(&one)
+	err := r.QueryRowContext(ctx, `SELECT 1 FROM optouts WHERE address = ?`, strings.ToLower(address)).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -113,6 +114,6 @@ func optedOut(ctx context.Context, q querier, address string) (bool, error) {
 // OptIn removes an opt-out, for a person acting on the address owner's
 // request.
 func (s *Store) OptIn(ctx context.Context, address string) error {
-	_, err := s.db.ExecContext(ctx, `DELETE FROM optouts WHERE address = ?`, strings.ToLower(address))
+	_, err := s.r.ExecContext(ctx, `DELETE FROM optouts WHERE address = ?`, strings.ToLower(address))
 	return err
 }

@@ -12,24 +12,23 @@ import (
 // select a job's request: it holds the series' raw mails, which a page does
 // not show and which would make a listing of thousands of jobs slow.
 
-const jobViewColumns = `id, dedupe, trigger, title, state, stage, blame, error,
-	attempts, not_before, run_dir, created, updated`
+const jobViewColumns = `id, dedupe, kind, trigger, title, source, sender, state, stage, blame, error,
+	attempts, crashes, not_before, run_dir, owner, lease_until, started, created, updated`
 
 func scanJobView(row interface{ Scan(...any) error }) (*Job, error) {
 	var j Job
-	var nb, created, updated string
-	if err := row.Scan(&j.ID, &j.Dedupe, &j.Trigger, &j.Title, &j.State, &j.Stage,
-		&j.Blame, &j.Error, &j.Attempts, &nb, &j.RunDir, &created, &updated); err != nil {
+	var nb, lease, started, created, updated string
+	if err := row.Scan(&j.ID, &j.Dedupe, &j.Kind, &j.Trigger, &j.Title, &j.Source, &j.Sender, &j.State, &j.Stage,
+		&j.Blame, &j.Error, &j.Attempts, &j.Crashes, &nb, &j.RunDir, &j.Owner, &lease, &started, &created, &updated); err != nil {
 		return nil, err
 	}
-	j.NotBefore, _ = time.Parse(timeFormat, nb)
-	j.Created, _ = time.Parse(timeFormat, created)
-	j.Updated, _ = time.Parse(timeFormat, updated)
+	j.NotBefore, j.LeaseUntil, j.Started = parseTime(nb), parseTime(lease), parseTime(started)
+	j.Created, j.Updated = parseTime(created), parseTime(updated)
 	return &j, nil
 }
 
 func (s *Store) jobViews(ctx context.Context, what, query string, args ...any) ([]*Job, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobViewColumns+` FROM jobs `+query, args...)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+jobViewColumns+` FROM jobs `+query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", what, err)
 	}
@@ -88,7 +87,7 @@ type SourceActivity struct {
 
 // SourcesActivity returns every source that has delivered mail, by name.
 func (s *Store) SourcesActivity(ctx context.Context) ([]SourceActivity, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT source, cursor, updated FROM cursors ORDER BY source`)
+	rows, err := s.r.QueryContext(ctx, `SELECT source, cursor, updated FROM cursors ORDER BY source`)
 	if err != nil {
 		return nil, fmt.Errorf("listing sources: %w", err)
 	}
@@ -100,7 +99,7 @@ func (s *Store) SourcesActivity(ctx context.Context) ([]SourceActivity, error) {
 		if err := rows.Scan(&a.Source, &a.Cursor, &updated); err != nil {
 			return nil, fmt.Errorf("listing sources: %w", err)
 		}
-		a.Updated, _ = time.Parse(timeFormat, updated)
+		a.Updated = parseTime(updated)
 		out = append(out, a)
 	}
 	return out, rows.Err()
@@ -119,7 +118,7 @@ type OutboxStatus struct {
 func (s *Store) ReplyStatus(ctx context.Context, id string) (*OutboxStatus, error) {
 	var st OutboxStatus
 	var updated string
-	err := s.db.QueryRowContext(ctx, `SELECT state, attempts, last_error, updated FROM outbox WHERE message_id = ?`,
+	err := s.r.QueryRowContext(ctx, `SELECT state, attempts, last_error, updated FROM outbox WHERE message_id = ?`,
 		id).Scan(&st.State, &st.Attempts, &st.LastError, &updated)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -127,6 +126,6 @@ func (s *Store) ReplyStatus(ctx context.Context, id string) (*OutboxStatus, erro
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox state of %s: %w", id, err)
 	}
-	st.Updated, _ = time.Parse(timeFormat, updated)
+	st.Updated = parseTime(updated)
 	return &st, nil
 }

@@ -10,7 +10,7 @@ import (
 // mail is acted on, so that a crash while acting leaves the count behind.
 func (s *Store) BeginIngest(ctx context.Context, messageID string) (int, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `INSERT INTO ingests (message_id, attempts, updated) VALUES (?, 1, ?)
+	err := s.r.QueryRowContext(ctx, `INSERT INTO ingests (message_id, attempts, updated) VALUES (?, 1, ?)
 		ON CONFLICT(message_id) DO UPDATE SET attempts = ingests.attempts + 1, updated = excluded.updated
 		RETURNING attempts`, messageID, now()).Scan(&n)
 	if err != nil {
@@ -21,7 +21,7 @@ func (s *Store) BeginIngest(ctx context.Context, messageID string) (int, error) 
 
 // EndIngest forgets a mail's count once acting on it committed.
 func (s *Store) EndIngest(ctx context.Context, messageID string) error {
-	if _, err := s.db.ExecContext(ctx, `DELETE FROM ingests WHERE message_id = ? AND aside = 0`, messageID); err != nil {
+	if _, err := s.r.ExecContext(ctx, `DELETE FROM ingests WHERE message_id = ? AND aside = 0`, messageID); err != nil {
 		return fmt.Errorf("ending the ingest of %s: %w", messageID, err)
 	}
 	return nil
@@ -30,7 +30,7 @@ func (s *Store) EndIngest(ctx context.Context, messageID string) error {
 // SetAside marks a mail the daemon died on as not to be acted on, and
 // moves its source's cursor past it, in one transaction.
 func (t *Tx) SetAside(ctx context.Context, messageID, reason string) error {
-	if _, err := t.q.ExecContext(ctx, `UPDATE ingests SET aside = 1, reason = ?, updated = ? WHERE message_id = ?`,
+	if _, err := t.r.ExecContext(ctx, `UPDATE ingests SET aside = 1, reason = ?, updated = ? WHERE message_id = ?`,
 		reason, now(), messageID); err != nil {
 		return fmt.Errorf("setting %s aside: %w", messageID, err)
 	}
@@ -47,7 +47,7 @@ type Aside struct {
 
 // SetAsideMail lists the mails set aside, for the operator.
 func (s *Store) SetAsideMail(ctx context.Context) ([]Aside, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT message_id, attempts, reason, updated FROM ingests WHERE aside = 1 ORDER BY updated`)
+	rows, err := s.r.QueryContext(ctx, `SELECT message_id, attempts, reason, updated FROM ingests WHERE aside = 1 ORDER BY updated`)
 	if err != nil {
 		return nil, fmt.Errorf("listing mail set aside: %w", err)
 	}
@@ -72,7 +72,7 @@ func (t *Tx) ThreadOf(ctx context.Context, ids []string) (string, error) {
 			continue
 		}
 		var th string
-		err := t.q.QueryRowContext(ctx, `SELECT thread_id FROM messages WHERE message_id = ?`, id).Scan(&th)
+		err := t.r.QueryRowContext(ctx, `SELECT thread_id FROM messages WHERE message_id = ?`, id).Scan(&th)
 		if err == nil && th != "" {
 			return th, nil
 		}
@@ -86,7 +86,7 @@ func (t *Tx) Rehome(ctx context.Context, from, to string) error {
 	if from == to || from == "" {
 		return nil
 	}
-	if _, err := t.q.ExecContext(ctx, `UPDATE messages SET thread_id = ? WHERE thread_id = ?`, to, from); err != nil {
+	if _, err := t.r.ExecContext(ctx, `UPDATE messages SET thread_id = ? WHERE thread_id = ?`, to, from); err != nil {
 		return fmt.Errorf("joining thread %s to %s: %w", from, to, err)
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 // Cursor returns a source's stored position ("" if none).
 func (s *Store) Cursor(ctx context.Context, source string) (string, error) {
 	var c string
-	err := s.db.QueryRowContext(ctx, `SELECT cursor FROM cursors WHERE source = ?`, source).Scan(&c)
+	err := s.r.QueryRowContext(ctx, `SELECT cursor FROM cursors WHERE source = ?`, source).Scan(&c)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
@@ -20,11 +20,11 @@ func (s *Store) Cursor(ctx context.Context, source string) (string, error) {
 // SetCursor moves a source's cursor, inside the transaction that acts on
 // the mail just before it.
 func (t *Tx) SetCursor(ctx context.Context, source, cursor string) error {
-	return setCursor(ctx, t.q, source, cursor)
+	return setCursor(ctx, t.r, source, cursor)
 }
 
-func setCursor(ctx context.Context, q querier, source, cursor string) error {
-	if _, err := q.ExecContext(ctx, `INSERT INTO cursors (source, cursor, updated) VALUES (?, ?, ?)
+func setCursor(ctx context.Context, r runner, source, cursor string) error {
+	if _, err := r.ExecContext(ctx, `INSERT INTO cursors (source, cursor, updated) VALUES (?, ?, ?)
 		ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated = excluded.updated`,
 		source, cursor, now()); err != nil {
 		return fmt.Errorf("saving cursor of %s: %w", source, err)
@@ -49,14 +49,14 @@ func (s *Store) SaveMessage(ctx context.Context, source, cursor, messageID, thre
 // sources for one list), so that the caller acts on a mail once. A mail
 // without a Message-ID is not kept and is never new.
 func (t *Tx) SaveMessage(ctx context.Context, source, messageID, threadID string, raw []byte) (bool, error) {
-	return saveMessage(ctx, t.q, source, messageID, threadID, raw)
+	return saveMessage(ctx, t.r, source, messageID, threadID, raw)
 }
 
-func saveMessage(ctx context.Context, q querier, source, messageID, threadID string, raw []byte) (bool, error) {
+func saveMessage(ctx context.Context, r runner, source, messageID, threadID string, raw []byte) (bool, error) {
 	if messageID == "" {
 		return false, nil
 	}
-	res, err := q.ExecContext(ctx, `INSERT INTO messages (message_id, source, thread_id, raw, seen)
+	res, err := r.ExecContext(ctx, `INSERT INTO messages (message_id, source, thread_id, raw, seen)
 		VALUES (?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`, messageID, source, threadID, raw, now())
 	if err != nil {
 		return false, fmt.Errorf("saving message %s: %w", messageID, err)
@@ -74,7 +74,7 @@ type StoredMessage struct {
 
 // ThreadMessages returns the raw mails kept for a thread, in the order seen.
 func (s *Store) ThreadMessages(ctx context.Context, threadID string) ([][]byte, error) {
-	ms, err := threadMessages(ctx, s.db, threadID)
+	ms, err := threadMessages(ctx, s.r, threadID)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +88,11 @@ func (s *Store) ThreadMessages(ctx context.Context, threadID string) ([][]byte, 
 // Thread returns the mails kept for a thread with their sources, in the
 // order seen, as the transaction sees them.
 func (t *Tx) Thread(ctx context.Context, threadID string) ([]StoredMessage, error) {
-	return threadMessages(ctx, t.q, threadID)
+	return threadMessages(ctx, t.r, threadID)
 }
 
-func threadMessages(ctx context.Context, q querier, threadID string) ([]StoredMessage, error) {
-	rows, err := q.QueryContext(ctx, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY rowid`, threadID)
+func threadMessages(ctx context.Context, r runner, threadID string) ([]StoredMessage, error) {
+	rows, err := r.QueryContext(ctx, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY `+r.d.insertOrder, threadID)
 	if err != nil {
 		return nil, fmt.Errorf("reading thread %s: %w", threadID, err)
 	}
@@ -111,6 +111,6 @@ func threadMessages(ctx context.Context, q querier, threadID string) ([]StoredMe
 // HasMessage says whether a mail was seen already.
 func (s *Store) HasMessage(ctx context.Context, messageID string) (bool, error) {
 	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE message_id = ?`, messageID).Scan(&n)
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE message_id = ?`, messageID).Scan(&n)
 	return n > 0, err
 }

@@ -60,15 +60,15 @@ var ErrNoMessage = errors.New("no outbox message ready")
 // re-run after a crash cannot queue its reply twice. It returns the id
 // and whether the message was new.
 func (s *Store) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added bool, err error) {
-	return enqueue(ctx, s.db, m)
+	return enqueue(ctx, s.r, m)
 }
 
 // Enqueue is Store.Enqueue inside the transaction.
 func (t *Tx) Enqueue(ctx context.Context, m OutboxMessage) (id int64, added bool, err error) {
-	return enqueue(ctx, t.q, m)
+	return enqueue(ctx, t.r, m)
 }
 
-func enqueue(ctx context.Context, q querier, m OutboxMessage) (id int64, added bool, err error) {
+func enqueue(ctx context.Context, r runner, m OutboxMessage) (id int64, added bool, err error) {
 	if m.MessageID == "" || m.From == "" || len(m.Recipients) == 0 || len(m.Raw) == 0 {
 		return 0, false, errors.New("enqueueing reply: Message-ID, sender, recipients and body are required")
 	}
@@ -77,18 +77,17 @@ func enqueue(ctx context.Context, q querier, m OutboxMessage) (id int64, added b
 		return 0, false, fmt.Errorf("enqueueing reply: %w", err)
 	}
 	t := now()
-	res, err := q.ExecContext(ctx, `INSERT INTO outbox
+	id, added, err = r.insertID(ctx, `INSERT INTO outbox
 		(message_id, sender, recipients, raw, state, thread_id, created, updated)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
 		m.MessageID, m.From, string(rcpt), m.Raw, string(Queued), m.ThreadID, t, t)
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply %s: %w", m.MessageID, err)
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		id, err = res.LastInsertId()
-		return id, true, err
+	if added {
+		return id, true, nil
 	}
-	err = q.QueryRowContext(ctx, `SELECT id FROM outbox WHERE message_id = ?`, m.MessageID).Scan(&id)
+	err = r.QueryRowContext(ctx, `SELECT id FROM outbox WHERE message_id = ?`, m.MessageID).Scan(&id)
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply %s: %w", m.MessageID, err)
 	}
@@ -98,18 +97,19 @@ func enqueue(ctx context.Context, q querier, m OutboxMessage) (id int64, added b
 // ClaimOutbox gives owner the oldest message that may be sent now: a queued
 // one whose retry time has come, or one left in "sending" whose lease ran
 // out (its sender died before the final "." and the server delivered
-// nothing). It is one UPDATE … RETURNING, so two senders never get the same
-// message. It counts an attempt; ErrNoMessage when there is nothing to send.
+// nothing). It is one UPDATE … RETURNING (its choice locked, and rows
+// other senders hold skipped, on PostgreSQL), so two senders never get the
+// same message. It counts an attempt; ErrNoMessage when there is nothing to send.
 func (s *Store) ClaimOutbox(ctx context.Context, owner string, lease time.Duration, now time.Time) (*OutboxMessage, error) {
-	t := now.UTC().Format(timeFormat)
-	rows, err := s.db.QueryContext(ctx, `UPDATE outbox SET state = ?, owner = ?, lease_until = ?,
+	t := fmtTime(now)
+	rows, err := s.r.QueryContext(ctx, `UPDATE outbox SET state = ?, owner = ?, lease_until = ?,
 		attempts = attempts + 1, updated = ?
-		WHERE id = (SELECT id FROM outbox
+		WHERE ((state = ? AND not_before <= ?) OR (state = ? AND lease_until < ?)) AND id = (SELECT id FROM outbox
 			WHERE (state = ? AND not_before <= ?) OR (state = ? AND lease_until < ?)
-			ORDER BY id LIMIT 1)
+			ORDER BY id LIMIT 1`+s.r.d.skipLocked("outbox")+`)
 		RETURNING `+outboxColumns,
-		string(Sending), owner, now.Add(lease).UTC().Format(timeFormat), t,
-		string(Queued), t, string(Sending), t)
+		string(Sending), owner, fmtTime(now.Add(lease)), t,
+		string(Queued), t, string(Sending), t, string(Queued), t, string(Sending), t)
 	if err != nil {
 		return nil, fmt.Errorf("claiming an outbox message: %w", err)
 	}
@@ -131,15 +131,15 @@ func (s *Store) ClaimOutbox(ctx context.Context, owner string, lease time.Durati
 func (s *Store) MoveOutbox(ctx context.Context, id int64, owner string, from, to OutboxState, errText string, notBefore time.Time) error {
 	nb := ""
 	if !notBefore.IsZero() {
-		nb = notBefore.UTC().Format(timeFormat)
+		nb = fmtTime(notBefore)
 	}
 	newOwner := owner
 	if to != Sending && to != Delivering {
 		newOwner = ""
 	}
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = ?, last_error = ?, not_before = ?,
+	res, err := s.r.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = ?, last_error = ?, not_before = ?,
 		updated = ? WHERE id = ? AND state = ? AND owner = ?`,
-		string(to), newOwner, errText, nb, time.Now().UTC().Format(timeFormat), id, string(from), owner)
+		string(to), newOwner, errText, nb, fmtTime(time.Now()), id, string(from), owner)
 	if err != nil {
 		return fmt.Errorf("outbox message %d %s -> %s: %w", id, from, to, err)
 	}
@@ -159,7 +159,7 @@ func (s *Store) OutboxIn(ctx context.Context, states ...OutboxState) ([]OutboxMe
 	for i, st := range states {
 		args[i] = string(st)
 	}
-	rows, err := s.db.QueryContext(ctx, q, args...)
+	rows, err := s.r.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing outbox: %w", err)
 	}
@@ -168,7 +168,7 @@ func (s *Store) OutboxIn(ctx context.Context, states ...OutboxState) ([]OutboxMe
 
 // OutboxMessageByID returns one outbox message.
 func (s *Store) OutboxMessageByID(ctx context.Context, id int64) (*OutboxMessage, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+outboxColumns+` FROM outbox WHERE id = ?`, id)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+outboxColumns+` FROM outbox WHERE id = ?`, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading outbox message %d: %w", id, err)
 	}
@@ -199,10 +199,10 @@ func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 			return nil, fmt.Errorf("outbox message %d: recipients: %w", m.ID, err)
 		}
 		m.State = OutboxState(state)
-		m.LeaseUntil, _ = time.Parse(timeFormat, lease)
-		m.NotBefore, _ = time.Parse(timeFormat, nb)
-		m.Created, _ = time.Parse(timeFormat, created)
-		m.Updated, _ = time.Parse(timeFormat, updated)
+		m.LeaseUntil = parseTime(lease)
+		m.NotBefore = parseTime(nb)
+		m.Created = parseTime(created)
+		m.Updated = parseTime(updated)
 		out = append(out, m)
 	}
 	return out, rows.Err()
@@ -220,16 +220,16 @@ func repeat(s string, n int) string {
 // all when threadID is "". Quotas are counted here, where every mail
 // patchbot writes goes.
 func (t *Tx) OutboxSince(ctx context.Context, threadID string, since time.Time) (int, error) {
-	return outboxSince(ctx, t.q, threadID, since)
+	return outboxSince(ctx, t.r, threadID, since)
 }
 
-func outboxSince(ctx context.Context, q querier, threadID string, since time.Time) (int, error) {
-	query, args := `SELECT count(*) FROM outbox WHERE created >= ?`, []any{since.UTC().Format(timeFormat)}
+func outboxSince(ctx context.Context, r runner, threadID string, since time.Time) (int, error) {
+	query, args := `SELECT count(*) FROM outbox WHERE created >= ?`, []any{fmtTime(since)}
 	if threadID != "" {
 		query, args = query+` AND thread_id = ?`, append(args, threadID)
 	}
 	var n int
-	if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
+	if err := r.QueryRowContext(ctx, query, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting the outbox: %w", err)
 	}
 	return n, nil
@@ -240,10 +240,10 @@ func outboxSince(ctx context.Context, q querier, threadID string, since time.Tim
 // that it is reported once. The owner stays, so that a slow sender that
 // comes back with the server's answer can still record it.
 func (s *Store) MarkUncertain(ctx context.Context, at time.Time) ([]OutboxMessage, error) {
-	rows, err := s.db.QueryContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
+	rows, err := s.r.QueryContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
 		WHERE state = ? AND lease_until < ? RETURNING `+outboxColumns,
 		string(Uncertain), "the sender died after the final \".\" was asked for", now(),
-		string(Delivering), at.UTC().Format(timeFormat))
+		string(Delivering), fmtTime(at))
 	if err != nil {
 		return nil, fmt.Errorf("marking uncertain deliveries: %w", err)
 	}
@@ -254,7 +254,7 @@ func (s *Store) MarkUncertain(ctx context.Context, at time.Time) ([]OutboxMessag
 // watched source: if patchbot's delivery of it was uncertain (or still
 // delivering), it was delivered. It returns whether a message changed.
 func (t *Tx) SeenOutbox(ctx context.Context, messageID string) (bool, error) {
-	res, err := t.q.ExecContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
+	res, err := t.r.ExecContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
 		WHERE message_id = ? AND state IN (?, ?)`,
 		string(Sent), "delivery confirmed: seen on a watched source", now(),
 		messageID, string(Delivering), string(Uncertain))
@@ -268,7 +268,7 @@ func (t *Tx) SeenOutbox(ctx context.Context, messageID string) (bool, error) {
 // RequeueUncertain queues an uncertain message again, for a person who
 // checked that the server never delivered it.
 func (s *Store) RequeueUncertain(ctx context.Context, id int64) error {
-	res, err := s.db.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = '', not_before = '', last_error = ?, updated = ?
+	res, err := s.r.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = '', not_before = '', last_error = ?, updated = ?
 		WHERE id = ? AND state = ?`, string(Queued), "requeued by hand after an uncertain delivery", now(), id, string(Uncertain))
 	if err != nil {
 		return fmt.Errorf("requeueing outbox message %d: %w", id, err)
@@ -281,7 +281,7 @@ func (s *Store) RequeueUncertain(ctx context.Context, id int64) error {
 
 // OutboxCounts counts the outbox by state, for /metrics.
 func (s *Store) OutboxCounts(ctx context.Context) (map[OutboxState]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT state, count(*) FROM outbox GROUP BY state`)
+	rows, err := s.r.QueryContext(ctx, `SELECT state, count(*) FROM outbox GROUP BY state`)
 	if err != nil {
 		return nil, err
 	}

@@ -75,6 +75,10 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 		{[]string{"suite", "run", "--suites", "nosuch", "--local"}, `no suite "nosuch"`},
 		{[]string{"reply"}, "want one run directory"},
 		{[]string{"watch", "extra"}, `unexpected argument "extra"`},
+		{[]string{"worker", "extra"}, `unexpected argument "extra"`},
+		{[]string{"worker", "--name", "two words"}, `--name "two words"`},
+		{[]string{"worker", "--suites", "nosuch"}, `no suite "nosuch"`},
+		{[]string{"worker", "--http", "nope"}, `--http "nope": want host:port`},
 	} {
 		code, out, errOut := run(t, tc.args...)
 		if code != exitUsage {
@@ -117,8 +121,10 @@ func TestJobsAndOutboxCommands(t *testing.T) {
 	}
 	ctx := context.Background()
 	id, _, _ := st.AddJob(ctx, store.Job{Dedupe: "series:x:v1", Trigger: "list", Title: "[PATCH] x", Request: []byte("{}")})
-	st.ClaimJob(ctx, time.Now(), 5)
-	st.RecoverJobs(ctx, 1) // one crash is enough to park, here
+	if _, err := st.ClaimJob(ctx, store.Claim{Worker: "w", Lease: time.Hour, At: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	st.RecoverJobs(ctx, "w", 1) // one crash is enough to park, here
 	st.Close()
 	if _, out, _ := run(t, "jobs", "--state", state, "--status", "parked"); !strings.Contains(out, "[PATCH] x") {
 		t.Fatalf("the parked job is not listed:\n%s", out)

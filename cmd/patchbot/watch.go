@@ -18,7 +18,12 @@ series that touches a watched path, answers email commands in the threads, and
 sends the replies from the outbox. All state is in the state directory, so a
 restart (or a kill -9) resumes where it was. Logs are JSON on standard error;
 with http: set it serves /healthz, /metrics and the dashboard. See
-patchbot.example.yaml.`,
+patchbot.example.yaml.
+
+On one host watch runs the jobs itself, with its state in SQLite. For a fleet,
+the config names a PostgreSQL database and turns fleet.local_worker off: watch
+then coordinates (mail, queue, collected results, replies, dashboard) and
+'patchbot worker' on each test host runs the jobs.`,
 		example: `patchbot watch --config /etc/patchbot/patchbot.yaml`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
@@ -49,7 +54,8 @@ patchbot.example.yaml.`,
 						}
 					}()
 				}
-				log.Info("watching", "sources", len(d.Sources), "state", cfg.StateDir, "sending", d.Outbox.Sender != nil)
+				log.Info("watching", "sources", len(d.Sources), "state", cfg.StateDir, "database", d.Store.Engine(),
+					"local_worker", cfg.Fleet.LocalWorker, "sending", d.Outbox.Sender != nil)
 				return d.Run(ctx)
 			}
 		},

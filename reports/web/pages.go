@@ -24,9 +24,12 @@ const (
 
 // HomeView is the home page (/api/home).
 type HomeView struct {
-	Running []*JobView     `json:"running"`
-	Queued  []*JobView     `json:"queued"`
-	Parked  []*JobView     `json:"parked"` // queued, waiting for a retry time or missing parts
+	Running []*JobView `json:"running"`
+	Queued  []*JobView `json:"queued"`
+	Waiting []*JobView `json:"waiting"` // queued, waiting for a retry time or missing parts
+	// Parked jobs lost their worker twice (it died, or its lease ran
+	// out, while running them): they wait for a person, newest first.
+	Parked  []*JobView     `json:"parked"`
 	Failed  []*JobView     `json:"failed"` // given up on (infrastructure), newest first
 	Recent  []Summary      `json:"recent"`
 	Runs    int            `json:"runs"` // finished runs stored
@@ -52,8 +55,8 @@ func (s *server) homeView(ctx context.Context) (*HomeView, error) {
 			switch {
 			case j.State == store.JobRunning:
 				v.Running = append(v.Running, jv)
-			case jv.Parked:
-				v.Parked = append(v.Parked, jv)
+			case jv.Waiting:
+				v.Waiting = append(v.Waiting, jv)
 			default:
 				v.Queued = append(v.Queued, jv)
 			}
@@ -64,6 +67,13 @@ func (s *server) homeView(ctx context.Context) (*HomeView, error) {
 		}
 		for _, j := range failed {
 			v.Failed = append(v.Failed, s.jobView(j))
+		}
+		parked, err := s.o.Store.RecentJobs(ctx, store.JobParked, homeFailed)
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range parked {
+			v.Parked = append(v.Parked, s.jobView(j))
 		}
 	}
 	recent, total := s.runs.page(0, homeRecent)

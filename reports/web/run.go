@@ -492,9 +492,9 @@ func (pc *pageCache) get(name, dir string, build func() (*RunView, error)) (*Run
 func (s *server) jobView(j *store.Job) *JobView {
 	jv := &JobView{ID: j.ID, URL: s.link("/jobs/" + strconv.FormatInt(j.ID, 10)), Title: j.Title, Trigger: j.Trigger,
 		State: string(j.State), Stage: j.Stage, Blame: string(j.Blame), Error: j.Error, Attempts: j.Attempts,
-		NotBefore: j.NotBefore, Created: j.Created, Updated: j.Updated}
+		Worker: j.Owner, Crashes: j.Crashes, NotBefore: j.NotBefore, Created: j.Created, Updated: j.Updated}
 	if j.State == store.JobQueued && j.NotBefore.After(time.Now()) {
-		jv.Parked = true
+		jv.Waiting = true
 	}
 	if j.RunDir != "" {
 		if name := filepath.Base(j.RunDir); validName.MatchString(name) {
@@ -520,15 +520,17 @@ type JobView struct {
 	URL      string    `json:"url"`
 	Title    string    `json:"title"`
 	Trigger  string    `json:"trigger"` // list, command, cli, web
-	State    string    `json:"state"`   // queued, running, done, failed
-	Parked   bool      `json:"parked"`  // queued but waiting for NotBefore (a retry, or missing parts)
+	State    string    `json:"state"`   // queued, running, done, failed, parked (lost its worker twice)
+	Waiting  bool      `json:"waiting"` // queued but waiting for NotBefore (a retry, or missing parts)
 	Stage    string    `json:"stage,omitempty"`
 	Blame    string    `json:"blame,omitempty"`
 	Error    string    `json:"error,omitempty"`
 	Attempts int       `json:"attempts"`
+	Crashes  int       `json:"crashes"`          // its worker died (or lost its lease) while running it
+	Worker   string    `json:"worker,omitempty"` // the worker that holds it, or ran it last
 	Progress *Progress `json:"progress,omitempty"`
 	RunURL   string    `json:"run_url,omitempty"`
-	// NotBefore is when a parked job may run again.
+	// NotBefore is when a waiting job may run again.
 	NotBefore time.Time `json:"not_before"`
 	Created   time.Time `json:"created"`
 	Updated   time.Time `json:"updated"`

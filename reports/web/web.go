@@ -90,13 +90,16 @@ type SourceStatus struct {
 	Error    string    `json:"error,omitempty"`
 }
 
-// WorkerStatus is one worker or VM host (filled in by the fleet).
+// WorkerStatus is one worker of the fleet, as the store's workers table
+// knows it.
 type WorkerStatus struct {
 	Name  string    `json:"name"`
 	Host  string    `json:"host,omitempty"`
-	State string    `json:"state"` // e.g. idle, busy, down
+	State string    `json:"state"` // busy, idle, stopped, or down (no heartbeat for a lease)
 	JobID int64     `json:"job_id,omitempty"`
-	Since time.Time `json:"since"`
+	Since time.Time `json:"since"` // in this state since
+	Seen  time.Time `json:"seen"`  // its last heartbeat
+	Caps  string    `json:"caps"`  // what it can run: "kvm, 32 CPUs, 64 GiB, suites: …"
 }
 
 // Progress is how far a running job got.

@@ -690,7 +690,8 @@ func TestHomeQueueAndSources(t *testing.T) {
 	}
 	running := add("[PATCH] running <script>", store.JobRunning, time.Now(), "")
 	add("[PATCH] queued", store.JobQueued, time.Now().Add(-time.Minute), "")
-	add("[PATCH] parked", store.JobQueued, time.Now().Add(2*time.Hour), "qemu: cannot allocate memory")
+	add("[PATCH] waiting", store.JobQueued, time.Now().Add(2*time.Hour), "qemu: cannot allocate memory")
+	add("[PATCH] parked", store.JobParked, time.Now(), "parked: its worker died while running it 2 times")
 	add("[PATCH] failed", store.JobFailed, time.Now(), "disk full")
 	h := newHandler(t, Options{StateDir: state, Store: st,
 		Progress: func(id int64) (Progress, bool) {
@@ -699,14 +700,21 @@ func TestHomeQueueAndSources(t *testing.T) {
 		Sources: func() []SourceStatus {
 			return []SourceStatus{{Name: "fsdevel", Kind: "lore", LastMail: time.Now().Add(-5 * time.Minute)}}
 		},
+		Workers: func() []WorkerStatus {
+			return []WorkerStatus{{Name: "kvm-7", Host: "lab7", State: "busy", JobID: running, Since: time.Now(),
+				Seen: time.Now(), Caps: "kvm, 32 CPUs, 64 GiB, suites: cache-contention"},
+				{Name: "kvm-8", Host: "lab8", State: "down", Since: time.Now().Add(-3 * time.Minute)}}
+		},
 	})
 	code, page, _ := get(t, h, "/")
 	if code != 200 {
 		t.Fatalf("home = %d", code)
 	}
 	if miss := contains2(page, "[PATCH] running &lt;script&gt;", "run cache-contention", `<progress max="10" value="3">`,
-		"about 4 min left", "[PATCH] queued", "[PATCH] parked", "runs again in 1 h 59 min", "cannot allocate memory",
-		"[PATCH] failed", "disk full", "fsdevel", "5 min ago", "squashfs: disable readahead"); miss != "" {
+		"about 4 min left", "[PATCH] queued", "[PATCH] waiting", "runs again in 1 h 59 min", "cannot allocate memory",
+		`<tr class="job parked">`, "died while running it 2 times", "a person must unpark it",
+		"[PATCH] failed", "disk full", "fsdevel", "5 min ago", "squashfs: disable readahead",
+		`<tr class="worker busy"><td>kvm-7</td><td>lab7</td>`, "kvm, 32 CPUs, 64 GiB", `<tr class="worker down"><td>kvm-8</td>`); miss != "" {
 		t.Errorf("home lacks %q", miss)
 	}
 	if strings.Contains(page, "<script>") && strings.Count(page, "<script") != 1 {
@@ -718,7 +726,8 @@ func TestHomeQueueAndSources(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(v.Running) != 1 || v.Running[0].Progress == nil || v.Running[0].Progress.Done != 3 ||
-		len(v.Queued) != 1 || len(v.Parked) != 1 || !v.Parked[0].Parked || len(v.Failed) != 1 ||
+		len(v.Queued) != 1 || len(v.Waiting) != 1 || !v.Waiting[0].Waiting || len(v.Parked) != 1 ||
+		v.Parked[0].State != "parked" || v.Parked[0].Waiting || len(v.Failed) != 1 || len(v.Workers) != 2 ||
 		len(v.Recent) != 1 || v.Runs != 1 || len(v.Sources) != 1 {
 		t.Errorf("/api/home = %s", body)
 	}
