@@ -27,6 +27,7 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"shell":  shellLines,
 	"url":    shortURL,
 	"sub":    func(a, b int) int { return a - b },
+	"field":  field,
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.
@@ -506,4 +507,13 @@ func (r *Reply) Recipients() ([]string, error) {
 		out = append(out, a.Address)
 	}
 	return out, nil
+}
+
+// setupIndent is where a value of the reply's "Test setup" block starts
+// ("  runs:      "): a long value wraps and goes on under itself.
+const setupIndent = 13
+
+// field wraps a setup value to fit MaxColumns after its label.
+func field(s string) string {
+	return strings.ReplaceAll(wrap(s, MaxColumns-setupIndent), "\n", "\n"+strings.Repeat(" ", setupIndent))
 }

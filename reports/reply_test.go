@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"github.com/patchbot/patchbot/reports/stats"
 	"os"
 	"path/filepath"
 	"strings"
@@ -254,6 +255,8 @@ func TestRenderLongFields(t *testing.T) {
 	run.ConfigPath = "/var/cache/patchbot/builds/3c5f1a9e7b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f/linux-6.1.192/.config"
 	run.Commands = []string{"patchbot run --mbox /var/lib/patchbot/runs/2026-11-29T10:20:00Z-squashfs-make-the-fragment-cache/series.mbox --suite cache-contention"}
 	run.Layout = LayoutNote([]byte("CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y\n"))
+	// The sequential rule's runs line, the longest setup value.
+	run.Options.Rule = &stats.DefaultRule
 	for i := range run.Patched {
 		for j := range run.Patched[i].Samples {
 			run.Patched[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"
@@ -276,8 +279,8 @@ func TestRenderLongFields(t *testing.T) {
 	if !strings.Contains(reply.Body, run.ConfigPath) {
 		t.Error("the config path was cut")
 	}
-	if !strings.Contains(reply.Body, "layout:") {
-		t.Error("the layout line is missing")
+	if !strings.Contains(reply.Body, "layout:") || !strings.Contains(reply.Body, "the rule runs 3 to 10") {
+		t.Errorf("the layout or the runs line is missing:\n%s", reply.Body)
 	}
 }
 
