@@ -57,6 +57,11 @@ type Header struct {
 type Reply struct {
 	Header Header
 	Body   string // plain text, LF line endings, lines <= MaxColumns
+	// Folded lists the lines (1-based, as the template wrote them) that
+	// were wider than MaxColumns and were folded at a space: a template
+	// that forgot to wrap a value. The reply still goes out (a finished
+	// run is not lost to a layout slip); tests require none.
+	Folded []int `json:"-"`
 }
 
 // ErrNotPatchFault is returned for a run that failed through no fault of
@@ -135,12 +140,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	if err := replyTemplate.Execute(&body, data); err != nil {
 		return nil, fmt.Errorf("rendering reply: %w", err)
 	}
-	text := tidy(body.String())
-	for i, line := range strings.Split(text, "\n") {
-		if n := utf8.RuneCountInString(line); n > MaxColumns && !unbreakable(line) {
-			return nil, fmt.Errorf("rendering reply: line %d is %d columns wide: %q", i+1, n, line)
-		}
-	}
+	text, folded := fold(tidy(body.String()))
 
 	h := Header{
 		From:      from.String(),
@@ -162,7 +162,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
 	h.MessageID = replyID(run, from.Address)
-	return &Reply{Header: h, Body: text}, nil
+	return &Reply{Header: h, Body: text, Folded: folded}, nil
 }
 
 // replyID is the reply's Message-ID: the run's own, or one derived from
@@ -370,6 +370,29 @@ func shortURL(u string) string {
 
 // unbreakable reports whether a line may pass MaxColumns because it ends in
 // something that cannot be broken: a URL, or a single word (a path).
+// fold breaks each line wider than MaxColumns at its last space that
+// fits, going on under the line's own indentation; a line that cannot be
+// broken (one long word, a URL) stays whole. It returns the lines folded.
+func fold(text string) (string, []int) {
+	var out []string
+	var folded []int
+	for i, line := range strings.Split(text, "\n") {
+		if utf8.RuneCountInString(line) <= MaxColumns || unbreakable(line) {
+			out = append(out, line)
+			continue
+		}
+		folded = append(folded, i+1)
+		body := strings.TrimLeft(line, " ")
+		pad := strings.Repeat(" ", len(line)-len(body))
+		w := MaxColumns - len(pad)
+		if w < 20 {
+			pad, w = "", MaxColumns
+		}
+		out = append(out, pad+strings.ReplaceAll(wrap(body, w), "\n", "\n"+pad))
+	}
+	return strings.Join(out, "\n"), folded
+}
+
 func unbreakable(line string) bool {
 	f := strings.Fields(strings.TrimSuffix(line, " \\")) // a shell continuation
 	return len(f) == 1 || (len(f) > 0 && strings.Contains(f[len(f)-1], "://"))

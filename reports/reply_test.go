@@ -271,6 +271,9 @@ func TestRenderLongFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(reply.Folded) > 0 {
+		t.Errorf("lines %v were too wide and had to be folded:\n%s", reply.Folded, reply.Body)
+	}
 	for _, line := range strings.Split(reply.Body, "\n") {
 		if utf8.RuneCountInString(line) > MaxColumns && !unbreakable(line) {
 			t.Errorf("line of %d columns: %q", utf8.RuneCountInString(line), line)
@@ -327,5 +330,23 @@ func TestBuildFailureHasNoVMLine(t *testing.T) {
 	}
 	if strings.Contains(reply.Body, "VM:") {
 		t.Errorf("a VM line without a VM:\n%s", reply.Body)
+	}
+}
+
+// A line a template forgot to wrap is folded under its indentation, and
+// said so, rather than costing the reply.
+func TestFoldKeepsTheReply(t *testing.T) {
+	long := "  runs:      " + strings.Repeat("word ", 30)
+	text, folded := fold("short\n" + long + "\nhttps://example.org/" + strings.Repeat("x", 90))
+	if len(folded) != 1 || folded[0] != 2 {
+		t.Fatalf("folded %v, want line 2", folded)
+	}
+	for _, l := range strings.Split(text, "\n") {
+		if utf8.RuneCountInString(l) > MaxColumns && !unbreakable(l) {
+			t.Errorf("still %d columns: %q", utf8.RuneCountInString(l), l)
+		}
+	}
+	if strings.Count(text, "word") != 30 || !strings.Contains(text, "\n  word") {
+		t.Errorf("words lost or not indented:\n%s", text)
 	}
 }

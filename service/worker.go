@@ -354,6 +354,9 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 			w.Metrics.Failures.WithLabelValues(string(blame.Patch)).Inc()
 			j.Blame, j.Error = blame.Patch, string(out.Run.Failure.Stage)+": "+out.Run.Failure.Detail
 		}
+		if len(out.Reply.Folded) > 0 {
+			log.Warn("the reply had lines too wide for mail; they were folded (a template to fix)", "lines", out.Reply.Folded)
+		}
 		files, err := readRun(work)
 		if err != nil {
 			w.retry(j, err, log)
