@@ -194,11 +194,14 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		// microvm: virtio-mmio devices (QEMU adds them to the kernel
 		// command line), an ISA serial port for the console, no PCI, no
 		// ACPI (the CPUs are in the MP table, which CONFIG_X86_MPPARSE
-		// reads), no i8259: every device left out is probing time saved
-		// under TCG. The PIT stays, as TCG's only reference to calibrate
-		// the TSC and APIC timer against (without it the boot stops), and
-		// the RTC, for the wall clock.
-		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off,pic=off"
+		// reads): every device left out is probing time saved under TCG.
+		// The PIT stays, as TCG's only reference to calibrate the TSC and
+		// APIC timer against, and so does the i8259: on a loaded host the
+		// kernel may reject the APIC timer ("verification failure"), and
+		// without the i8259 the PIT's interrupt cannot be had either, so
+		// no timer ticks and SMP bring-up waits forever. The RTC stays
+		// for the wall clock.
+		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
 		cmdline += " " + pvhCmdline
 	}
