@@ -33,7 +33,13 @@ func BenchmarkBoot(b *testing.B) {
 				if backend == "libvirt" {
 					needLibvirtd(b)
 				}
-				p, err := New(backend, Config{WorkDir: b.TempDir(), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				dir, err := os.MkdirTemp("", "patchbot-bench-")
+				if err != nil {
+					b.Fatal(err)
+				}
+				os.Chmod(dir, 0o711) // libvirt's QEMU user passes through
+				defer os.RemoveAll(dir)
+				p, err := New(backend, Config{WorkDir: dir, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 				if err != nil {
 					b.Fatal(err)
 				}
