@@ -19,7 +19,11 @@ import (
 
 // Build is one built kernel, kept in the cache under Dir.
 type Build struct {
-	BzImage    string // path of arch/x86/boot/bzImage (a copy beside the log)
+	BzImage string // path of arch/x86/boot/bzImage (a copy beside the log)
+	// Vmlinux is the uncompressed ELF of the same kernel, beside BzImage:
+	// vmrunner boots it at its PVH entry point, skipping firmware and
+	// decompression.
+	Vmlinux    string `json:",omitempty"`
 	Config     string // path of the final .config
 	Compiler   string // first line of "gcc --version"
 	Log        string // path of the build log (the kernel's own output)
@@ -86,6 +90,7 @@ const (
 	logFile   = "build.log"
 	infoFile  = "build.json" // written last: its presence means complete
 	imageFile = "bzImage"
+	elfFile   = "vmlinux"
 	confFile  = "config"
 )
 
@@ -182,6 +187,9 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	}
 	defer unlock()
 	if done, err := loadBuild(bd.Dir); err == nil {
+		if done.Vmlinux == "" && addVmlinux(done) == nil {
+			saveBuild(done) // a build from before vmlinux was kept
+		}
 		done.Cached = true
 		done.Duration = time.Since(start)
 		fmt.Fprintf(progressOr(b.Progress), "[%s] cached in %s (%.1fs)\n", name, done.Dir, done.Duration.Seconds())
@@ -228,6 +236,9 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 		return nil, err
 	}
 	if err := copyFile(filepath.Join(tree, outDir, ".config"), bd.Config); err != nil {
+		return nil, err
+	}
+	if err := addVmlinux(bd); err != nil {
 		return nil, err
 	}
 	logData, err := os.ReadFile(bd.Log)
@@ -352,6 +363,16 @@ func (b *Builder) make(ctx context.Context, sb *sandbox, log *os.File, tree stri
 		data = data[off:]
 	}
 	return &BuildError{Lines: errorLines(data), Log: log.Name()}
+}
+
+// addVmlinux keeps the object tree's vmlinux beside the bzImage.
+func addVmlinux(bd *Build) error {
+	dst := filepath.Join(bd.Dir, elfFile)
+	if err := copyFile(filepath.Join(bd.Dir, treeDir, outDir, "vmlinux"), dst); err != nil {
+		return err
+	}
+	bd.Vmlinux = dst
+	return nil
 }
 
 func loadBuild(dir string) (*Build, error) {

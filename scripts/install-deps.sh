@@ -11,6 +11,7 @@ pkgs=(
   linux-source-6.1
   # guest images and VMs
   squashfs-tools qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
+  bubblewrap  # QEMU runs in bwrap (vmrunner/jail.go)
   linux-image-amd64
   # mail servers for the integration tests (public-inbox is what lore runs),
   # b4 to compare series assembly, python3-dkim to sign and check test mail

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -17,6 +18,7 @@ import (
 type kernel struct {
 	name      string
 	bzImage   string
+	vmlinux   string // beside bzImage, for PVH boot; "" if there is none
 	initramfs string
 }
 
@@ -24,6 +26,7 @@ type kernel struct {
 // whose virtio drivers are modules packed into its initramfs.
 func debianKernel(t testing.TB) kernel {
 	t.Helper()
+	skipShort(t)
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	if len(ks) == 0 {
 		t.Skip("no /boot/vmlinuz-*: scripts/install-deps.sh installs linux-image-amd64")
@@ -48,6 +51,7 @@ var (
 // minutes; it is cached and shared with images' own tests through a lock.
 func minimalKernel(t testing.TB) kernel {
 	t.Helper()
+	skipShort(t)
 	minimalOnce.Do(func() {
 		for _, tool := range []string{"make", "gcc", "ccache", "flex", "bison", "bc", "unshare", "setpriv"} {
 			if _, err := exec.LookPath(tool); err != nil {
@@ -69,7 +73,7 @@ func minimalKernel(t testing.TB) kernel {
 			minimalErr = err
 			return
 		}
-		minimal = kernel{name: "minimal", bzImage: b.BzImage, initramfs: rd}
+		minimal = kernel{name: "minimal", bzImage: b.BzImage, vmlinux: b.Vmlinux, initramfs: rd}
 	})
 	if minimalSkip != "" {
 		t.Skip(minimalSkip)
@@ -87,11 +91,11 @@ func needQEMU(t testing.TB) {
 	}
 }
 
-// rawDisk makes a small raw image holding text at its start, to find it
+// rawDisk makes a small raw image in dir holding text at its start, to find it
 // again in the guest.
-func rawDisk(t *testing.T, text string) string {
+func rawDisk(t *testing.T, dir, text string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), text+".img")
+	p := filepath.Join(dir, text+".img")
 	b := make([]byte, 1<<20)
 	copy(b, text)
 	if err := os.WriteFile(p, b, 0o644); err != nil {
@@ -116,3 +120,41 @@ func alive(pid int) bool {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// copyTo copies src to dst (mode 0644) and returns dst.
+func copyTo(t testing.TB, src, dst string) string {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// procStatus reads /proc/PID/status into a map of field to value.
+func procStatus(t testing.TB, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			m[k] = strings.TrimSpace(v)
+		}
+	}
+	return m
+}
+
+// skipShort skips what boots a VM or builds a kernel under -short: those
+// are heavy jobs, run under the shared lock, not with the unit tests.
+func skipShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM or builds a kernel: not with -short")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -37,21 +38,117 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("libvirt: bad URI %q: %w", uri, err)
 	}
+	remote, err := checkURI(u)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBoot(cfg.Boot); err != nil {
+		return nil, err
+	}
 	conn, err := libvirt.ConnectToURI(u)
 	if err != nil {
-		return nil, &InfraError{Op: "connect to libvirt at " + uri, Err: err}
+		return nil, &InfraError{Op: "connect to libvirt at " + redactURI(u), Err: err}
 	}
-	// On a remote host the console file and the agent socket would be out
-	// of reach: there both go over TCP to that host instead.
-	tcpHost := u.Hostname()
-	if tcpHost != "" {
-		cfg.Log.Info("libvirt: remote host: console and agent over TCP; kernel, initramfs and disks must be at the same paths there", "uri", uri)
+	label, err := dacLabel(conn)
+	if err != nil {
+		conn.Disconnect()
+		return nil, err
+	}
+	if label.uid == 0 {
+		conn.Disconnect()
+		return nil, &InfraError{Op: "libvirt at " + redactURI(u), Err: fmt.Errorf("it runs QEMU as root (DAC label %s): give QEMU an unprivileged user in that host's qemu.conf", label)}
+	}
+	evCtx, stopWatching := context.WithCancel(context.Background())
+	stops, err := watchStops(evCtx, conn)
+	if err != nil {
+		cfg.Log.Warn("libvirt: no lifecycle events; a stopped domain is judged by its console", "err", err)
+	}
+	if remote {
+		cfg.Log.Info("libvirt: remote host: console and agent through the libvirt connection; kernel, initramfs and disks must be at the same paths there", "uri", redactURI(u))
 	}
 	p := newPool("libvirt", cfg, func(s Spec, dir string) (hypervisor, error) {
-		return &libvirtVM{conn: conn, spec: s, dir: dir, tcpHost: tcpHost}, nil
+		v := &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: BootLegacy, kernel: s.Kernel}
+		vmlinux, why := pvhKernel(s)
+		switch {
+		case cfg.Boot == BootLegacy:
+		case vmlinux != "":
+			v.boot, v.kernel = BootPVH, vmlinux
+		case cfg.Boot == BootPVH:
+			return nil, fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+		}
+		return v, nil
 	})
-	p.onClose = conn.Disconnect
+	p.onClose = func() error {
+		stopWatching()
+		return conn.Disconnect()
+	}
 	return p, nil
+}
+
+// checkURI refuses transports that would carry the guest's agent and
+// console unauthenticated to another host, and says whether the host is
+// remote (its files out of our reach).
+func checkURI(u *url.URL) (remote bool, err error) {
+	host := u.Hostname()
+	if host == "" || isLoopback(host) {
+		return false, nil
+	}
+	transport := "tls" // a host without a transport: libvirt's default
+	if _, t, ok := strings.Cut(u.Scheme, "+"); ok {
+		transport = t
+	}
+	switch transport {
+	case "ssh", "libssh", "libssh2", "tls":
+		return true, nil
+	case "tcp":
+		return false, fmt.Errorf("libvirt: %s: plain TCP to another host is unauthenticated and unencrypted, and the guest's agent and console would travel over it; use qemu+ssh://%s/… or qemu+tls://%s/…", redactURI(u), host, host)
+	}
+	return false, fmt.Errorf("libvirt: %s: transport %q is not supported (use qemu+ssh:// or qemu+tls://)", redactURI(u), transport)
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// redactURI drops a password from a URI before it is logged.
+func redactURI(u *url.URL) string { return u.Redacted() }
+
+// dacID is a DAC label: the uid and gid QEMU runs as.
+type dacID struct{ uid, gid int }
+
+func (d dacID) String() string { return fmt.Sprintf("+%d:+%d", d.uid, d.gid) }
+
+// dacLabel is the user libvirtd runs QEMU domains as by default (its
+// qemu.conf user and group), from the host's capabilities.
+func dacLabel(conn *libvirt.Libvirt) (dacID, error) {
+	raw, err := conn.Capabilities()
+	if err != nil {
+		return dacID{}, &InfraError{Op: "libvirt capabilities", Err: err}
+	}
+	var caps libvirtxml.Caps
+	if err := caps.Unmarshal(string(raw)); err != nil {
+		return dacID{}, &InfraError{Op: "libvirt capabilities", Err: err}
+	}
+	for _, m := range caps.Host.SecModel {
+		if m.Name != "dac" {
+			continue
+		}
+		for _, l := range m.Labels {
+			if l.Type != "qemu" {
+				continue
+			}
+			var d dacID
+			if _, err := fmt.Sscanf(l.Value, "+%d:+%d", &d.uid, &d.gid); err != nil {
+				return dacID{}, &InfraError{Op: "libvirt capabilities", Err: fmt.Errorf("DAC base label %q: %w", l.Value, err)}
+			}
+			return d, nil
+		}
+	}
+	return dacID{}, &InfraError{Op: "libvirt capabilities", Err: errors.New("no DAC base label for qemu domains")}
 }
 
 // libvirtVM is one transient domain. It is created with AUTODESTROY, so
@@ -60,34 +157,142 @@ type libvirtVM struct {
 	conn *libvirt.Libvirt
 	spec Spec
 	dir  string
-	// tcpHost, for a remote libvirtd, is where the guest's console and
-	// agent port listen (TCP ports conPort and agentPort); empty for the
-	// local daemon, which uses a console file and a unix socket.
-	tcpHost            string
-	conPort, agentPort int
-	conCopy            net.Conn
+	// remote: the host's files are out of reach, so the console and the
+	// agent's channel are consoles streamed through the libvirt
+	// connection (authenticated: ssh or TLS), and the kernel, initramfs
+	// and disks are named by their paths there.
+	remote bool
+	label  dacID       // the user libvirt runs QEMU as
+	stops  *stopEvents // nil when the daemon gives no events
+	boot   string      // BootPVH or BootLegacy
+	kernel string      // the file booted (a private copy, locally)
+	initrd string
+	disks  []string
+	// handedOut: the local copies are made (on the first start).
+	handedOut bool
 
 	mu        sync.Mutex
 	dom       *libvirt.Domain
 	done      chan struct{}
 	destroyed bool // by us, not by the guest
 	pollErr   error
+	agent     io.ReadWriteCloser // the remote agent stream, until dialled
+	streams   []io.Closer
 }
 
-func (v *libvirtVM) socket() string { return v.dir + "/agent.sock" }
+func (v *libvirtVM) socket() string { return filepath.Join(v.dir, "agent.sock") }
+
+// handout gives QEMU's user what it needs of the local host: the VM's
+// directory (for the agent's socket and the console), and private copies
+// of the kernel, initramfs and disks in it. The cache stays closed to
+// that user (0600 files under 0700 directories), and no shared file is
+// chowned, so no other VM can read this one's. The copies stay ours,
+// readable by QEMU's group only (0440): an owner could chmod them
+// writable, a group member cannot.
+func (v *libvirtVM) handout() error {
+	chown := func(p string, uid int, mode os.FileMode) error {
+		if err := os.Chown(p, uid, v.label.gid); err != nil {
+			return fmt.Errorf("giving %s to QEMU's user %s (patchbot needs root for libvirt's system daemon): %w", p, v.label, err)
+		}
+		return os.Chmod(p, mode)
+	}
+	own := func(p string, mode os.FileMode) error { return chown(p, v.label.uid, mode) }
+	share := func(p string) error { return chown(p, -1, 0o440) }
+	if err := own(v.dir, 0o700); err != nil {
+		return err
+	}
+	if err := reachable(v.dir); err != nil {
+		return err
+	}
+	cp := func(src, name string) (string, error) {
+		dst := filepath.Join(v.dir, name)
+		if err := copyImage(src, dst); err != nil {
+			return "", err
+		}
+		return dst, share(dst)
+	}
+	var err error
+	if v.kernel, err = cp(v.kernel, "kernel"); err != nil {
+		return err
+	}
+	if v.spec.Initramfs != "" {
+		if v.initrd, err = cp(v.spec.Initramfs, "initramfs"); err != nil {
+			return err
+		}
+	}
+	for i, d := range v.spec.Disks {
+		c, err := cp(d, fmt.Sprintf("disk%d.img", i))
+		if err != nil {
+			return err
+		}
+		v.disks = append(v.disks, c)
+	}
+	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	con.Close()
+	return own(v.spec.ConsoleLog, 0o600)
+}
+
+// reachable checks that every directory above dir lets others through:
+// QEMU runs as another user and must reach the files in dir.
+func reachable(dir string) error {
+	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.Mode().Perm()&0o001 == 0 {
+			return fmt.Errorf("libvirt runs QEMU as another user, who cannot pass %s (%s): choose a work directory others may traverse", p, st.Mode().Perm())
+		}
+		if p == "/" || p == "." {
+			return nil
+		}
+	}
+}
+
+// copyImage copies src (not followed if a link, a regular file) to a new
+// file dst.
+func copyImage(src, dst string) error {
+	in, err := openImage(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copying %s: %w", src, err)
+	}
+	return out.Close()
+}
+
+// User aliases of the remote mode's consoles.
+const (
+	aliasConsole = "ua-console"
+	aliasAgent   = "ua-agent"
+)
 
 // domainXML is the domain: direct kernel boot, a serial console to a
 // file, the agent's virtio-serial channel on a unix socket, no network.
 // A guest reset or power-off destroys it (-no-reboot in QEMU terms).
 func (v *libvirtVM) domainXML(name string) (string, error) {
 	port0 := uint(0)
-	conSource := &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: v.spec.ConsoleLog}}
-	agentSource := &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: v.socket()}}
-	var raw *libvirtxml.DomainChardevProtocol
-	if v.tcpHost != "" {
-		conSource = &libvirtxml.DomainChardevSource{TCP: &libvirtxml.DomainChardevSourceTCP{Mode: "bind", Host: v.tcpHost, Service: fmt.Sprint(v.conPort)}}
-		agentSource = &libvirtxml.DomainChardevSource{TCP: &libvirtxml.DomainChardevSourceTCP{Mode: "bind", Host: v.tcpHost, Service: fmt.Sprint(v.agentPort)}}
-		raw = &libvirtxml.DomainChardevProtocol{Type: "raw"}
+	cmdline := baseCmdline
+	machine := "pc"
+	features := &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}}
+	var addr *libvirtxml.DomainAddress
+	if v.boot == BootPVH {
+		// libvirt 9.0 drives microvm when every device sits on
+		// virtio-mmio; without <acpi/> it passes -no-acpi and the CPUs
+		// come from the MP table.
+		machine, features = "microvm", nil
+		addr = &libvirtxml.DomainAddress{VirtioMMIO: &libvirtxml.DomainAddressVirtioMMIO{}}
+		cmdline += " " + pvhCmdline
 	}
 	d := &libvirtxml.Domain{
 		Type:   "qemu",
@@ -95,44 +300,66 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 		Memory: &libvirtxml.DomainMemory{Value: uint(v.spec.MemMiB), Unit: "MiB"},
 		VCPU:   &libvirtxml.DomainVCPU{Value: uint(v.spec.CPUs)},
 		OS: &libvirtxml.DomainOS{
-			Type:    &libvirtxml.DomainOSType{Arch: "x86_64", Machine: "pc", Type: "hvm"},
-			Kernel:  v.spec.Kernel,
-			Initrd:  v.spec.Initramfs,
-			Cmdline: strings.TrimSpace(baseCmdline + " " + v.spec.Cmdline),
+			Type:   &libvirtxml.DomainOSType{Arch: "x86_64", Machine: machine, Type: "hvm"},
+			Kernel: v.kernel,
+			Initrd: v.initrd,
 		},
-		// What the qemu backend gets by default: ACPI (libvirt passes
-		// -no-acpi without it, and SMP guests then see one CPU) and
-		// TCG's most capable CPU model.
-		Features:   &libvirtxml.DomainFeatureList{ACPI: &libvirtxml.DomainFeature{}, APIC: &libvirtxml.DomainFeatureAPIC{}},
+		// ACPI on pc: libvirt passes -no-acpi without it, and an SMP
+		// guest then sees one CPU. TCG's most capable CPU model.
+		Features:   features,
 		CPU:        &libvirtxml.DomainCPU{Mode: "maximum"},
 		OnPoweroff: "destroy",
 		OnReboot:   "destroy",
 		OnCrash:    "destroy",
-		// QEMU runs as root with no relabelling: the kernel, the
-		// initramfs and the disks are shared, read-only, by many VMs.
-		SecLabel: []libvirtxml.DomainSecLabel{{Type: "static", Model: "dac", Relabel: "no", Label: "+0:+0"}},
 		Devices: &libvirtxml.DomainDeviceList{
 			Controllers: []libvirtxml.DomainController{{Type: "usb", Model: "none"}},
 			MemBalloon:  &libvirtxml.DomainMemBalloon{Model: "none"},
-			Serials: []libvirtxml.DomainSerial{{
-				Source:   conSource,
-				Protocol: raw,
-				Target:   &libvirtxml.DomainSerialTarget{Port: &port0},
-			}},
-			Channels: []libvirtxml.DomainChannel{{
-				Source:   agentSource,
-				Protocol: raw,
-				Target:   &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: proto.Port}},
-			}},
 		},
 	}
-	for i, disk := range v.spec.Disks {
+	if v.remote {
+		// The remote host's own unprivileged QEMU user (checked not to be
+		// root), relabelling the files at their paths there.
+		d.OS.Initrd = v.spec.Initramfs
+		cmdline += " " + proto.ConsoleParam + "=hvc0"
+		d.Devices.Serials = []libvirtxml.DomainSerial{{
+			Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
+			Target: &libvirtxml.DomainSerialTarget{Port: &port0},
+			Alias:  &libvirtxml.DomainAlias{Name: aliasConsole},
+		}}
+		d.Devices.Consoles = []libvirtxml.DomainConsole{{
+			Source: &libvirtxml.DomainChardevSource{Pty: &libvirtxml.DomainChardevSourcePty{}},
+			Target: &libvirtxml.DomainConsoleTarget{Type: "virtio"},
+			Alias:  &libvirtxml.DomainAlias{Name: aliasAgent},
+		}}
+	} else {
+		// QEMU runs as libvirt's unprivileged user, given its own copies;
+		// libvirt must not relabel (chown) anything.
+		d.SecLabel = []libvirtxml.DomainSecLabel{{Type: "static", Model: "dac", Relabel: "no", Label: v.label.String()}}
+		d.Devices.Serials = []libvirtxml.DomainSerial{{
+			Source: &libvirtxml.DomainChardevSource{File: &libvirtxml.DomainChardevSourceFile{Path: v.spec.ConsoleLog}},
+			Target: &libvirtxml.DomainSerialTarget{Port: &port0},
+		}}
+		d.Devices.Channels = []libvirtxml.DomainChannel{{
+			Source: &libvirtxml.DomainChardevSource{UNIX: &libvirtxml.DomainChardevSourceUNIX{Mode: "bind", Path: v.socket()}},
+			Target: &libvirtxml.DomainChannelTarget{VirtIO: &libvirtxml.DomainChannelTargetVirtIO{Name: proto.Port}},
+		}}
+	}
+	d.OS.Cmdline = strings.TrimSpace(cmdline + " " + v.spec.Cmdline)
+	if addr != nil {
+		d.Devices.Controllers = append(d.Devices.Controllers, libvirtxml.DomainController{Type: "virtio-serial", Address: addr})
+	}
+	disks := v.disks
+	if v.remote {
+		disks = v.spec.Disks
+	}
+	for i, disk := range disks {
 		d.Devices.Disks = append(d.Devices.Disks, libvirtxml.DomainDisk{
 			Device:   "disk",
 			Driver:   &libvirtxml.DomainDiskDriver{Name: "qemu", Type: "raw"},
 			Source:   &libvirtxml.DomainDiskSource{File: &libvirtxml.DomainDiskSourceFile{File: disk}},
 			Target:   &libvirtxml.DomainDiskTarget{Dev: fmt.Sprintf("vd%c", 'a'+i), Bus: "virtio"},
 			ReadOnly: &libvirtxml.DomainDiskReadOnly{},
+			Address:  addr,
 		})
 	}
 	return d.Marshal()
@@ -143,45 +370,41 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	rand.Read(suffix)
 	name := "patchbot-" + safeName(v.spec.Name) + "-" + hex.EncodeToString(suffix)
 	flags := libvirt.DomainStartAutodestroy
-	if v.tcpHost != "" {
-		// Paused until the console is connected: QEMU drops what a TCP
-		// console prints while no one listens.
+	if v.remote {
+		// Paused until the consoles are connected: a pty drops what the
+		// guest prints while no one listens. The console is copied from
+		// its stream into the log.
 		flags |= libvirt.DomainStartPaused
+		if err := os.WriteFile(v.spec.ConsoleLog, nil, 0o600); err != nil {
+			return launch{}, &InfraError{Op: "create console log", Err: err}
+		}
+	} else if !v.handedOut {
+		// Counted in the boot time: copying is part of starting.
+		if err := v.handout(); err != nil {
+			return launch{}, &InfraError{Op: "hand the VM its files", Err: err}
+		}
+		v.handedOut = true
+	} else if err := os.Truncate(v.spec.ConsoleLog, 0); err != nil {
+		// A stale console from an earlier attempt would be read as this boot's.
+		return launch{}, &InfraError{Op: "truncate console log", Err: err}
 	}
-	if err := os.WriteFile(v.spec.ConsoleLog, nil, 0o644); err != nil {
-		return launch{}, &InfraError{Op: "create console log", Err: err}
+	xml, err := v.domainXML(name)
+	l := launch{accel: "tcg", boot: v.boot, repro: xml}
+	if err != nil {
+		return l, fmt.Errorf("libvirt: domain XML: %w", err)
 	}
-	var (
-		l   launch
-		dom libvirt.Domain
-	)
-	// Remote ports are picked at random; a clash fails the start, so try
-	// other ports a few times.
-	for attempt := 0; ; attempt++ {
-		if v.tcpHost != "" {
-			v.conPort, v.agentPort = randomPort(), randomPort()
-		}
-		xml, err := v.domainXML(name)
-		l = launch{accel: "tcg", repro: xml}
-		if err != nil {
-			return l, fmt.Errorf("libvirt: domain XML: %w", err)
-		}
-		dom, err = v.conn.DomainCreateXML(xml, flags)
-		if err == nil {
-			break
-		}
-		if v.tcpHost == "" || attempt == 2 {
-			return l, &InfraError{Op: "create libvirt domain " + name, Err: err}
-		}
+	dom, err := v.conn.DomainCreateXML(xml, flags)
+	if err != nil {
+		return l, &InfraError{Op: "create libvirt domain " + name, Err: err}
 	}
 	done := make(chan struct{})
 	v.mu.Lock()
 	v.dom, v.done = &dom, done
 	v.mu.Unlock()
 	go v.poll(dom, done)
-	if v.tcpHost != "" {
-		if err := v.copyConsole(ctx); err != nil {
-			return l, &InfraError{Op: "connect to the console of " + name, Err: err}
+	if v.remote {
+		if err := v.openStreams(dom); err != nil {
+			return l, &InfraError{Op: "open the consoles of " + name, Err: err}
 		}
 		if err := v.conn.DomainResume(dom); err != nil {
 			return l, &InfraError{Op: "resume " + name, Err: err}
@@ -190,41 +413,63 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	return l, nil
 }
 
-// randomPort picks a port for a remote chardev.
-func randomPort() int {
-	var b [2]byte
-	rand.Read(b[:])
-	return 20000 + (int(b[0])<<8|int(b[1]))%20000
+// openStreams connects the serial console (appended to the console log)
+// and the agent's console through the libvirt connection.
+func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
+	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	cw := &cappedWriter{f: con, left: maxConsole}
+	conErr := make(chan error, 1)
+	go func() {
+		conErr <- v.conn.DomainOpenConsole(dom, libvirt.OptString{aliasConsole}, cw, 0)
+		con.Close()
+	}()
+	// host → guest through toGuest, guest → host through fromGuest.
+	toGuestR, toGuestW := io.Pipe()
+	fromGuestR, fromGuestW := io.Pipe()
+	agentErr := make(chan error, 1)
+	go func() {
+		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
+		if err == nil {
+			err = io.EOF
+		}
+		fromGuestW.CloseWithError(err)
+		agentErr <- err
+	}()
+	s := &stream{r: fromGuestR, w: toGuestW, closers: []io.Closer{toGuestR, toGuestW, fromGuestR}}
+	v.mu.Lock()
+	v.agent = s
+	v.streams = append(v.streams, s)
+	v.mu.Unlock()
+	// A console that cannot be opened fails at once; give both a moment.
+	select {
+	case err := <-conErr:
+		return fmt.Errorf("serial console: %w", err)
+	case err := <-agentErr:
+		return fmt.Errorf("agent console: %w", err)
+	case <-time.After(200 * time.Millisecond):
+		return nil
+	}
 }
 
-// copyConsole connects to the remote TCP console and appends what it says
-// to the local console file, until the domain stops.
-func (v *libvirtVM) copyConsole(ctx context.Context) error {
-	addr := net.JoinHostPort(v.tcpHost, fmt.Sprint(v.conPort))
-	var conn net.Conn
-	var err error
-	for i := 0; i < 100; i++ {
-		var d net.Dialer
-		if conn, err = d.DialContext(ctx, "tcp", addr); err == nil {
-			break
+// stream is the agent's console as a connection.
+type stream struct {
+	r       io.Reader
+	w       io.Writer
+	closers []io.Closer
+	once    sync.Once
+}
+
+func (s *stream) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s *stream) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s *stream) Close() error {
+	s.once.Do(func() {
+		for _, c := range s.closers {
+			c.Close()
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		conn.Close()
-		return err
-	}
-	v.mu.Lock()
-	v.conCopy = conn
-	v.mu.Unlock()
-	go func() {
-		io.Copy(f, conn)
-		f.Close()
-	}()
+	})
 	return nil
 }
 
@@ -255,10 +500,17 @@ func isNoDomain(err error) bool {
 }
 
 func (v *libvirtVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
-	var d net.Dialer
-	if v.tcpHost != "" {
-		return d.DialContext(ctx, "tcp", net.JoinHostPort(v.tcpHost, fmt.Sprint(v.agentPort)))
+	if v.remote {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if v.agent == nil {
+			return nil, errors.New("libvirt: the agent's console was already taken or not opened")
+		}
+		a := v.agent
+		v.agent = nil
+		return a, nil
 	}
+	var d net.Dialer
 	return d.DialContext(ctx, "unix", v.socket())
 }
 
@@ -271,17 +523,32 @@ func (v *libvirtVM) stopped() <-chan struct{} {
 	return v.done
 }
 
-// exitStatus: libvirt does not tell a guest reset from QEMU dying once a
-// transient domain is gone; a console with the kernel's banner means the
-// guest ran, so its stopping is put on the kernel.
+// exitStatus tells a guest that ended its VM (a reset under -no-reboot,
+// a power-off: libvirt's "shutdown" stop) from QEMU failing or being
+// killed (the OOM killer: "failed"), by the domain's lifecycle event.
+// Without one (events unavailable) it falls back on the console: a
+// kernel banner means the guest ran, so its stopping is put on it.
 func (v *libvirtVM) exitStatus() (bool, error, []byte) {
 	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.pollErr != nil {
-		return false, fmt.Errorf("libvirt: watching the domain: %w", v.pollErr), nil
+	pollErr, destroyed, dom := v.pollErr, v.destroyed, v.dom
+	v.mu.Unlock()
+	if pollErr != nil {
+		return false, fmt.Errorf("libvirt: watching the domain: %w", pollErr), nil
 	}
-	if v.destroyed {
+	if destroyed {
 		return false, errors.New("libvirt: the domain was destroyed"), nil
+	}
+	if dom != nil && v.stops != nil {
+		if detail, ok := v.stops.wait(dom.Name, time.Second); ok {
+			switch libvirt.DomainEventStoppedDetailType(detail) {
+			case libvirt.DomainEventStoppedShutdown, libvirt.DomainEventStoppedCrashed:
+				return true, nil, nil
+			case libvirt.DomainEventStoppedFailed:
+				return false, errors.New("libvirt: QEMU failed or was killed"), nil
+			default:
+				return false, fmt.Errorf("libvirt: the domain stopped (%s)", libvirt.DomainEventStoppedDetailType(detail)), nil
+			}
+		}
 	}
 	con := (&console{path: v.spec.ConsoleLog}).bytes()
 	if strings.Contains(string(con), "Linux version") {
@@ -290,14 +557,69 @@ func (v *libvirtVM) exitStatus() (bool, error, []byte) {
 	return false, errors.New("libvirt: the domain stopped before the kernel printed anything"), nil
 }
 
+// stopEvents records how each domain stopped, from libvirt's lifecycle
+// events.
+type stopEvents struct {
+	mu      sync.Mutex
+	details map[string]int32
+	changed chan struct{} // closed and replaced on every record
+}
+
+func watchStops(ctx context.Context, conn *libvirt.Libvirt) (*stopEvents, error) {
+	evs, err := conn.LifecycleEvents(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s := &stopEvents{details: map[string]int32{}, changed: make(chan struct{})}
+	go func() {
+		for ev := range evs {
+			if libvirt.DomainEventType(ev.Event) != libvirt.DomainEventStopped {
+				continue
+			}
+			s.mu.Lock()
+			s.details[ev.Dom.Name] = ev.Detail
+			close(s.changed)
+			s.changed = make(chan struct{})
+			s.mu.Unlock()
+		}
+	}()
+	return s, nil
+}
+
+// wait returns how the domain stopped, waiting up to d for the event
+// (it may trail the domain's disappearance), and forgets it.
+func (s *stopEvents) wait(name string, d time.Duration) (int32, bool) {
+	deadline := time.After(d)
+	for {
+		s.mu.Lock()
+		detail, ok := s.details[name]
+		changed := s.changed
+		if ok {
+			delete(s.details, name)
+		}
+		s.mu.Unlock()
+		if ok {
+			return detail, true
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			return 0, false
+		}
+	}
+}
+
 func (v *libvirtVM) destroy() error {
 	v.mu.Lock()
-	dom, done, conCopy := v.dom, v.done, v.conCopy
+	dom, done, streams := v.dom, v.done, v.streams
+	v.streams = nil
 	v.destroyed = v.destroyed || dom != nil
 	v.mu.Unlock()
-	if conCopy != nil {
-		defer conCopy.Close()
-	}
+	defer func() {
+		for _, s := range streams {
+			s.Close()
+		}
+	}()
 	if dom == nil {
 		return nil
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +16,15 @@ import (
 
 func libvirtTestPool(t *testing.T) Pool {
 	t.Helper()
+	return libvirtTestPoolWith(t, Config{})
+}
+
+func libvirtTestPoolWith(t *testing.T, cfg Config) Pool {
+	t.Helper()
 	needQEMU(t)
 	needLibvirtd(t)
-	p, err := New("libvirt", Config{WorkDir: t.TempDir()})
+	cfg.WorkDir = traversableDir(t)
+	p, err := New("libvirt", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,29 +32,82 @@ func libvirtTestPool(t *testing.T) Pool {
 	return p
 }
 
+// traversableDir is a temporary directory libvirt's QEMU user can pass
+// through (t.TempDir's parent is 0700).
+func traversableDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "patchbot-libvirt-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(d, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
 func TestLibvirtBootDebianKernel(t *testing.T) {
 	bootAndCheck(t, libvirtTestPool(t), debianKernel(t))
 }
 
 func TestLibvirtDomainXML(t *testing.T) {
-	v := &libvirtVM{spec: Spec{Name: "x", Kernel: "/k", Initramfs: "/i", Cmdline: "quiet", CPUs: 3, MemMiB: 300, Disks: []string{"/a.img", "/b.img"}, ConsoleLog: "/w/console.log"}, dir: "/w"}
-	xml, err := v.domainXML("patchbot-x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
-		`<domain type="qemu">`, `<kernel>/k</kernel>`, `<initrd>/i</initrd>`,
-		`<cmdline>console=ttyS0 panic=-1 quiet</cmdline>`, `<vcpu>3</vcpu>`, `<memory unit="MiB">300</memory>`,
-		`<serial type="file">`, `<source path="/w/console.log"`, `<source mode="bind" path="/w/agent.sock"`,
-		`name="org.patchbot.agent.0"`, `<target dev="vda" bus="virtio"`, `<target dev="vdb" bus="virtio"`,
-		`<readonly>`, `<on_reboot>destroy</on_reboot>`, `<acpi>`, `<cpu mode="maximum">`,
-	} {
-		if !strings.Contains(xml, want) {
-			t.Errorf("domain XML lacks %s:\n%s", want, xml)
-		}
-	}
-	if strings.Contains(xml, "<interface") {
-		t.Errorf("domain XML has a network interface:\n%s", xml)
+	spec := Spec{Name: "x", Kernel: "/k", Initramfs: "/i", Cmdline: "quiet", CPUs: 3, MemMiB: 300, Disks: []string{"/a.img", "/b.img"}, ConsoleLog: "/w/console.log"}
+	for _, tc := range []struct {
+		name     string
+		vm       *libvirtVM
+		want     []string
+		wantNone []string
+	}{{
+		name: "legacy",
+		vm:   &libvirtVM{spec: spec, dir: "/w", label: dacID{64055, 107}, boot: BootLegacy, kernel: "/w/kernel", initrd: "/w/initramfs", disks: []string{"/w/disk0.img", "/w/disk1.img"}},
+		want: []string{
+			`<domain type="qemu">`, `machine="pc"`, `<kernel>/w/kernel</kernel>`, `<initrd>/w/initramfs</initrd>`,
+			`<cmdline>console=ttyS0 panic=-1 quiet</cmdline>`, `<vcpu>3</vcpu>`, `<memory unit="MiB">300</memory>`,
+			`<serial type="file">`, `<source path="/w/console.log"`, `<source mode="bind" path="/w/agent.sock"`,
+			`name="org.patchbot.agent.0"`, `<target dev="vda" bus="virtio"`, `<source file="/w/disk0.img"`, `<target dev="vdb" bus="virtio"`,
+			`<readonly>`, `<on_reboot>destroy</on_reboot>`, `<acpi>`, `<cpu mode="maximum">`,
+			`<seclabel type="static" model="dac" relabel="no"><label>+64055:+107</label>`,
+		},
+		wantNone: []string{"<interface", "+0:+0", `file="/a.img"`, "<kernel>/k<"},
+	}, {
+		name: "pvh",
+		vm:   &libvirtVM{spec: spec, dir: "/w", label: dacID{64055, 107}, boot: BootPVH, kernel: "/w/kernel", initrd: "/w/initramfs", disks: []string{"/w/disk0.img", "/w/disk1.img"}},
+		want: []string{
+			`machine="microvm"`, `<cmdline>console=ttyS0 panic=-1 reboot=t quiet</cmdline>`,
+			`<controller type="virtio-serial"><address type="virtio-mmio"></address>`, `<address type="virtio-mmio"></address></disk>`,
+			`<seclabel type="static" model="dac" relabel="no"><label>+64055:+107</label>`,
+		},
+		wantNone: []string{"<interface", "+0:+0", "<acpi>"},
+	}, {
+		name: "remote",
+		vm:   &libvirtVM{spec: spec, dir: "/w", remote: true, label: dacID{64055, 107}, boot: BootLegacy, kernel: "/k"},
+		want: []string{
+			`<kernel>/k</kernel>`, `<initrd>/i</initrd>`, `<source file="/a.img"`,
+			`<cmdline>console=ttyS0 panic=-1 patchbot.agent=hvc0 quiet</cmdline>`,
+			`<serial type="pty">`, `<alias name="ua-console">`, `<console type="pty">`, `<target type="virtio">`, `<alias name="ua-agent">`,
+		},
+		// No TCP listener, no label of ours: the remote host's own
+		// unprivileged QEMU user.
+		wantNone: []string{"<interface", `type="tcp"`, "<seclabel", "agent.sock"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			xml, err := tc.vm.domainXML("patchbot-x")
+			if err != nil {
+				t.Fatal(err)
+			}
+			xml = regexp.MustCompile(`>\s+<`).ReplaceAllString(xml, "><")
+			for _, want := range tc.want {
+				if !strings.Contains(xml, want) {
+					t.Errorf("domain XML lacks %s:\n%s", want, xml)
+				}
+			}
+			for _, bad := range tc.wantNone {
+				if strings.Contains(xml, bad) {
+					t.Errorf("domain XML has %s:\n%s", bad, xml)
+				}
+			}
+		})
 	}
 }
 
@@ -109,24 +171,79 @@ func TestLibvirtBadURIIsInfra(t *testing.T) {
 	}
 }
 
+// Plain TCP to another host would carry the agent and the console in the
+// clear, unauthenticated: refused before any connection is tried.
+func TestCheckURI(t *testing.T) {
+	for _, tc := range []struct {
+		uri    string
+		remote bool
+		err    string // part of the error; "" for none
+	}{
+		{"qemu:///system", false, ""},
+		{"qemu+unix:///system", false, ""},
+		{"qemu+tcp://127.0.0.1/system", false, ""},
+		{"qemu+tcp://localhost:16509/system", false, ""},
+		{"qemu+tcp://[::1]/system", false, ""},
+		{"qemu+ssh://root@lab.example.org/system", true, ""},
+		{"qemu+libssh2://lab.example.org/system", true, ""},
+		{"qemu+tls://lab.example.org/system", true, ""},
+		{"qemu://lab.example.org/system", true, ""}, // libvirt's default: TLS
+		{"qemu+tcp://lab.example.org/system", false, "plain TCP"},
+		{"qemu+tcp://user:hunter2@10.0.0.5/system", false, "use qemu+ssh://10.0.0.5"},
+		{"qemu+ext://lab.example.org/system", false, "not supported"},
+	} {
+		t.Run(tc.uri, func(t *testing.T) {
+			u, err := url.Parse(tc.uri)
+			if err != nil {
+				t.Fatal(err)
+			}
+			remote, err := checkURI(u)
+			if tc.err == "" {
+				if err != nil || remote != tc.remote {
+					t.Errorf("checkURI = %v, %v; want %v, nil", remote, err, tc.remote)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("checkURI err = %v, want one saying %q", err, tc.err)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows the password: %v", err)
+			}
+			// And New refuses it the same way, without dialling.
+			if _, err := New("libvirt", Config{URI: tc.uri}); err == nil || IsInfra(err) {
+				t.Errorf("New(%s) err = %v, want the refusal", tc.uri, err)
+			}
+		})
+	}
+}
+
 func TestLibvirtBootMinimalKernel(t *testing.T) {
 	p := libvirtTestPool(t)
 	bootAndCheck(t, p, minimalKernel(t))
 }
 
-// The transport for a remote libvirtd (console and agent over TCP, the
-// domain started paused until the console listens), tried against the
-// local daemon on the loopback address.
-func TestLibvirtTCPTransport(t *testing.T) {
+// The transport for a remote libvirtd (console and agent as consoles
+// streamed through the libvirt connection, nothing listening on TCP),
+// tried against the local daemon. As on a remote host, the files are
+// used at their paths, relabelled by libvirt for its own QEMU user.
+func TestLibvirtStreamTransport(t *testing.T) {
 	p := libvirtTestPool(t)
 	pp := p.(*pool)
 	local := pp.newHV
 	pp.newHV = func(s Spec, dir string) (hypervisor, error) {
 		hv, err := local(s, dir)
 		if err == nil {
-			hv.(*libvirtVM).tcpHost = "127.0.0.1"
+			hv.(*libvirtVM).remote = true
 		}
 		return hv, err
 	}
-	bootAndCheck(t, p, debianKernel(t))
+	k := minimalKernel(t)
+	shared := traversableDir(t)
+	k.bzImage = copyTo(t, k.bzImage, filepath.Join(shared, "bzImage"))
+	if k.vmlinux != "" {
+		copyTo(t, k.vmlinux, filepath.Join(shared, "vmlinux"))
+	}
+	k.initramfs = copyTo(t, k.initramfs, filepath.Join(shared, "initramfs"))
+	bootAndCheckDisks(t, p, k, []string{rawDisk(t, shared, "first"), rawDisk(t, shared, "second")})
 }

@@ -38,6 +38,7 @@ type hypervisor interface {
 // launch describes a started VM.
 type launch struct {
 	accel string
+	boot  string // BootPVH or BootLegacy
 	repro string // what reproduces it by hand
 	// probe, when non-zero, is how long the kernel has to show a sign of
 	// life before the accelerator is deemed broken (see qemu's KVM check).
@@ -117,11 +118,11 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 func (m *machine) boot(ctx context.Context) (Info, error) {
 	start := time.Now()
 	l, err := m.hv.start(ctx)
-	info := Info{Backend: m.backend, Accel: l.accel, Repro: l.repro}
+	info := Info{Backend: m.backend, Accel: l.accel, Repro: l.repro, Boot: l.boot}
 	if err != nil {
 		return info, err
 	}
-	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "repro", l.repro)
+	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "boot", l.boot, "repro", l.repro)
 
 	ctx, cancel := context.WithTimeoutCause(ctx, m.spec.BootTimeout, errDeadline)
 	defer cancel()
@@ -371,12 +372,9 @@ func (p *pool) Create(ctx context.Context, s Spec) (Instance, error) {
 		release()
 		return nil, fmt.Errorf("create %s: the pool is closed", s.Name)
 	}
-	// The directory must be traversable by the hypervisor's user (libvirt
-	// runs QEMU as its own user).
+	// 0700: the console and the agent's channel are the VM's alone (the
+	// libvirt backend gives the directory to QEMU's user).
 	dir, err := os.MkdirTemp(p.cfg.WorkDir, "patchbot-vm-"+safeName(s.Name)+"-")
-	if err == nil {
-		err = os.Chmod(dir, 0o755)
-	}
 	if err != nil {
 		release()
 		return nil, &InfraError{Op: "create " + s.Name, Err: err}

@@ -24,6 +24,7 @@ var (
 // in the foreground as our children and stop them after the tests.
 func needLibvirtd(t testing.TB) {
 	t.Helper()
+	skipShort(t)
 	daemonsOnce.Do(func() {
 		if libvirtdUp() {
 			return

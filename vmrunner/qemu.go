@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
@@ -30,6 +32,15 @@ var KVMProbe = 4 * time.Second
 // waiting for the deadline.
 const baseCmdline = "console=ttyS0 panic=-1"
 
+// pvhCmdline is added on microvm: it has no keyboard controller or ACPI
+// reset, so the kernel's reboot (the agent's power-off, a panic) must go
+// straight to the triple fault that ends QEMU under -no-reboot.
+const pvhCmdline = "reboot=t"
+
+// maxConsole bounds the console log: a guest printing without end must
+// not fill the disk or patchbot's memory.
+const maxConsole = 16 << 20
+
 func init() {
 	register("qemu", newQEMUPool)
 }
@@ -41,14 +52,21 @@ var kvmBroken atomic.Bool
 // accelState picks the accelerator for a pool's VMs.
 type accelState struct {
 	mode string // "", "kvm" or "tcg" as configured
-	log  func(msg string, args ...any)
+	// dir keeps the verdict for later processes; "" when there is no
+	// private place for it (then each process probes again).
+	dir string
+	log func(msg string, args ...any)
 }
 
-// kvmVerdictFile remembers, until the host reboots, that KVM hangs guests
+// verdictFile remembers, until the host reboots, that KVM hangs guests
 // here, so that later processes (each "patchbot vm boot") skip the probe.
-func kvmVerdictFile() string {
-	id, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return filepath.Join(os.TempDir(), "patchbot-kvm-hangs-"+strings.TrimSpace(string(id)))
+// It lives in a directory only patchbot can write: a file anyone could
+// plant (the old /tmp one) would force every VM onto TCG.
+func (a *accelState) verdictFile() string {
+	if a.dir == "" {
+		return ""
+	}
+	return filepath.Join(a.dir, "kvm-hangs-"+bootID())
 }
 
 func (a *accelState) pick() (accel string, probe time.Duration) {
@@ -58,9 +76,9 @@ func (a *accelState) pick() (accel string, probe time.Duration) {
 	case a.mode == "tcg" || kvmBroken.Load():
 		return "tcg", 0
 	}
-	if _, err := os.Stat(kvmVerdictFile()); err == nil {
+	if v := a.verdictFile(); v != "" && readPrivate(v) {
 		kvmBroken.Store(true)
-		a.log("KVM hangs guests on this host (found "+kvmVerdictFile()+"), using TCG", "reason", "an earlier probe")
+		a.log("KVM hangs guests on this host (found "+v+"), using TCG", "reason", "an earlier probe")
 		return "tcg", 0
 	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
@@ -79,7 +97,11 @@ func (a *accelState) markBad(reason string) bool {
 	}
 	if !kvmBroken.Swap(true) {
 		a.log("KVM does not work here, falling back to TCG (multi-threaded)", "reason", reason)
-		os.WriteFile(kvmVerdictFile(), []byte(reason+"\n"), 0o644)
+		if v := a.verdictFile(); v != "" {
+			if err := writePrivate(v, []byte(reason+"\n")); err != nil {
+				a.log("cannot keep the KVM verdict", "err", err)
+			}
+		}
 	}
 	return true
 }
@@ -93,23 +115,57 @@ func newQEMUPool(cfg Config) (Pool, error) {
 	if err != nil {
 		return nil, &InfraError{Op: "find QEMU", Err: err}
 	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, &InfraError{Op: "find QEMU", Err: err}
+	}
 	switch cfg.Accel {
 	case "", "kvm", "tcg":
 	default:
 		return nil, fmt.Errorf("qemu: unknown accelerator %q (want kvm or tcg)", cfg.Accel)
 	}
-	acc := &accelState{mode: cfg.Accel, log: cfg.Log.Warn}
+	if err := checkBoot(cfg.Boot); err != nil {
+		return nil, err
+	}
+	j, err := newJail(context.Background(), cfg.User)
+	if err != nil {
+		return nil, err
+	}
+	acc := &accelState{mode: cfg.Accel, dir: cfg.RunDir, log: cfg.Log.Warn}
+	if err := privateDir(acc.dir); err != nil {
+		cfg.Log.Warn("no private directory for host facts; the KVM probe will run in each process", "dir", acc.dir, "err", err)
+		acc.dir = ""
+	}
 	return newPool("qemu", cfg, func(s Spec, dir string) (hypervisor, error) {
-		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc}, nil
+		q := &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: BootLegacy, kernel: s.Kernel}
+		vmlinux, why := pvhKernel(s)
+		switch {
+		case cfg.Boot == BootLegacy:
+		case vmlinux != "":
+			q.boot, q.kernel = BootPVH, vmlinux
+		case cfg.Boot == BootPVH:
+			return nil, fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+		}
+		return q, nil
 	}), nil
+}
+
+func checkBoot(b string) error {
+	switch b {
+	case BootAuto, BootPVH, BootLegacy:
+		return nil
+	}
+	return fmt.Errorf("vmrunner: unknown boot path %q (want %q or %q)", b, BootPVH, BootLegacy)
 }
 
 // qemuVM is one qemu-system-x86_64 process.
 type qemuVM struct {
-	bin  string
-	spec Spec
-	dir  string
-	acc  *accelState
+	bin    string
+	spec   Spec
+	boot   string // BootPVH or BootLegacy
+	kernel string // the file booted: the PVH ELF or the bzImage
+	dir    string
+	acc    *accelState
+	jail   *jail
 
 	mu      sync.Mutex
 	cmd     *exec.Cmd
@@ -117,69 +173,196 @@ type qemuVM struct {
 	done    chan struct{} // closed when the process has been reaped
 	waitErr error
 	accel   string
+	agent   net.Conn // the host's end of the agent's socket pair, until dialled
 }
 
-func (q *qemuVM) socket() string { return filepath.Join(q.dir, "agent.sock") }
+// qemuFiles names what QEMU opens: by path in the line a person runs by
+// hand, by inherited descriptor in the jailed run.
+type qemuFiles struct {
+	kernel, initrd string
+	disks          []string // -drive file= values
+	pre            []string // arguments before the rest (-add-fd)
+	agent          string   // -chardev value of the agent's channel
+}
 
 // args is the QEMU command line for this VM.
-func (q *qemuVM) args(accel string) []string {
-	a := []string{
+func (q *qemuVM) args(accel string, f qemuFiles) []string {
+	cmdline := baseCmdline
+	machine := "pc"
+	serialDev, blkDev := "virtio-serial-pci", "virtio-blk-pci"
+	if q.boot == BootPVH {
+		// microvm: virtio-mmio devices (QEMU adds them to the kernel
+		// command line), an ISA serial port for the console, no PCI, no
+		// ACPI (the CPUs are in the MP table, which CONFIG_X86_MPPARSE
+		// reads): every device left out is probing time saved under TCG.
+		// The PIT stays, as TCG's only reference to calibrate the TSC and
+		// APIC timer against, and so does the i8259: on a loaded host the
+		// kernel may reject the APIC timer ("verification failure"), and
+		// without the i8259 the PIT's interrupt cannot be had either, so
+		// no timer ticks and SMP bring-up waits forever. The RTC stays
+		// for the wall clock.
+		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
+		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
+		cmdline += " " + pvhCmdline
+	}
+	a := append([]string{}, f.pre...)
+	a = append(a,
 		"-name", q.spec.Name,
-		"-machine", "pc",
+		"-machine", machine,
 		"-nodefaults", "-no-user-config",
 		"-display", "none", "-vga", "none",
 		// A guest reset (panic=-1, the agent's power-off) ends QEMU.
 		"-no-reboot",
 		"-smp", fmt.Sprint(q.spec.CPUs),
 		"-m", fmt.Sprint(q.spec.MemMiB),
-		"-kernel", q.spec.Kernel,
-		"-append", strings.TrimSpace(baseCmdline + " " + q.spec.Cmdline),
-		"-chardev", "file,id=con,path=" + q.spec.ConsoleLog,
+		"-kernel", f.kernel,
+		"-append", strings.TrimSpace(cmdline+" "+q.spec.Cmdline),
+		// The console goes to QEMU's stdout, a pipe patchbot reads.
+		"-chardev", "stdio,id=con,signal=off",
 		"-serial", "chardev:con",
-		"-device", "virtio-serial-pci,id=vser",
-		"-chardev", "socket,id=agent,path=" + q.socket() + ",server=on,wait=off",
-		"-device", "virtserialport,bus=vser.0,chardev=agent,name=" + proto.Port,
+		"-device", serialDev+",id=vser",
+		"-chardev", f.agent,
+		"-device", "virtserialport,bus=vser.0,chardev=agent,name="+proto.Port,
 		"-nic", "none",
-	}
+		// seccomp: no exec or fork, no setuid, no obsolete or
+		// resource-control system calls.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+	)
 	if accel == "kvm" {
 		a = append(a, "-accel", "kvm", "-cpu", "host")
 	} else {
-		a = append(a, "-accel", "tcg,thread=multi", "-cpu", "max")
+		a = append(a, "-accel", fmt.Sprintf("tcg,thread=multi,tb-size=%d", tbSizeMiB), "-cpu", "max")
 	}
-	if q.spec.Initramfs != "" {
-		a = append(a, "-initrd", q.spec.Initramfs)
+	if f.initrd != "" {
+		a = append(a, "-initrd", f.initrd)
 	}
-	for i, d := range q.spec.Disks {
-		a = append(a, "-drive", fmt.Sprintf("file=%s,format=raw,if=virtio,readonly=on,index=%d", d, i))
+	for i, d := range f.disks {
+		a = append(a, "-drive", fmt.Sprintf("file=%s,format=raw,if=none,id=vd%d,readonly=on", d, i),
+			"-device", fmt.Sprintf("%s,drive=vd%d", blkDev, i))
 	}
 	return a
 }
 
+// tbSizeMiB is TCG's translation cache: QEMU's default (1 GiB) would set
+// the address-space limit; a small guest kernel and its workloads fit in
+// far less.
+const tbSizeMiB = 256
+
+// addressSpaceMiB bounds QEMU's address space: guest RAM, the
+// translation cache, and QEMU itself (libraries, thread stacks, heap).
+func (q *qemuVM) addressSpaceMiB() int {
+	return q.spec.MemMiB + tbSizeMiB + 1024 + 64*q.spec.CPUs
+}
+
+// reproArgs is the command line a person runs to boot the same VM by
+// hand (as a user who can read the files): the agent's channel is a
+// socket in the VM's directory, the console on the terminal.
+func (q *qemuVM) reproArgs(accel string) []string {
+	return q.args(accel, qemuFiles{
+		kernel: q.kernel, initrd: q.spec.Initramfs, disks: q.spec.Disks,
+		agent: "socket,id=agent,path=" + filepath.Join(q.dir, "agent.sock") + ",server=on,wait=off",
+	})
+}
+
+// handout opens what the jailed QEMU is given: sealed copies of the
+// kernel and initramfs, the disks read-only, and one end of a socket
+// pair for the agent. It returns them in descriptor order (3, 4, …) with
+// the names QEMU is to use, and the host's end of the agent's pair.
+func (q *qemuVM) handout() (files []*os.File, names qemuFiles, host net.Conn, err error) {
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	fdName := func(f *os.File) string {
+		files = append(files, f)
+		return fmt.Sprintf("/proc/self/fd/%d", 2+len(files))
+	}
+	k, err := sealedCopy(q.kernel)
+	if err != nil {
+		return files, names, nil, err
+	}
+	names.kernel = fdName(k)
+	if q.spec.Initramfs != "" {
+		rd, err := sealedCopy(q.spec.Initramfs)
+		if err != nil {
+			return files, names, nil, err
+		}
+		names.initrd = fdName(rd)
+	}
+	for i, d := range q.spec.Disks {
+		f, err := openImage(d)
+		if err != nil {
+			return files, names, nil, err
+		}
+		fdName(f)
+		// QEMU's block layer opens /dev/fdset/N by duplicating a
+		// descriptor of that set with the same access mode.
+		names.pre = append(names.pre, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 2+len(files), i+1))
+		names.disks = append(names.disks, fmt.Sprintf("/dev/fdset/%d", i+1))
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return files, names, nil, fmt.Errorf("agent socket pair: %w", err)
+	}
+	hostEnd := os.NewFile(uintptr(pair[0]), "agent-host")
+	host, err = net.FileConn(hostEnd)
+	hostEnd.Close()
+	guest := os.NewFile(uintptr(pair[1]), "agent-guest")
+	if err != nil {
+		guest.Close()
+		return files, names, nil, fmt.Errorf("agent socket pair: %w", err)
+	}
+	files = append(files, guest)
+	names.agent = fmt.Sprintf("socket,id=agent,fd=%d,server=off", 2+len(files))
+	return files, names, host, nil
+}
+
 func (q *qemuVM) start(ctx context.Context) (launch, error) {
 	accel, probe := q.acc.pick()
-	args := q.args(accel)
-	l := launch{accel: accel, probe: probe, repro: shellQuote(append([]string{q.bin}, args...))}
+	l := launch{accel: accel, probe: probe, boot: q.boot, repro: shellQuote(append([]string{q.bin}, q.reproArgs(accel)...))}
 	// A stale console from an earlier attempt would be read as this boot's.
-	if err := os.WriteFile(q.spec.ConsoleLog, nil, 0o644); err != nil {
+	con, err := os.OpenFile(q.spec.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
 		return l, &InfraError{Op: "create console log", Err: err}
 	}
-	os.Remove(q.socket())
-
-	cmd := exec.Command(q.bin, args...)
+	files, names, host, err := q.handout()
+	if err != nil {
+		con.Close()
+		return l, &InfraError{Op: "hand the VM its files", Err: err}
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close() // QEMU has its own copies now
+		}
+	}()
+	argv := q.jail.argv(append([]string{q.bin}, q.args(accel, names)...), accel == "kvm", q.addressSpaceMiB())
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin = nil
+	cmd.Stdout = &cappedWriter{f: con, left: maxConsole}
 	out := &limitedBuffer{max: 64 << 10}
-	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Stderr = out
+	cmd.ExtraFiles = files
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	// A grandchild keeping the console pipe open must not hang Wait.
+	cmd.WaitDelay = 5 * time.Second
 	// Its own process group, and killed if we die: a QEMU must never
-	// outlive patchbot.
+	// outlive patchbot (bwrap's --die-with-parent takes it down too).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
+		con.Close()
+		host.Close()
 		return l, &InfraError{Op: "start qemu", Err: err}
 	}
 	done := make(chan struct{})
 	q.mu.Lock()
-	q.cmd, q.out, q.done, q.accel = cmd, out, done, accel
+	q.cmd, q.out, q.done, q.accel, q.agent = cmd, out, done, accel, host
 	q.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
+		con.Close()
 		q.mu.Lock()
 		q.waitErr = err
 		q.mu.Unlock()
@@ -188,9 +371,16 @@ func (q *qemuVM) start(ctx context.Context) (launch, error) {
 	return l, nil
 }
 
+// dial hands over the host's end of the agent's socket pair, once.
 func (q *qemuVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
-	var d net.Dialer
-	return d.DialContext(ctx, "unix", q.socket())
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.agent == nil {
+		return nil, errors.New("qemu: the agent's channel was already taken or QEMU was not started")
+	}
+	c := q.agent
+	q.agent = nil
+	return c, nil
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -206,7 +396,7 @@ func (q *qemuVM) stopped() <-chan struct{} {
 
 // exitStatus: QEMU exits 0 when the guest reset itself under -no-reboot
 // (a panic with panic=-1, or the agent's power-off); anything else is
-// QEMU failing.
+// QEMU failing, or killed (the OOM killer, its limits).
 func (q *qemuVM) exitStatus() (bool, error, []byte) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -233,8 +423,12 @@ func (q *qemuVM) fallback(reason string) bool {
 // destroy kills the process group and reaps QEMU.
 func (q *qemuVM) destroy() error {
 	q.mu.Lock()
-	cmd, done := q.cmd, q.done
+	cmd, done, agent := q.cmd, q.done, q.agent
+	q.agent = nil
 	q.mu.Unlock()
+	if agent != nil {
+		agent.Close()
+	}
 	if cmd == nil {
 		return nil
 	}
@@ -250,6 +444,31 @@ func (q *qemuVM) destroy() error {
 	case <-time.After(10 * time.Second):
 		return &InfraError{Op: "reap qemu", Err: fmt.Errorf("pid %d did not exit after SIGKILL", cmd.Process.Pid)}
 	}
+}
+
+// cappedWriter writes the console to its file up to a limit, then notes
+// the cut once and drops the rest (still reading it, so QEMU never
+// blocks on a full pipe).
+type cappedWriter struct {
+	f    *os.File
+	left int64
+	cut  bool
+}
+
+func (w *cappedWriter) Write(p []byte) (int, error) {
+	keep := min(int64(len(p)), max(w.left, 0))
+	if keep > 0 {
+		if _, err := w.f.Write(p[:keep]); err != nil {
+			w.left = 0
+		} else {
+			w.left -= keep
+		}
+	}
+	if keep < int64(len(p)) && !w.cut {
+		w.cut = true
+		fmt.Fprintf(w.f, "\n[patchbot: console output beyond %d MiB dropped]\n", maxConsole>>20)
+	}
+	return len(p), nil
 }
 
 // limitedBuffer keeps the first max bytes of QEMU's output; enough for

@@ -5,6 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,8 +19,14 @@ import (
 
 func qemuTestPool(t *testing.T) Pool {
 	t.Helper()
+	return qemuTestPoolWith(t, Config{})
+}
+
+func qemuTestPoolWith(t *testing.T, cfg Config) Pool {
+	t.Helper()
 	needQEMU(t)
-	p, err := New("qemu", Config{WorkDir: t.TempDir()})
+	cfg.WorkDir = t.TempDir()
+	p, err := New("qemu", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,10 +35,17 @@ func qemuTestPool(t *testing.T) Pool {
 }
 
 // bootAndCheck boots k with two disks and checks what the agent sees:
-// the release, the CPUs, the disks in order, exec, and power-off.
+// the release, the CPUs, the disks in order, exec, and power-off; that
+// the fast path was taken when the kernel has a vmlinux and the pool does
+// not ask for the old one; and how QEMU is confined (checkConfined).
 func bootAndCheck(t *testing.T, p Pool, k kernel) {
+	bootAndCheckDisks(t, p, k, []string{rawDisk(t, t.TempDir(), "first"), rawDisk(t, t.TempDir(), "second")})
+}
+
+// bootAndCheckDisks is bootAndCheck with the two disks given (labelled
+// "first" and "second").
+func bootAndCheckDisks(t *testing.T, p Pool, k kernel, disks []string) {
 	ctx := context.Background()
-	disks := []string{rawDisk(t, "first"), rawDisk(t, "second")}
 	vm, err := p.Create(ctx, Spec{Name: k.name, Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, Disks: disks,
 		// TCG on a loaded CI machine: generous, a hang still ends the test.
 		BootTimeout: 3 * time.Minute})
@@ -40,10 +57,20 @@ func bootAndCheck(t *testing.T, p Pool, k kernel) {
 	if err != nil {
 		t.Fatalf("Boot: %v\nconsole:\n%s", err, vm.Console())
 	}
-	t.Logf("%s: backend %s, accel %s, release %s, boot %v", k.name, info.Backend, info.Accel, info.KernelRelease, info.BootDuration)
+	t.Logf("%s: backend %s, accel %s, boot path %s, release %s, boot %v", k.name, info.Backend, info.Accel, info.Boot, info.KernelRelease, info.BootDuration)
 	if info.KernelRelease == "" || info.Repro == "" || (info.Accel != "kvm" && info.Accel != "tcg") {
 		t.Errorf("info = %+v", info)
 	}
+	wantBoot := BootLegacy
+	if k.vmlinux != "" && p.(*pool).cfg.Boot != BootLegacy {
+		wantBoot = BootPVH
+	}
+	if info.Boot != wantBoot {
+		t.Errorf("boot path %q, want %q", info.Boot, wantBoot)
+	}
+	// While it runs: whom QEMU runs as, its seccomp filter, and that it
+	// cannot change the files it was given.
+	checkConfined(t, vm)
 
 	raw, err := vm.Do(ctx, proto.Request{Op: proto.OpInfo}, nil)
 	if err != nil {
@@ -184,6 +211,108 @@ func TestQEMUStartFailureIsInfra(t *testing.T) {
 func TestQEMUBootMinimalKernel(t *testing.T) {
 	p := qemuTestPool(t)
 	bootAndCheck(t, p, minimalKernel(t))
+}
+
+// qemuPID finds the QEMU process below the jail's first process.
+func qemuPID(t *testing.T, top int) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	var qemus []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) > 1 {
+			parent[pid], _ = strconv.Atoi(f[1])
+		}
+		if strings.Contains(string(b[:i]), "qemu-system") {
+			qemus = append(qemus, pid)
+		}
+	}
+	for _, q := range qemus {
+		for p := q; p > 1; p = parent[p] {
+			if p == top {
+				return q
+			}
+		}
+	}
+	t.Fatalf("no QEMU process below pid %d", top)
+	return 0
+}
+
+// What QEMU sees of the host: a file only root may read (or, as
+// another user, a file of ours under a private directory) is not there
+// for it, nor is the cache or the host's processes.
+func TestJailHidesHostFiles(t *testing.T) {
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("hunter2-sentinel"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err := newJail(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{
+		{"/usr/bin/cat", secret},
+		{"/usr/bin/cat", "/etc/shadow"},
+		{"/usr/bin/ls", "/var/cache/patchbot", "/root", dir},
+	} {
+		out, err := exec.Command(j.argv(argv, false, 256)[0], j.argv(argv, false, 256)[1:]...).CombinedOutput()
+		if err == nil || strings.Contains(string(out), "hunter2") || strings.Contains(string(out), "root:") {
+			t.Errorf("jailed %v: err %v, output %q; want a failure that shows nothing", argv, err, out)
+		}
+	}
+	// Only the jail's own processes in its /proc.
+	out, err := exec.Command(j.argv([]string{"/usr/bin/ls", "/proc"}, false, 256)[0], j.argv([]string{"/usr/bin/ls", "/proc"}, false, 256)[1:]...).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range strings.Fields(string(out)) {
+		if _, err := strconv.Atoi(f); err == nil {
+			n++
+		}
+	}
+	if n > 3 {
+		t.Errorf("the jail sees %d processes in /proc:\n%s", n, out)
+	}
+}
+
+// A disk (or kernel) planted as a link to a file of patchbot's is
+// refused: the guest would read it as its disk.
+func TestQEMUPlantedLinkRefused(t *testing.T) {
+	needQEMU(t)
+	p := qemuTestPoolWith(t, Config{Accel: "tcg"})
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	os.WriteFile(secret, []byte("hunter2-sentinel"), 0o600)
+	link := filepath.Join(dir, "disk.img")
+	if err := os.Symlink(secret, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []Spec{
+		{Name: "disk", Kernel: fakeKernel(t), Disks: []string{link}},
+		{Name: "kernel", Kernel: link},
+	} {
+		vm, err := p.Create(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = vm.Boot(context.Background())
+		vm.Close()
+		if !IsInfra(err) || !strings.Contains(err.Error(), "symbolic link") {
+			t.Errorf("%s: Boot with a planted link: err = %v, want an InfraError about the link", s.Name, err)
+		}
+	}
 }
 
 // A kernel that crashes while a request runs fails the request with the

@@ -28,8 +28,12 @@ import (
 
 // Spec describes one VM.
 type Spec struct {
-	Name      string // a label for logs and domain names, e.g. "base-1"
-	Kernel    string // bzImage path
+	Name string // a label for logs and domain names, e.g. "base-1"
+	// Kernel is the bzImage. The fast boot path starts the same kernel's
+	// uncompressed ELF instead: Vmlinux, or else the file named "vmlinux"
+	// beside Kernel (where images keeps it), when it has a PVH entry point.
+	Kernel    string
+	Vmlinux   string
 	Initramfs string // cpio(.gz) with the agent as /init (see images/initramfs)
 	// Cmdline is appended to the command line the backend needs
 	// (console=ttyS0 and the like).
@@ -47,6 +51,18 @@ type Spec struct {
 	BootTimeout time.Duration
 	RunTimeout  time.Duration
 }
+
+// Boot paths (Config.Boot).
+const (
+	BootAuto = ""
+	// BootPVH starts the kernel's ELF at its PVH entry point, on QEMU's
+	// microvm machine (qemu backend) with virtio-mmio devices: no BIOS
+	// real-mode setup, no decompression, no PCI or ACPI probing.
+	BootPVH = "pvh"
+	// BootLegacy boots the bzImage on the pc machine with PCI devices and
+	// ACPI, through the firmware.
+	BootLegacy = "legacy"
+)
 
 // Defaults for Spec fields left zero.
 const (
@@ -79,7 +95,7 @@ func (s *Spec) check() error {
 	if s.Kernel == "" {
 		return fmt.Errorf("spec %q: no kernel given", s.Name)
 	}
-	for _, p := range append([]string{s.Kernel, s.Initramfs}, s.Disks...) {
+	for _, p := range append([]string{s.Kernel, s.Vmlinux, s.Initramfs}, s.Disks...) {
 		if p == "" {
 			continue
 		}
@@ -124,6 +140,7 @@ type Info struct {
 	Accel         string        `json:"accel"` // "kvm" or "tcg"
 	KernelRelease string        `json:"kernel_release"`
 	Repro         string        `json:"repro"` // QEMU command line or domain XML
+	Boot          string        `json:"boot"`  // BootPVH or BootLegacy: the path taken
 	BootDuration  time.Duration `json:"boot_duration"`
 }
 
@@ -140,8 +157,25 @@ type Config struct {
 	Accel string
 	// QEMU is the qemu-system-x86_64 binary; default from $PATH.
 	QEMU string
+	// Boot picks the boot path: BootAuto ("", the default) takes BootPVH
+	// when the kernel has a PVH ELF (see Spec.Vmlinux) and BootLegacy
+	// otherwise; BootPVH insists on it; BootLegacy is the old path, kept
+	// to compare against.
+	Boot string
+	// User is the account the qemu backend runs QEMU as when patchbot
+	// runs as root; default VMUser, created on first use. As another
+	// user, QEMU runs as that user. Either way it runs in a sandbox with
+	// no view of the host's files (see docs/vmrunner.md).
+	User string
+	// RunDir keeps what vmrunner learns about this host until it reboots
+	// (that KVM hangs guests); default /run/patchbot as root, else
+	// $XDG_RUNTIME_DIR/patchbot or the user's cache directory. It must
+	// be writable by patchbot's user alone.
+	RunDir string
 	// URI is the libvirt connection URI; default qemu:///system on the
-	// local socket. Remote URIs (qemu+tcp://, qemu+ssh://) are accepted.
+	// local socket. A remote host must be reached over an authenticated
+	// transport (qemu+ssh://, qemu+libssh2://, qemu+tls://); plain
+	// qemu+tcp:// is accepted only to this host's loopback address.
 	URI string
 	// Log receives what reproduces each boot and backend decisions; default
 	// slog.Default().
@@ -160,6 +194,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.RunDir == "" {
+		c.RunDir = defaultRunDir()
 	}
 }
 

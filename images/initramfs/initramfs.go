@@ -114,8 +114,8 @@ func Build(ctx context.Context, opts Options) (string, error) {
 	if _, err := os.Stat(out); err == nil {
 		return out, nil
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("initramfs: %w", err)
+	if err := privateDir(dir); err != nil {
+		return "", err
 	}
 	tmp, err := os.CreateTemp(dir, ".initramfs-*")
 	if err != nil {
@@ -129,12 +129,25 @@ func Build(ctx context.Context, opts Options) (string, error) {
 	if err := tmp.Close(); err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
-	os.Chmod(tmp.Name(), 0o644)
+	// 0600 like the rest of the cache: a VM gets a copy through a
+	// descriptor (vmrunner), never the file.
+	os.Chmod(tmp.Name(), 0o600)
 	// Rename is atomic: concurrent builders of the same key both succeed.
 	if err := os.Rename(tmp.Name(), out); err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
 	return out, nil
+}
+
+// privateDir makes the cache directory and keeps it 0700.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("initramfs: %w", err)
+	}
+	return nil
 }
 
 func key(files []File) string {
@@ -210,15 +223,17 @@ func BuildAgent(ctx context.Context, root string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("initramfs: %w", err)
+	if err := privateDir(dir); err != nil {
+		return "", err
 	}
 	f, err := os.CreateTemp(dir, ".patchbot-agent-*")
 	if err != nil {
 		return "", fmt.Errorf("initramfs: %w", err)
 	}
 	f.Close()
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-o", f.Name(), "./cmd/patchbot-agent")
+	// Without the symbol table and DWARF (panics still name functions):
+	// a smaller /init is less for the guest to unpack.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", f.Name(), "./cmd/patchbot-agent")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -157,7 +157,13 @@ func loadModule(path string) error {
 
 // openPort finds the agent's virtio-serial port. Without udev there is no
 // /dev/virtio-ports/ symlink, so look the name up in sysfs and make it.
+// A host that can reach only consoles (a remote libvirt, through its
+// authenticated connection) names a virtio console instead with
+// patchbot.agent=hvcN on the kernel command line.
 func openPort(wait time.Duration) (*os.File, error) {
+	if tty := cmdlineValue(proto.ConsoleParam); tty != "" {
+		return openConsole(tty, wait)
+	}
 	link := "/dev/virtio-ports/" + proto.Port
 	deadline := time.Now().Add(wait)
 	for {
@@ -180,6 +186,57 @@ func openPort(wait time.Duration) (*os.File, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// cmdlineValue returns the value of key=value on the kernel command line.
+func cmdlineValue(key string) string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// openConsole opens /dev/<name> (only a plain hvc name is taken) and
+// makes it raw: no echo, no line editing, no newline translation, so the
+// JSON lines pass unchanged.
+func openConsole(name string, wait time.Duration) (*os.File, error) {
+	if !strings.HasPrefix(name, "hvc") || strings.ContainsAny(name, "/.") {
+		return nil, fmt.Errorf("%s=%q: want a virtio console such as hvc0", proto.ConsoleParam, name)
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		f, err := os.OpenFile("/dev/"+name, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err == nil {
+			t, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+			if err == nil {
+				makeRaw(t)
+				err = unix.IoctlSetTermios(int(f.Fd()), unix.TCSETS, t)
+			}
+			if err != nil {
+				f.Close()
+				return nil, fmt.Errorf("raw mode on /dev/%s: %w", name, err)
+			}
+			return f, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("console /dev/%s: %w (is virtio_console loaded?)", name, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// makeRaw is cfmakeraw(3).
+func makeRaw(t *unix.Termios) {
+	t.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	t.Oflag &^= unix.OPOST
+	t.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	t.Cflag &^= unix.CSIZE | unix.PARENB
+	t.Cflag |= unix.CS8
+	t.Cc[unix.VMIN] = 1
+	t.Cc[unix.VTIME] = 0
 }
 
 // powerOff ends the VM: the host runs QEMU with -no-reboot (libvirt with

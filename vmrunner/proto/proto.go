@@ -11,6 +11,11 @@ import "encoding/json"
 // (/dev/virtio-ports/<Port>).
 const Port = "org.patchbot.agent.0"
 
+// ConsoleParam, on the kernel command line as patchbot.agent=hvcN, makes
+// the agent serve on that virtio console instead of the named port: a
+// remote libvirt gives streams to consoles only.
+const ConsoleParam = "patchbot.agent"
+
 // Request ops.
 const (
 	OpInfo     = "info"      // report uname and machine facts
