@@ -8,6 +8,8 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"os"
+	"syscall"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
@@ -84,8 +86,13 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the database at path and brings its
-// schema up to date.
+// schema up to date. The database holds mail, outbox rows and job history:
+// it is made 0600, and an existing one (and its -wal and -shm files) open
+// to others is closed to them.
 func Open(path string) (*Store, error) {
+	if err := private(path); err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
 	// WAL with synchronous=FULL: a committed state change survives a crash
 	// of the process or the machine, which the outbox depends on.
 	q := url.Values{}
@@ -103,6 +110,27 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// private creates the database file 0600 before SQLite does (SQLite would
+// make it 0644, and its -wal and -shm files after it), and takes group and
+// other access away from the files that exist.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // DB is the database, for components that keep their own tables here.
