@@ -4,6 +4,9 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
 	"testing"
 )
 
@@ -59,4 +62,81 @@ func BenchmarkPatchedRebuild(b *testing.B) {
 		drop(bd.Dir)
 		b.StartTimer()
 	}
+}
+
+// BenchmarkSandboxCost measures what the sandbox costs a patched rebuild
+// of the seed patch: each iteration builds it twice from the cached base,
+// in the sandbox and bare (only the bind mount of the tree on the base's
+// path, as root, no bwrap, limits or cgroups), alternating which goes
+// first, and reports the mean of each, for the whole Patched call and for
+// its make stage.
+func BenchmarkSandboxCost(b *testing.B) {
+	needTools(b)
+	if os.Geteuid() != 0 {
+		b.Skip("the bare baseline mounts as root")
+	}
+	ctx := context.Background()
+	base, err := DefaultKernel(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	series := patchMails(b, "../testdata/mbox/squashfs-thundering-herd.mbox")
+	var sum [2]struct{ total, make float64 }
+	names := [2]string{"sandbox", "bare"}
+	for i := 0; i < b.N; i++ {
+		for k := 0; k < 2; k++ {
+			mode := (i + k) % 2
+			stage := &stageTimes{}
+			builder, err := DefaultBuilder(stage)
+			if err != nil {
+				b.Fatal(err)
+			}
+			builder.bare = mode == 1
+			dir := filepath.Join(builder.Cache, "kernels", patchedRecord(base, series).Key)
+			dropBuild(base, dir)
+			bd, err := builder.Patched(ctx, base, series)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if bd.Cached || len(bd.Dropped) > 0 || len(bd.NewWarnings) > 0 {
+				b.Fatalf("%s build: cached=%v dropped=%v new warnings=%v", names[mode], bd.Cached, bd.Dropped, bd.NewWarnings)
+			}
+			sum[mode].total += bd.Duration.Seconds()
+			sum[mode].make += stage.get("make bzImage")
+			b.Logf("%s: %.2fs (make %.2fs)", names[mode], bd.Duration.Seconds(), stage.get("make bzImage"))
+			dropBuild(base, dir)
+		}
+	}
+	n := float64(b.N)
+	for m := range names {
+		b.ReportMetric(sum[m].total/n, names[m]+"-s/build")
+		b.ReportMetric(sum[m].make/n, names[m]+"-make-s")
+	}
+	b.ReportMetric(100*(sum[0].total/sum[1].total-1), "%slower")
+}
+
+// stageTimes reads the stage lines of a build's progress.
+type stageTimes struct {
+	mu sync.Mutex
+	s  map[string]float64
+}
+
+var stageDoneRe = regexp.MustCompile(`\] (.*) done in ([0-9.]+)s`)
+
+func (p *stageTimes) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if m := stageDoneRe.FindSubmatch(b); m != nil {
+		if p.s == nil {
+			p.s = map[string]float64{}
+		}
+		p.s[string(m[1])], _ = strconv.ParseFloat(string(m[2]), 64)
+	}
+	return len(b), nil
+}
+
+func (p *stageTimes) get(name string) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.s[name]
 }
