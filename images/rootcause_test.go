@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/patchbot/patchbot/blame"
@@ -102,5 +103,22 @@ func TestCauseOf(t *testing.T) {
 		if got, ok := causeOf(tt.line); ok != tt.ok || got != tt.want {
 			t.Errorf("causeOf(%q) = %v, %v; want %v, %v", tt.line, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+func TestCapText(t *testing.T) {
+	long := strings.Repeat("context line\n", 1000)
+	got := capText(long, maxQuotedLines, maxQuotedBytes)
+	if n := strings.Count(got, "\n"); n > maxQuotedLines {
+		t.Errorf("%d lines kept", n)
+	}
+	if !strings.HasSuffix(got, "more lines") {
+		t.Errorf("does not say what it left out: %q", got[len(got)-40:])
+	}
+	if short := "a\nb"; capText(short, maxQuotedLines, maxQuotedBytes) != short {
+		t.Errorf("a short text changed: %q", capText(short, maxQuotedLines, maxQuotedBytes))
+	}
+	if got := capBytes(make([]byte, 100), 10); len(got) > 60 || !strings.Contains(string(got), "90 more bytes") {
+		t.Errorf("capBytes = %q", got)
 	}
 }
