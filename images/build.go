@@ -150,7 +150,7 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 	}
 	bd.Key = hashKey([]byte("base"), []byte(bd.Commit), []byte(bd.ConfigHash), []byte(cc))
 	name := "base " + short(bd.Commit)
-	return b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *buildLog) error {
+	return b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		err := st.run("checkout", func() error {
 			// A build directory removed by hand (or by a disk clean-up) leaves its
@@ -191,9 +191,10 @@ func (b *Builder) baseView(dir string) view {
 func (b *Builder) ccacheDir() string { return filepath.Join(b.Cache, "ccache") }
 
 // cached runs build under the key's lock unless the cache has it, then
-// takes the artifacts out of the object tree.
+// takes the artifacts out of the object tree. build gets the context that
+// carries the build's time limit: every step must use it, not the caller's.
 func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time.Time,
-	build func(*stages, *sandbox, *buildLog) error) (*Build, error) {
+	build func(context.Context, *stages, *sandbox, *buildLog) error) (*Build, error) {
 	kernels := filepath.Join(b.Cache, "kernels")
 	for _, d := range []string{b.Cache, kernels} {
 		if err := privateDir(d); err != nil {
@@ -247,7 +248,13 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	defer cancel()
 	st := newStages(b.Progress, name)
 	tree := filepath.Join(bd.Dir, treeDir)
-	err = build(st, sb, log)
+	err = build(ctx, st, sb, log)
+	var ie *InfraError
+	if errors.As(err, &ie) && !errors.Is(err, ErrTimeout) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// A step outside make (copying the tree, git am) that the time
+		// limit stopped failed for that reason.
+		err = infra(name, fmt.Errorf("%w: %v", ErrTimeout, err))
+	}
 	if lerr := log.finish(); err == nil {
 		err = lerr
 	}

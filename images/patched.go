@@ -28,7 +28,7 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	}
 	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
-	got, err := b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *buildLog) error {
+	got, err := b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		if err := st.run("copy base tree", func() error { return b.copyTree(ctx, base, tree) }); err != nil {
 			return err
