@@ -41,8 +41,33 @@ func cgroupsUsable() bool {
 		}
 		_, err := os.Stat(filepath.Join(cgroupRoot, "memory", "patchbot", "memory.oom_control"))
 		cgroupOK = err == nil
+		if cgroupOK {
+			removeStaleCgroups()
+		}
 	})
 	return cgroupOK
+}
+
+// removeStaleCgroups removes the groups of patchbot processes that died
+// (killed before they could remove their own): their builds died with
+// them, and an empty group must not outlive its maker for ever.
+func removeStaleCgroups() {
+	seen := map[string]bool{}
+	for _, c := range []string{"memory", "pids"} {
+		dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, c, "patchbot", "build-*"))
+		for _, d := range dirs {
+			name := filepath.Base(d)
+			var pid, seq int
+			if _, err := fmt.Sscanf(name, "build-%d-%d", &pid, &seq); err != nil || seen[name] {
+				continue
+			}
+			if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+				seen[name] = true
+				(&cgroup{mem: filepath.Join(cgroupRoot, "memory", "patchbot", name),
+					pids: filepath.Join(cgroupRoot, "pids", "patchbot", name)}).remove()
+			}
+		}
+	}
 }
 
 // newCgroup makes the groups of one command with the limits l.
