@@ -408,8 +408,15 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	}
 	status := make(chan bwrapStatus, 1)
 	go func() { status <- readStatus(statusR) }()
+	started := time.Now()
 	o.wait = cmd.Wait()
 	log.flushLine()
+	if ps := cmd.ProcessState; ps != nil {
+		// The CPU time of the whole tree (bwrap waits for the build, and
+		// the build for its children): what a person comparing runs needs.
+		log.note(fmt.Sprintf("patchbot: %s after %.1fs, cpu user %.2fs sys %.2fs", ps, time.Since(started).Seconds(),
+			ps.UserTime().Seconds(), ps.SystemTime().Seconds()))
+	}
 	o.ctx = ctx.Err()
 	o.scan = scan
 	if s.bare {
