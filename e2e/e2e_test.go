@@ -47,26 +47,29 @@ func TestEndToEnd(t *testing.T) {
 	dir := t.TempDir()
 	httpAddr := freeAddr(t)
 	cfgPath := filepath.Join(dir, "patchbot.yaml")
+	pwFile := filepath.Join(dir, "imap-password")
+	if err := os.WriteFile(pwFile, []byte(imap.Password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, cfgPath, fmt.Sprintf(`state_dir: %s
 sources:
   - name: fsdevel
-    imap: {addr: %q, user: %q, password: %q, mailbox: INBOX}
+    imap: {addr: %q, user: %q, password_file: %q, mailbox: INBOX}
     poll: 2s
 vm: {backend: qemu, cpus: 2, mem_mib: 1024}
 suites: {profile: quick, runs: 3}
 smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
 reply: {from: "patchbot <%s>"}
-commands: {allow: [maintainer@example.org], answer_refused: true}
+commands: {allow: [maintainer@example.org], authserv_ids: [%s], answer_refused: true}
 http: %s
-`, filepath.Join(dir, "state"), imap.Addr, imap.User, imap.Password, pf.Addr, botAddr,
-		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, httpAddr))
+`, filepath.Join(dir, "state"), imap.Addr, imap.User, pwFile, pf.Addr, botAddr,
+		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, httpAddr))
 
 	d := startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon.log"))
 	deliverMbox(t, imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
 
 	// The seed patch: one reply, threaded under the patch, with fewer
 	// wake-ups on the patched kernel.
-	const seedID = "20260724190556.1950693-1-usama.arif@linux.dev"
 	reply := waitReply(t, imap, d, seedID, 40*time.Minute)
 	for _, h := range []string{"In-Reply-To: <" + seedID + ">", "References: <" + seedID + ">",
 		"Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups"} {
@@ -96,8 +99,8 @@ http: %s
 
 	// An email command from an allowed sender starts a new run; the same
 	// from a stranger is refused.
-	imap.Deliver(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention"))
-	imap.Deliver(t, command("cmd-stranger", "Stranger <stranger@example.net>", seedID, "#patchbot test cache-contention"))
+	imap.Deliver(t, signed(command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention")))
+	imap.Deliver(t, listMail(command("cmd-stranger", "Stranger <stranger@example.net>", seedID, "#patchbot test cache-contention")))
 	refusal := waitReply(t, imap, d, "cmd-stranger@example.org", 5*time.Minute)
 	if !strings.Contains(refusal.Body, "did not run") {
 		t.Errorf("the stranger's command was not refused:\n%s", refusal.Body)
@@ -195,7 +198,8 @@ func buildPatchbot(t *testing.T) string {
 	return bin
 }
 
-// deliverMbox drops each mail of an mbox into the watched mailbox.
+// deliverMbox drops each mail of an mbox into the watched mailbox, as the
+// list delivers it: with its List-Id.
 func deliverMbox(t *testing.T, s *imaptest.Server, path string) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -204,7 +208,7 @@ func deliverMbox(t *testing.T, s *imaptest.Server, path string) {
 	}
 	defer f.Close()
 	if err := mailbox.ReadMbox(f, func(raw []byte, _ int64) error {
-		s.Deliver(t, append([]byte(nil), raw...))
+		s.Deliver(t, listMail(append([]byte(nil), raw...)))
 		return nil
 	}); err != nil {
 		t.Fatal(err)

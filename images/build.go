@@ -25,6 +25,7 @@ type Build struct {
 	Compiler   string // first line of "gcc --version"
 	Log        string // path of the build log (the kernel's own output)
 	Commit     string // the base commit
+	Title      string // the base commit's subject line, e.g. "Import Debian linux-source-6.1 6.1.192-3"
 	ConfigHash string // Config.Hash of the config's inputs
 	Series     int    // number of patches applied on Commit; 0 for a base build
 	// Head is the commit that was built: git am's last commit for a

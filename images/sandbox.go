@@ -500,7 +500,7 @@ func git(ctx context.Context, dir string, args ...string) ([]byte, error) {
 	cmd.Stdout = &out
 	cmd.Stderr = &out
 	if err := cmd.Run(); err != nil {
-		return out.Bytes(), fmt.Errorf("git %s: %w: %s", args[0], err, bytes.TrimSpace(out.Bytes()))
+		return out.Bytes(), fmt.Errorf("git %s: %w: %s", subcommand(args), err, bytes.TrimSpace(out.Bytes()))
 	}
 	return out.Bytes(), nil
 }
@@ -519,4 +519,19 @@ func privateDir(dir string) error {
 		return infra("closing "+dir+" to others", os.Chmod(dir, fi.Mode().Perm()&0o700))
 	}
 	return nil
+}
+
+// subcommand is the git command of args, past "-c name=value" pairs and
+// other options before it: the word an error names.
+func subcommand(args []string) string {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-c" || a == "-C":
+			i++
+		case strings.HasPrefix(a, "-"):
+		default:
+			return a
+		}
+	}
+	return "(no command)"
 }

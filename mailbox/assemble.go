@@ -47,6 +47,10 @@ var replyShaped = regexp.MustCompile(`^\w{2,3}:\s*\[`)
 //
 // Series come out in the order their first mail came in. Assemble is pure
 // and never fails: what it cannot make whole is marked incomplete.
+//
+// Patch.Corrupt marks a patch whose diff is malformed: it stays in the
+// series (and in Series.Reason) so that it can be reported as not
+// applying, never as missing.
 func Assemble(msgs []*Message) []*Series {
 	entries, byID := classify(msgs)
 	threads, order := groupThreads(entries, byID)
@@ -57,6 +61,30 @@ func Assemble(msgs []*Message) []*Series {
 		}
 	}
 	return supersede(out)
+}
+
+// AssembleVersions is Assemble with every version of each thread's series
+// that has a patch, oldest first within a thread, and no version dropped
+// for a newer one: what `-v N` chooses from (see Choose).
+func AssembleVersions(msgs []*Message) []*Series {
+	entries, byID := classify(msgs)
+	threads, order := groupThreads(entries, byID)
+	var out []*Series
+	for _, key := range order {
+		thread := threads[key]
+		versions := buildVersions(thread, byID)
+		var vs []int
+		for v, slots := range versions {
+			if len(slots.patches) > 0 {
+				vs = append(vs, v)
+			}
+		}
+		sort.Ints(vs)
+		for _, v := range vs {
+			out = append(out, assembleVersion(thread, versions, v, byID))
+		}
+	}
+	return out
 }
 
 func classify(msgs []*Message) ([]*entry, map[string]*entry) {
@@ -76,12 +104,18 @@ func classify(msgs []*Message) ([]*entry, map[string]*entry) {
 		switch {
 		case e.subj.Reply || replyShaped.MatchString(m.Subject):
 			e.kind = reply
+		case m.Diff == "" && (m.InReplyTo != "" || len(m.References) > 0) && hasTrailer(m.Body):
+			// A review that forgot "Re:". As in b4, this comes before the
+			// cover letter test: a 0/n that answers an earlier mail and
+			// holds trailer-like lines (base-commit:) is a follow-up too,
+			// so trailers answering it are not the series' (b4 0.17 does
+			// the same; it still serves as the cover letter, by its
+			// diffstat).
+			e.kind = reply
 		case e.subj.Counted() && e.subj.Index == 0:
 			e.kind = cover
 		case m.Diff != "":
 			e.kind = patch
-		case m.InReplyTo != "" && len(followupTrailers(m)) > 0:
-			e.kind = reply // a review that forgot "Re:"
 		}
 		if e.kind == patch && !e.subj.Counted() {
 			e.subj.Index, e.subj.Total = 1, 1
@@ -94,9 +128,14 @@ func classify(msgs []*Message) ([]*entry, map[string]*entry) {
 	return entries, byID
 }
 
-// groupThreads keys each mail by the first Message-ID of its thread. Mails
-// sent without threading headers but numbered m/n (git send-email
-// --no-thread) are grouped by sender, version and count instead.
+// groupThreads keys each mail by the root of its thread: the mail found
+// by walking up In-Reply-To (else the References) through the mails at
+// hand, or, when the root is not at hand, the first Message-ID the top
+// mail refers to. In-Reply-To comes first, as in b4: some mailers list
+// References parent first. Mails sent without threading headers but
+// numbered m/n (git send-email --no-thread) are grouped by sender,
+// version and count; a numbered patch without a Message-ID joins the
+// series of the same sender, version and count.
 func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry, []string) {
 	referenced := map[string]bool{}
 	for _, e := range entries {
@@ -105,10 +144,13 @@ func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry
 		}
 		referenced[e.msg.InReplyTo] = true
 	}
+	for _, e := range entries {
+		e.thread = threadKey(e, byID, referenced)
+	}
+	adoptOrphans(entries)
 	threads := map[string][]*entry{}
 	var order []string
 	for _, e := range entries {
-		e.thread = threadKey(e, byID, referenced)
 		if _, ok := threads[e.thread]; !ok {
 			order = append(order, e.thread)
 		}
@@ -118,35 +160,61 @@ func groupThreads(entries []*entry, byID map[string]*entry) (map[string][]*entry
 }
 
 func threadKey(e *entry, byID map[string]*entry, referenced map[string]bool) string {
-	m := e.msg
+	// Up to the root; a bounded walk, as Message-IDs can form a loop.
+	top := e
+	for range 1000 {
+		p := parentOf(top, byID)
+		if p == nil || p == e {
+			break
+		}
+		top = p
+	}
+	m := top.msg
 	if len(m.References) > 0 {
 		return m.References[0]
 	}
 	if m.InReplyTo != "" {
-		// Walk up as far as we have the parents.
-		id := m.InReplyTo
-		for range 1000 {
-			p, ok := byID[id]
-			if !ok {
-				break
-			}
-			if len(p.msg.References) > 0 {
-				return p.msg.References[0]
-			}
-			if p.msg.InReplyTo == "" {
-				return id
-			}
-			id = p.msg.InReplyTo
-		}
-		return id
+		return m.InReplyTo
 	}
-	if e.subj.Total > 1 && e.kind != reply && !referenced[m.MessageID] {
+	if top == e && e.subj.Total > 1 && e.kind != reply && !referenced[m.MessageID] {
 		return fmt.Sprintf("unthreaded:%s:v%d:%d", AddrOf(m.From), e.version, e.subj.Total)
 	}
 	if m.MessageID == "" {
-		return fmt.Sprintf("no-id:%d", e.order)
+		return fmt.Sprintf("no-id:%d", top.order)
 	}
 	return m.MessageID
+}
+
+// adoptOrphans puts a numbered patch that has neither a Message-ID nor
+// threading headers into the thread of the same sender's patches of the
+// same version and count, when there is exactly one such thread: a mail
+// that lost its Message-ID does not split its series.
+func adoptOrphans(entries []*entry) {
+	type key struct {
+		from           string
+		version, total int
+	}
+	homes := map[key]map[string]bool{}
+	for _, e := range entries {
+		if e.kind == patch && e.msg.MessageID != "" && e.subj.Counted() {
+			k := key{AddrOf(e.msg.From), e.version, e.subj.Total}
+			if homes[k] == nil {
+				homes[k] = map[string]bool{}
+			}
+			homes[k][e.thread] = true
+		}
+	}
+	for _, e := range entries {
+		m := e.msg
+		if e.kind != patch || m.MessageID != "" || m.InReplyTo != "" || len(m.References) > 0 || !e.subj.Counted() {
+			continue
+		}
+		if h := homes[key{AddrOf(m.From), e.version, e.subj.Total}]; len(h) == 1 {
+			for thread := range h {
+				e.thread = thread
+			}
+		}
+	}
 }
 
 // versionSlots holds, for one version, the cover letter and patches by index.
@@ -157,7 +225,7 @@ type versionSlots struct {
 	patches map[int]*entry
 }
 
-func assembleThread(thread []*entry, byID map[string]*entry) *Series {
+func buildVersions(thread []*entry, byID map[string]*entry) map[int]*versionSlots {
 	versions := map[int]*versionSlots{}
 	slots := func(v int) *versionSlots {
 		vs, ok := versions[v]
@@ -193,6 +261,13 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 		}
 		vs.total = max(vs.total, e.subj.Total)
 	}
+	return versions
+}
+
+// assembleThread is the newest version of a thread's series that has a
+// patch, or nil.
+func assembleThread(thread []*entry, byID map[string]*entry) *Series {
+	versions := buildVersions(thread, byID)
 	newest := 0
 	for v, vs := range versions {
 		if len(vs.patches) > 0 && v > newest {
@@ -202,6 +277,10 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 	if newest == 0 {
 		return nil
 	}
+	return assembleVersion(thread, versions, newest, byID)
+}
+
+func assembleVersion(thread []*entry, versions map[int]*versionSlots, newest int, byID map[string]*entry) *Series {
 	vs := versions[newest]
 	s := &Series{Version: newest, Total: vs.total}
 	var reasons []string
@@ -235,7 +314,6 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 	if !s.Complete {
 		reasons = append([]string{fmt.Sprintf("missing %s of %d", indexList(s.Missing), vs.total)}, reasons...)
 	}
-	s.Reason = strings.Join(reasons, "; ")
 
 	s.Cover = coverOf(vs, byID)
 	if s.Cover == nil && s.PartialReroll {
@@ -248,28 +326,36 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 	trailers, coverTrailers := collectTrailers(thread, byID, s.Cover)
 	carryTrailers(trailers, taken, versions, newest)
 	s.CoverTrailers = coverTrailers
+	if s.CoverTrailers == nil {
+		s.CoverTrailers = []Trailer{}
+	}
 
 	idx := make([]int, 0, len(taken))
 	for i := range taken {
 		idx = append(idx, i)
 	}
 	sort.Ints(idx)
+	var corrupt []string
 	for _, i := range idx {
 		e := taken[i]
 		m := e.msg
+		// As b4 am does: the trailers given to the cover letter go to
+		// every patch, after the patch's own.
+		trs := appendNew(append([]Trailer{}, trailers[m.MessageID]...), coverTrailers)
 		p := &Patch{
 			Index:     i,
 			Subject:   m.Subject,
 			MessageID: m.MessageID,
 			Author:    m.Author,
 			Files:     DiffFiles(m.Diff),
-			Trailers:  trailers[m.MessageID],
+			Trailers:  trs,
 			Version:   e.version,
 			Diff:      m.Diff,
+			Corrupt:   diffProblem(m.Diff),
 			Message:   m,
 		}
-		if p.Trailers == nil {
-			p.Trailers = []Trailer{}
+		if p.Corrupt != "" {
+			corrupt = append(corrupt, fmt.Sprintf("patch %d/%d does not apply: %s", i, vs.total, p.Corrupt))
 		}
 		p.Raw = amMail(m, e.subj, newest, i, vs.total, p.Trailers)
 		s.Patches = append(s.Patches, p)
@@ -277,6 +363,7 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 			s.Base = m.BaseCommit
 		}
 	}
+	s.Reason = strings.Join(append(reasons, corrupt...), "; ")
 	head := s.Cover
 	if head == nil {
 		head = s.Patches[0].Message
@@ -289,7 +376,7 @@ func assembleThread(thread []*entry, byID map[string]*entry) *Series {
 	s.Date = head.Date
 	s.To, s.Cc = head.To, head.Cc
 	s.ThreadID = thread[0].thread
-	if strings.HasPrefix(s.ThreadID, "unthreaded:") {
+	if strings.HasPrefix(s.ThreadID, "unthreaded:") || strings.HasPrefix(s.ThreadID, "no-id:") {
 		s.ThreadID = head.MessageID
 	}
 	return s
@@ -333,8 +420,10 @@ func partialReroll(vs *versionSlots, versions map[int]*versionSlots, byID map[st
 	return out
 }
 
-// coverOf is the 0/n mail, or else, as b4 does, the mail the first patch
-// answers when that mail is no patch and no reply itself.
+// coverOf is the 0/n mail, or else, as b4 does, the mail a patch of the
+// series answers when it is no patch and either has a diffstat (a cover
+// letter without 0/n) or is the thread's root from the patch's own sender
+// (a "naked" cover letter) -- not, say, a bug report someone else sent.
 func coverOf(vs *versionSlots, byID map[string]*entry) *Message {
 	if vs.cover != nil {
 		return vs.cover.msg
@@ -344,16 +433,29 @@ func coverOf(vs *versionSlots, byID map[string]*entry) *Message {
 		if !ok || e.msg.InReplyTo == "" {
 			continue
 		}
-		if p, ok := byID[e.msg.InReplyTo]; ok && p.kind == other && strings.Contains(p.msg.Body, " changed, ") {
-			return p.msg // has a diffstat, no diff: a cover letter without 0/n
+		p, ok := byID[e.msg.InReplyTo]
+		if !ok || p.msg.Diff != "" || p.kind == patch {
+			continue
 		}
-		break
+		if hasDiffstat(p.msg.Body) || (p.msg.InReplyTo == "" && p.kind == other && sameSender(p.msg, e.msg)) {
+			return p.msg
+		}
 	}
 	return nil
 }
 
+var diffstat = regexp.MustCompile(`(?mi)^\s*\d+ file.*\d+ (insertion|deletion)`)
+
+func hasDiffstat(body string) bool { return diffstat.MatchString(body) }
+
+func sameSender(a, b *Message) bool {
+	x, y := AddrOf(a.From), AddrOf(b.From)
+	return x != "" && strings.EqualFold(x, y)
+}
+
 // collectTrailers walks each follow-up up the thread to the patch it
-// answers and gives that patch the follow-up's trailers.
+// answers and gives that patch the follow-up's trailers; those answering
+// the cover letter are the cover trailers.
 func collectTrailers(thread []*entry, byID map[string]*entry, coverMsg *Message) (map[string][]Trailer, []Trailer) {
 	byPatch := map[string][]Trailer{}
 	var coverTrailers []Trailer
@@ -366,21 +468,18 @@ func collectTrailers(thread []*entry, byID map[string]*entry, coverMsg *Message)
 			continue
 		}
 		parent := parentOf(e, byID)
-		for range 100 {
-			if parent == nil {
+		for range 1000 {
+			if parent == nil || parent == e {
 				break
 			}
 			if parent.kind == patch {
 				byPatch[parent.msg.MessageID] = appendNew(byPatch[parent.msg.MessageID], trs)
 				break
 			}
-			if parent.kind == cover || (coverMsg != nil && parent.msg == coverMsg) {
-				if parent.msg == coverMsg {
+			if parent.kind != reply {
+				if coverMsg != nil && parent.msg == coverMsg {
 					coverTrailers = appendNew(coverTrailers, trs)
 				}
-				break
-			}
-			if parent.kind != reply {
 				break
 			}
 			parent = parentOf(parent, byID)
@@ -429,13 +528,17 @@ func diffKey(diff string) string {
 	return b.String()
 }
 
+// parentOf is the mail e answers, as b4 finds it: In-Reply-To when it
+// names a mail at hand, else the first References entry at hand.
 func parentOf(e *entry, byID map[string]*entry) *entry {
 	if e.msg.InReplyTo != "" {
-		return byID[e.msg.InReplyTo]
+		if p := byID[e.msg.InReplyTo]; p != e {
+			return p
+		}
+		return nil
 	}
-	refs := e.msg.References
-	for i := len(refs) - 1; i >= 0; i-- {
-		if p, ok := byID[refs[i]]; ok && p != e {
+	for _, r := range e.msg.References {
+		if p, ok := byID[r]; ok && p != e {
 			return p
 		}
 	}
@@ -446,7 +549,7 @@ func appendNew(list, add []Trailer) []Trailer {
 	for _, t := range add {
 		dup := false
 		for _, o := range list {
-			if strings.EqualFold(o.Name, t.Name) && o.Value == t.Value {
+			if strings.EqualFold(o.Name, t.Name) && strings.EqualFold(o.Value, t.Value) {
 				dup = true
 				break
 			}
@@ -458,37 +561,17 @@ func appendNew(list, add []Trailer) []Trailer {
 	return list
 }
 
-// followupNames are the trailers a reviewer gives in a reply.
-var followupNames = map[string]string{
-	"reviewed-by":  "Reviewed-by",
-	"acked-by":     "Acked-by",
-	"tested-by":    "Tested-by",
-	"reported-by":  "Reported-by",
-	"suggested-by": "Suggested-by",
-	"nacked-by":    "Nacked-by",
-}
-
-// followupTrailers finds review trailers in the unquoted lines of a reply.
-// Like b4 (without --sloppy-trailers), a trailer naming someone else than
-// the sender is ignored: it is usually pasted from another mail.
+// followupTrailers are the trailers a follow-up gives (see findTrailers):
+// a person trailer only when it names the sender.
 func followupTrailers(m *Message) []Trailer {
+	name, addr := fromNameAddr(m.From)
 	var out []Trailer
-	from := AddrOf(m.From)
-	for line := range strings.Lines(m.Body) {
-		line = strings.TrimSpace(line)
-		name, value, ok := strings.Cut(line, ":")
-		if !ok || strings.ContainsAny(name, " \t>") {
+	for _, t := range findTrailers(m.Body) {
+		if notFollowups[strings.ToLower(t.Name)] || t.isPerson() && !givenBySender(t, name, addr) {
 			continue
 		}
-		canon, ok := followupNames[strings.ToLower(name)]
-		if !ok {
-			continue
-		}
-		value = collapseSpace(value)
-		if value == "" || (from != "" && !strings.Contains(strings.ToLower(value), from)) {
-			continue
-		}
-		out = append(out, Trailer{Name: canon, Value: value, MessageID: m.MessageID})
+		t.MessageID = m.MessageID
+		out = append(out, t)
 	}
 	return out
 }

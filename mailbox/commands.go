@@ -2,19 +2,48 @@ package mailbox
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 )
 
 // Command is a request to patchbot written in a reply, one per line:
 //
-//	#patchbot test [SUITE ...] [profile=P]
+//	#patchbot test [SUITE ...] [profile=P] [base=TREE|COMMIT] [patches=M-N]
 //	#patchbot help
+//	#patchbot stop
 type Command struct {
-	Name    string   // "test" or "help"
-	Suites  []string // for "test": the suites asked for; empty means "choose by files"
+	Name    string   // "test", "help" or "stop"
+	Suites  []string // for "test": the suites asked for, each once; empty means "choose by files"
 	Profile string   // for "test": profile=P, empty for the default
 	Line    string   // the line as written, for the answer
 	Err     string   // set when the line could not be understood; the answer says why
+
+	// Base is base=TREE|COMMIT for "test": the tree or commit to test on,
+	// empty to let patchbot choose.
+	Base string
+	// First and Last are patches=M-N (or patches=M) for "test": measure
+	// only those patches, on top of the ones before; 0 for the whole series.
+	First, Last int
+}
+
+// baseRe is a tree's name or a commit id as base= takes it: no option, no
+// revision syntax.
+var baseRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// ParsePatchRange reads "2-3" or "2" (1-based, at most 10000 as a counter),
+// the patches= of a test command and patchbot run --patches.
+func ParsePatchRange(v string) (first, last int, ok bool) {
+	a, b, isRange := strings.Cut(v, "-")
+	if !isRange {
+		b = a
+	}
+	m, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if err1 != nil || err2 != nil || m < 1 || n < m || n > 10000 {
+		return 0, 0, false
+	}
+	return m, n, true
 }
 
 // commandPrefix starts a command line.
@@ -57,7 +86,12 @@ func parseCommand(line string, args []string) Command {
 		if len(args) > 1 {
 			c.Err = fmt.Sprintf("help takes no arguments, got %q", strings.Join(args[1:], " "))
 		}
+	case "stop":
+		if len(args) > 1 {
+			c.Err = fmt.Sprintf("stop takes no arguments, got %q", strings.Join(args[1:], " "))
+		}
 	case "test":
+		seen := map[string]bool{}
 		for _, a := range args[1:] {
 			if v, ok := strings.CutPrefix(a, "profile="); ok {
 				if v == "" {
@@ -66,14 +100,62 @@ func parseCommand(line string, args []string) Command {
 				c.Profile = v
 				continue
 			}
-			if strings.Contains(a, "=") {
-				c.Err = fmt.Sprintf("unknown option %q (only profile=P is known)", a)
+			if v, ok := strings.CutPrefix(a, "base="); ok {
+				if !baseRe.MatchString(v) || strings.Contains(v, "..") {
+					c.Err = fmt.Sprintf("base=%q: want a tree's name or a commit id", v)
+				}
+				c.Base = v
 				continue
 			}
-			c.Suites = append(c.Suites, a)
+			if v, ok := strings.CutPrefix(a, "patches="); ok {
+				if c.First, c.Last, ok = ParsePatchRange(v); !ok {
+					c.Err = fmt.Sprintf("patches=%q: want M-N or M, e.g. patches=2-3", v)
+				}
+				continue
+			}
+			if strings.Contains(a, "=") {
+				c.Err = fmt.Sprintf("unknown option %q (known: profile=P, base=TREE|COMMIT, patches=M-N)", a)
+				continue
+			}
+			if !seen[a] {
+				seen[a] = true
+				c.Suites = append(c.Suites, a)
+			}
 		}
 	default:
-		c.Err = fmt.Sprintf("unknown command %q (known: test, help)", args[0])
+		c.Err = fmt.Sprintf("unknown command %q (known: test, help, stop)", args[0])
 	}
 	return c
+}
+
+// MaxCommands is how many commands patchbot reads from one mail, as
+// syzbot does; the rest are ignored.
+const MaxCommands = 3
+
+// FoldCommands keeps the first max distinct commands (the same request
+// written twice is one), and says how many it left out.
+func FoldCommands(cmds []Command, max int) (kept []Command, ignored int) {
+	seen := map[string]bool{}
+	for _, c := range cmds {
+		key := c.key()
+		if seen[key] {
+			ignored++
+			continue
+		}
+		seen[key] = true
+		if len(kept) == max {
+			ignored++
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept, ignored
+}
+
+// key is what makes two commands the same request.
+func (c Command) key() string {
+	if c.Err != "" {
+		return "err\x00" + c.Err
+	}
+	return c.Name + "\x00" + strings.Join(c.Suites, ",") + "\x00" + c.Profile
 }

@@ -1,7 +1,9 @@
 package mailbox
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -36,13 +38,128 @@ func findDiff(text string) string {
 	return checkDiff(text[start:])
 }
 
+// checkDiff keeps what b4 takes for a diff: a file header ("diff --git",
+// or "---" then "+++") with anything after it. Whether its hunks are
+// well-formed is diffProblem's question: a broken patch is still a patch.
 func checkDiff(d string) string {
-	if !strings.Contains(d, "\n@@ ") && !strings.Contains(d, "\nBinary files ") &&
-		!strings.Contains(d, "\nGIT binary patch") && !strings.Contains(d, "\nrename from ") &&
-		!strings.Contains(d, "\nnew file mode") && !strings.Contains(d, "\ndeleted file mode") {
+	if strings.HasPrefix(d, "Index: ") && !strings.Contains(d, "\n+++ ") {
 		return ""
 	}
 	return d
+}
+
+// parseHunkHeader reads "@@ -a[,b] +c[,d] @@..." and returns b and d
+// (1 when left out), as `^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@` would.
+func parseHunkHeader(line string) (oldN, newN int, ok bool) {
+	rest, ok := strings.CutPrefix(line, "@@ -")
+	if !ok {
+		return 0, 0, false
+	}
+	var o, n int
+	if o, rest, ok = hunkRange(rest); !ok {
+		return 0, 0, false
+	}
+	if rest, ok = strings.CutPrefix(rest, " +"); !ok {
+		return 0, 0, false
+	}
+	if n, rest, ok = hunkRange(rest); !ok || !strings.HasPrefix(rest, " @@") {
+		return 0, 0, false
+	}
+	return o, n, true
+}
+
+// hunkRange reads "start[,count]" and returns count.
+func hunkRange(s string) (int, string, bool) {
+	i := 0
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, s, false
+	}
+	s = s[i:]
+	if !strings.HasPrefix(s, ",") {
+		return 1, s, true
+	}
+	j := 1
+	for j < len(s) && s[j] >= '0' && s[j] <= '9' {
+		j++
+	}
+	if j == 1 {
+		return 0, s, false
+	}
+	n, err := strconv.Atoi(s[1:j])
+	return n, s[j:], err == nil
+}
+
+// diffProblem says why a diff cannot apply as it stands: a malformed hunk
+// header, a hunk whose lines do not match its counts, or no change at
+// all. "" means it is well-formed (whether it applies to a tree is git's
+// question).
+func diffProblem(diff string) string {
+	hunks, other := 0, false
+	oldLeft, newLeft := 0, 0
+	header := ""
+	n := 0
+	for line := range strings.Lines(diff) {
+		n++
+		line = strings.TrimRight(line, "\r\n")
+		if oldLeft > 0 || newLeft > 0 {
+			c := byte(' ')
+			if line != "" {
+				c = line[0]
+			}
+			switch c {
+			case ' ':
+				oldLeft--
+				newLeft--
+			case '-':
+				oldLeft--
+			case '+':
+				newLeft--
+			case '\\':
+				continue // "\ No newline at end of file"
+			default:
+				return fmt.Sprintf("hunk %q ends early, at line %d of the diff (%q)", header, n, clip(line))
+			}
+			if oldLeft < 0 || newLeft < 0 {
+				return fmt.Sprintf("hunk %q has more lines than its header counts (line %d of the diff)", header, n)
+			}
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "@@"):
+			o, nw, ok := parseHunkHeader(line)
+			if !ok {
+				return fmt.Sprintf("malformed hunk header %q at line %d of the diff", clip(line), n)
+			}
+			header = clip(line)
+			oldLeft, newLeft = o, nw
+			hunks++
+		case strings.HasPrefix(line, "GIT binary patch"), strings.HasPrefix(line, "Binary files "),
+			strings.HasPrefix(line, "old mode "), strings.HasPrefix(line, "new mode "),
+			strings.HasPrefix(line, "rename from "), strings.HasPrefix(line, "copy from "),
+			strings.HasPrefix(line, "new file mode "), strings.HasPrefix(line, "deleted file mode "):
+			other = true
+		case strings.HasPrefix(line, "--- "), strings.HasPrefix(line, "+++ "):
+		case hunks > 0 && (strings.HasPrefix(line, "+") || strings.HasPrefix(line, "-")):
+			return fmt.Sprintf("hunk %q has more lines than its header counts (line %d of the diff)", header, n)
+		}
+	}
+	if oldLeft > 0 || newLeft > 0 {
+		return fmt.Sprintf("hunk %q is cut short: %d old and %d new lines missing at the end", header, max(oldLeft, 0), max(newLeft, 0))
+	}
+	if hunks == 0 && !other {
+		return "the diff has no hunks"
+	}
+	return ""
+}
+
+func clip(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
 }
 
 // DiffFiles lists the files a diff touches (new paths; the old path for a

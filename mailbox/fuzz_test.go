@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 // fixtureMails returns every mail of the fixtures, as a fuzz seed corpus.
 func fixtureMails(t testing.TB) [][]byte {
 	var files []string
-	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox", "../testdata/seeds/*"} {
+	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox", "../testdata/b4/*.mbox", "../testdata/seeds/*"} {
 		m, _ := filepath.Glob(pat)
 		files = append(files, m...)
 	}
@@ -34,11 +35,17 @@ func FuzzParse(f *testing.F) {
 	for _, raw := range fixtureMails(f) {
 		f.Add(raw)
 	}
+	f.Add(nestedMultipart(DefaultLimits.MaxDepth))
+	f.Add(nestedMultipart(3))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		m, err := ParseBytes(raw)
 		if err != nil {
+			if strings.Contains(err.Error(), "internal error") {
+				t.Fatalf("the parser panicked: %v", err) // recovered, but a bug
+			}
 			return
 		}
+		diffProblem(m.Diff)
 		Assemble([]*Message{m})
 		ParseCommands(m)
 		DiffFiles(m.Diff)
@@ -49,7 +56,7 @@ func FuzzParse(f *testing.F) {
 // combinations of subjects, threading and diffs.
 func FuzzAssemble(f *testing.F) {
 	// One seed per fixture file: small inputs keep the fuzzer fast.
-	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox"} {
+	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox", "../testdata/b4/*.mbox"} {
 		files, _ := filepath.Glob(pat)
 		for _, file := range files {
 			data, err := os.ReadFile(file)
@@ -75,6 +82,9 @@ func FuzzAssemble(f *testing.F) {
 			for _, p := range s.Patches {
 				if p.Index < 1 || p.Index > s.Total {
 					t.Fatalf("patch index %d outside 1..%d", p.Index, s.Total)
+				}
+				if p.Corrupt != "" && !strings.Contains(s.Reason, p.Corrupt) {
+					t.Fatalf("corrupt patch %d not in the reason %q", p.Index, s.Reason)
 				}
 			}
 			if s.Complete != (len(s.Missing) == 0) {

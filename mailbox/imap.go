@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -50,35 +49,13 @@ var _ Watcher = (*IMAP)(nil)
 // NewIMAP makes an IMAP source from imap://user:password@host:port or
 // imaps://... (the port defaults to 143 or 993).
 func NewIMAP(rawURL, mailbox string) (*IMAP, error) {
-	u, err := url.Parse(rawURL)
+	c, password, err := ParseIMAPURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("parsing IMAP URL: %w", err)
+		return nil, err
 	}
-	s := &IMAP{Mailbox: mailbox}
-	switch u.Scheme {
-	case "imap":
-	case "imaps":
-		s.TLS = true
-	default:
-		return nil, fmt.Errorf("IMAP URL %q: scheme must be imap or imaps", rawURL)
-	}
-	host, port := u.Hostname(), u.Port()
-	if host == "" {
-		return nil, fmt.Errorf("IMAP URL %q has no host", rawURL)
-	}
-	if port == "" {
-		port = "143"
-		if s.TLS {
-			port = "993"
-		}
-	}
-	s.Addr = net.JoinHostPort(host, port)
-	if u.User != nil {
-		s.User = u.User.Username()
-		s.Password, _ = u.User.Password()
-	}
-	if p := strings.Trim(u.Path, "/"); p != "" && mailbox == "" {
-		s.Mailbox = p
+	s := &IMAP{Addr: c.Addr, TLS: c.TLS, User: c.User, Password: password, Mailbox: mailbox}
+	if c.Mailbox != "" && mailbox == "" {
+		s.Mailbox = c.Mailbox
 	}
 	return s, nil
 }

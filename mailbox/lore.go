@@ -4,12 +4,14 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,13 +21,26 @@ import (
 //   - one thread by Message-ID, from <list>/<msgid>/t.mbox.gz; the thread is
 //     read whole on every Poll (assembly drops mails seen twice);
 //   - a list's new mail from its Atom feed <list>/new.atom, each entry
-//     fetched from <list>/<msgid>/raw. The cursor is the "updated" time and
-//     link of the newest entry delivered.
+//     fetched from <list>/<msgid>/raw. The feed shows only the newest
+//     entries (25 on public-inbox): when every entry is new, more may have
+//     come since the last Poll than it shows, and Poll pages back through
+//     a search of what the archive received since then
+//     (<list>/?q=rt:SINCE..&x=A&o=N) until it has everything.
+//
+// The list cursor is a seenSet over (received time, Message-ID): what
+// was delivered within SeenWindow of the newest entry, so that a mail the
+// archive shows late, with an earlier time, is still read once.
 type Lore struct {
 	List      *url.URL // e.g. https://lore.kernel.org/linux-fsdevel/
 	MessageID string   // set to read one thread
 	Client    *http.Client
 	Logger    *slog.Logger
+	// SeenWindow: 0 means an hour. SeenMax bounds the set (0: 4096).
+	SeenWindow time.Duration
+	SeenMax    int
+	// MaxBacklog bounds how many entries one Poll pages back through
+	// (0: 100,000).
+	MaxBacklog int
 }
 
 var _ Source = (*Lore)(nil)
@@ -89,13 +104,16 @@ func (l *Lore) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 }
 
 func (l *Lore) get(ctx context.Context, ref string) (*http.Response, error) {
-	u := l.List.ResolveReference(&url.URL{Path: ref})
-	if strings.Contains(ref, "://") {
-		var err error
-		if u, err = url.Parse(ref); err != nil {
-			return nil, fmt.Errorf("lore link %q: %w", ref, err)
-		}
+	// ref is relative to the list and already escaped ("<msgid>/raw",
+	// "?q=..."); "./" keeps a ':' in a Message-ID from reading as a scheme.
+	rel, err := url.Parse("./" + ref)
+	if strings.HasPrefix(ref, "?") {
+		rel, err = &url.URL{RawQuery: ref[1:]}, nil
 	}
+	if err != nil {
+		return nil, fmt.Errorf("lore path %q: %w", ref, err)
+	}
+	u := l.List.ResolveReference(rel)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
 		return nil, err
@@ -104,12 +122,20 @@ func (l *Lore) get(ctx context.Context, ref string) (*http.Response, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fetching %s: %w", u, err)
 	}
+	if resp.StatusCode == http.StatusNotFound {
+		resp.Body.Close()
+		return nil, &notFound{u.String()}
+	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
 		return nil, fmt.Errorf("fetching %s: %s", u, resp.Status)
 	}
 	return resp, nil
 }
+
+type notFound struct{ url string }
+
+func (e *notFound) Error() string { return "fetching " + e.url + ": 404 Not Found" }
 
 func (l *Lore) pollThread(ctx context.Context, fn func(*Message, string) error) error {
 	resp, err := l.get(ctx, url.PathEscape(l.MessageID)+"/t.mbox.gz")
@@ -121,7 +147,9 @@ func (l *Lore) pollThread(ctx context.Context, fn func(*Message, string) error) 
 	if err != nil {
 		return fmt.Errorf("reading thread %s: %w", l.MessageID, err)
 	}
-	return ReadMbox(zr, func(raw []byte, off int64) error {
+	// A whole thread, decompressed, is bounded too: a small gzip can
+	// inflate without end.
+	return ReadMbox(io.LimitReader(zr, 1<<30), func(raw []byte, off int64) error {
 		m, err := ParseBytes(raw)
 		if err != nil {
 			logOr(l.Logger).Warn("skipping mail that cannot be parsed", "thread", l.MessageID, "offset", off, "err", err)
@@ -141,35 +169,136 @@ type atomFeed struct {
 	} `xml:"entry"`
 }
 
+// feedEntry is one Atom entry: public-inbox's <updated> is the time the
+// archive received the mail (its Received: header, else Date:), the same
+// time new.atom sorts by and rt: searches.
 type feedEntry struct {
 	updated time.Time
 	link    string
+	key     string // the Message-ID in the link
 }
 
-// feedCursor is "RFC3339 time|link" of the newest entry delivered; entries
-// that sort after it are new.
-func (e feedEntry) cursor() string { return e.updated.UTC().Format(time.RFC3339Nano) + "|" + e.link }
+const loreCursorPrefix = "lore1:"
 
-func (e feedEntry) after(cur string) bool {
-	if cur == "" {
-		return true
-	}
-	ts, link, _ := strings.Cut(cur, "|")
-	t, err := time.Parse(time.RFC3339Nano, ts)
-	if err != nil {
-		return true
-	}
-	if !e.updated.Equal(t) {
-		return e.updated.After(t)
-	}
-	return e.link > link
-}
+// searchPage is public-inbox's page size for search results.
+const searchPage = 200
 
 func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
-	resp, err := l.get(ctx, "new.atom")
+	window := l.SeenWindow
+	if window == 0 {
+		window = time.Hour
+	}
+	set := newSeenSet(loreCursorPrefix, window, l.SeenMax)
+	ok, err := set.parse(cur)
+	if err != nil {
+		return cur, fmt.Errorf("lore cursor: %w", err)
+	}
+	seen := set.seen
+	if !ok && cur != "" {
+		// An older patchbot's "RFC3339 time|link" of the newest entry.
+		ts, link, _ := strings.Cut(cur, "|")
+		t, err := time.Parse(time.RFC3339Nano, ts)
+		if err != nil {
+			return cur, fmt.Errorf("lore cursor %q is damaged", cur)
+		}
+		set.low = t.Unix()
+		seen = func(u int64, key string) bool {
+			return u < t.Unix() || u == t.Unix() && key <= linkKey(link)
+		}
+	}
+	entries, err := l.feed(ctx, "new.atom")
 	if err != nil {
 		return cur, err
 	}
+	byKey := map[string]feedEntry{}
+	gap := len(entries) > 0 && cur != ""
+	for _, e := range entries {
+		if seen(e.updated.Unix(), e.key) {
+			gap = false // the feed reaches back to what we have
+			continue
+		}
+		byKey[e.key] = e
+	}
+	if gap {
+		// Everything the feed shows is new: more may have come than it
+		// shows. Page back through a search of what was received since.
+		logOr(l.Logger).Info("more new mail than the list feed shows; paging back through the archive",
+			"list", l.List.String(), "since", time.Unix(set.low, 0).UTC())
+		for o := 0; ; o += searchPage {
+			q := url.Values{"q": {fmt.Sprintf("rt:%d..", set.low)}, "x": {"A"}, "o": {strconv.Itoa(o)}}
+			page, err := l.feed(ctx, "?"+q.Encode())
+			if err != nil {
+				if ctx.Err() != nil {
+					return cur, err
+				}
+				// An archive without search: deliver what the feed has
+				// rather than stall on every Poll, and say what may be lost.
+				logOr(l.Logger).Error("cannot page back through the archive; mail received since may be missed",
+					"list", l.List.String(), "since", time.Unix(set.low, 0).UTC(), "err", err)
+				break
+			}
+			for _, e := range page {
+				if !seen(e.updated.Unix(), e.key) {
+					byKey[e.key] = e
+				}
+			}
+			if len(page) < searchPage {
+				break
+			}
+			if o >= l.maxBacklog() {
+				logOr(l.Logger).Warn("stopped paging back through the archive", "list", l.List.String(), "entries", o+len(page))
+				break
+			}
+		}
+	}
+	fresh := make([]feedEntry, 0, len(byKey))
+	for _, e := range byKey {
+		fresh = append(fresh, e)
+	}
+	sort.Slice(fresh, func(i, j int) bool {
+		if !fresh[i].updated.Equal(fresh[j].updated) {
+			return fresh[i].updated.Before(fresh[j].updated)
+		}
+		return fresh[i].key < fresh[j].key
+	})
+	for _, e := range fresh {
+		raw, err := l.raw(ctx, e.link)
+		if err != nil {
+			return cur, err
+		}
+		set.add(e.updated.Unix(), e.key)
+		cur = set.String()
+		m, err := ParseBytes(raw)
+		if err != nil {
+			logOr(l.Logger).Warn("skipping mail that cannot be parsed", "link", e.link, "err", err)
+			continue
+		}
+		if err := fn(m, cur); err != nil {
+			return cur, err
+		}
+	}
+	return cur, nil
+}
+
+func (l *Lore) maxBacklog() int {
+	if l.MaxBacklog > 0 {
+		return l.MaxBacklog
+	}
+	return 100000
+}
+
+// feed reads an Atom feed: new.atom, or a search's "?q=...&x=A". A search
+// without results answers 404: no entries.
+func (l *Lore) feed(ctx context.Context, ref string) ([]feedEntry, error) {
+	resp, err := l.get(ctx, ref)
+	if err != nil {
+		var nf *notFound
+		if strings.HasPrefix(ref, "?") && errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
 	var feed atomFeed
 	dec := xml.NewDecoder(io.LimitReader(resp.Body, 64<<20))
 	// public-inbox declares us-ascii (non-ASCII is escaped as entities).
@@ -180,12 +309,10 @@ func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, strin
 		}
 		return nil, fmt.Errorf("Atom feed in unsupported charset %q", charset)
 	}
-	err = dec.Decode(&feed)
-	resp.Body.Close()
-	if err != nil {
-		return cur, fmt.Errorf("reading Atom feed of %s: %w", l.List, err)
+	if err := dec.Decode(&feed); err != nil {
+		return nil, fmt.Errorf("reading Atom feed %s of %s: %w", ref, l.List, err)
 	}
-	var entries []feedEntry
+	var out []feedEntry
 	for _, e := range feed.Entries {
 		if len(e.Links) == 0 {
 			continue
@@ -195,40 +322,47 @@ func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, strin
 			logOr(l.Logger).Warn("Atom entry with a bad updated time", "updated", e.Updated, "err", err)
 			continue
 		}
-		fe := feedEntry{t, e.Links[0].Href}
-		if fe.after(cur) {
-			entries = append(entries, fe)
-		}
+		link := e.Links[0].Href
+		out = append(out, feedEntry{t, link, linkKey(link)})
 	}
-	sort.Slice(entries, func(i, j int) bool {
-		if !entries[i].updated.Equal(entries[j].updated) {
-			return entries[i].updated.Before(entries[j].updated)
+	return out, nil
+}
+
+// linkKey is the Message-ID of a message link ".../list/<msgid>/"), so that
+// the feed's and a search's links for one mail are one key.
+func linkKey(link string) string {
+	u, err := url.Parse(link)
+	if err != nil {
+		return link
+	}
+	p := strings.TrimSuffix(u.EscapedPath(), "/")
+	seg := p[strings.LastIndexByte(p, '/')+1:]
+	if id, err := url.PathUnescape(seg); err == nil && id != "" {
+		return id
+	}
+	return link
+}
+
+// raw fetches one message from the list, by the Message-ID in the feed's
+// link: the link's own host is not trusted (nor needed: behind a proxy it
+// may name another). public-inbox serves /raw in mboxrd form: a
+// "From mboxrd@z ..." line first, and ">From " lines quoted.
+func (l *Lore) raw(ctx context.Context, link string) ([]byte, error) {
+	link = url.PathEscape(linkKey(link)) + "/"
+	resp, err := l.get(ctx, link+"raw")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var raw []byte
+	err = ReadMbox(io.LimitReader(resp.Body, DefaultLimits.MaxSize+64<<10), func(b []byte, _ int64) error {
+		if raw == nil {
+			raw = b
 		}
-		return entries[i].link < entries[j].link
+		return nil
 	})
-	for _, e := range entries {
-		link := e.link
-		if !strings.HasSuffix(link, "/") {
-			link += "/"
-		}
-		resp, err := l.get(ctx, link+"raw")
-		if err != nil {
-			return cur, err
-		}
-		raw, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-		resp.Body.Close()
-		if err != nil {
-			return cur, fmt.Errorf("reading %sraw: %w", link, err)
-		}
-		cur = e.cursor()
-		m, err := ParseBytes(raw)
-		if err != nil {
-			logOr(l.Logger).Warn("skipping mail that cannot be parsed", "link", link, "err", err)
-			continue
-		}
-		if err := fn(m, cur); err != nil {
-			return cur, err
-		}
+	if err != nil {
+		return nil, fmt.Errorf("reading %sraw: %w", link, err)
 	}
-	return cur, nil
+	return raw, nil
 }

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/mailbox/loretest"
 )
 
 // loreArchive lays out fixture mail the way public-inbox serves it:
@@ -174,5 +176,167 @@ func TestNewLore(t *testing.T) {
 		if err == nil && (l.List.String() != tt.list || l.MessageID != tt.msgid) {
 			t.Errorf("NewLore(%q) = %s %q, want %s %q", tt.url, l.List, l.MessageID, tt.list, tt.msgid)
 		}
+	}
+}
+
+// deliverFixture delivers every mail of an mbox fixture, in order, to a
+// real public-inbox.
+func deliverFixture(t *testing.T, srv *loretest.Server, path string) []*Message {
+	t.Helper()
+	msgs := readFixture(t, path)
+	for _, m := range msgs {
+		srv.Deliver(t, m.Raw)
+	}
+	return msgs
+}
+
+// TestLorePublicInboxThread reads a thread by Message-ID from a real
+// public-inbox-httpd.
+func TestLorePublicInboxThread(t *testing.T) {
+	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@example.org")
+	msgs := deliverFixture(t, srv, "../testdata/mbox/squashfs-thundering-herd.mbox")
+	// Any message of the thread finds the whole thread; lore's URL forms.
+	for _, u := range []string{srv.MessageURL(msgs[2].MessageID), srv.MessageURL(msgs[0].MessageID) + "T/#u"} {
+		src, err := NewLore(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Collect(t.Context(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		series := Assemble(got)
+		if len(got) != 3 || len(series) != 1 || len(series[0].Patches) != 1 ||
+			series[0].Patches[0].MessageID != msgs[0].MessageID ||
+			!reflect.DeepEqual(series[0].Patches[0].Files, []string{"fs/squashfs/cache.c"}) {
+			t.Fatalf("%s: %d mails, series %+v", u, len(got), series)
+		}
+	}
+	missing, _ := NewLore(srv.MessageURL("nonexistent@example.org"))
+	if _, err := Collect(t.Context(), missing); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("unknown thread: error %v, want a 404", err)
+	}
+}
+
+// TestLorePublicInboxFeed watches a list's new mail on a real
+// public-inbox-httpd, whose /raw is mboxrd ("From mboxrd@z" first).
+func TestLorePublicInboxFeed(t *testing.T) {
+	srv := loretest.Start(t, "linux-demo", "linux-demo@example.org")
+	msgs := readFixture(t, "../testdata/mailbox/reroll.mbox")
+	for _, m := range msgs[:5] {
+		srv.Deliver(t, m.Raw)
+	}
+	src, err := NewLore(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []*Message
+	poll := func(cur string) string {
+		t.Helper()
+		got = nil
+		next, err := src.Poll(t.Context(), cur, func(m *Message, _ string) error {
+			got = append(got, m)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+	ids := func() []string {
+		var out []string
+		for _, m := range got {
+			out = append(out, m.MessageID)
+		}
+		return out
+	}
+	cur := poll("")
+	if len(got) != 5 {
+		t.Fatalf("first poll: %v", ids())
+	}
+	for i, m := range got {
+		if m.Subject != msgs[i].Subject || m.Body != msgs[i].Body {
+			t.Errorf("mail %d came back changed: %q\n%q", i, m.Subject, m.Body)
+		}
+	}
+	if poll(cur); len(got) != 0 {
+		t.Fatalf("nothing new, got %v", ids())
+	}
+	// A body line starting "From " survives mboxrd quoting.
+	fromLine := []byte("From: Eve <eve@example.org>\nTo: linux-demo@example.org\nSubject: a line\n" +
+		"Date: Mon, 9 Nov 2026 10:00:00 +0000\nMessage-ID: <from/line+1:2@example.org>\n\nFirst\nFrom here on it is quoted.\n>From this too.\n")
+	srv.Deliver(t, fromLine)
+	for _, m := range msgs[5:9] {
+		srv.Deliver(t, m.Raw)
+	}
+	cur = poll(cur)
+	want := []string{"from/line+1:2@example.org", "v2-0@demo.example", "v2-1@demo.example", "v2-2@demo.example", "v2-3@demo.example"}
+	if !reflect.DeepEqual(ids(), want) {
+		t.Fatalf("second poll: %v, want %v", ids(), want)
+	}
+	if b := got[0].Body; b != "First\nFrom here on it is quoted.\n>From this too.\n" {
+		t.Errorf("From lines: %q", b)
+	}
+	// A Message-ID with '/', '+' and ':' reads as a thread too.
+	th, err := NewLore(srv.MessageURL("from/line+1:2@example.org"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs, err := Collect(t.Context(), th); err != nil || len(msgs) != 1 || msgs[0].MessageID != "from/line+1:2@example.org" {
+		t.Fatalf("thread of an odd Message-ID: %v, %v", msgs, err)
+	}
+	if poll(cur); len(got) != 0 {
+		t.Fatalf("nothing new, got %v", ids())
+	}
+}
+
+// TestLorePublicInboxBurst: far more mail arrives between two polls than
+// the Atom feed shows; every mail is delivered, once.
+func TestLorePublicInboxBurst(t *testing.T) {
+	srv := loretest.Start(t, "linux-burst", "linux-burst@example.org")
+	mk := func(i int, date string) []byte {
+		return []byte(fmt.Sprintf("From: Dev %d <dev%d@example.org>\nTo: linux-burst@example.org\n"+
+			"Subject: [PATCH] burst: change %d\nDate: %s\nMessage-ID: <burst-%d@example.org>\n\nchange %d\n", i%7, i%7, i, date, i, i))
+	}
+	srv.Deliver(t, mk(0, "Tue, 1 Dec 2026 09:00:00 +0000"))
+	src, err := NewLore(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := src.Poll(t.Context(), "", func(*Message, string) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var raws [][]byte
+	for i := 1; i <= n; i++ {
+		// 20 mails a second: many share a received time.
+		raws = append(raws, mk(i, fmt.Sprintf("Tue, 1 Dec 2026 09:00:%02d +0000", 1+i/20)))
+	}
+	srv.DeliverMany(t, raws)
+	seen := map[string]int{}
+	cur, err = src.Poll(t.Context(), cur, func(m *Message, _ string) error {
+		seen[m.MessageID]++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dups := 0
+	for _, c := range seen {
+		dups += c - 1
+	}
+	for i := 1; i <= n; i++ {
+		if seen[fmt.Sprintf("burst-%d@example.org", i)] == 0 {
+			t.Errorf("burst-%d never arrived", i)
+		}
+	}
+	t.Logf("burst: delivered %d, seen %d, duplicates %d, cursor %d bytes", n, len(seen), dups, len(cur))
+	if len(seen) != n || dups != 0 {
+		t.Fatalf("delivered %d, seen %d distinct, %d duplicates", n, len(seen), dups)
+	}
+	again := 0
+	if _, err := src.Poll(t.Context(), cur, func(*Message, string) error { again++; return nil }); err != nil || again != 0 {
+		t.Fatalf("poll after the burst: %d mails, %v", again, err)
 	}
 }

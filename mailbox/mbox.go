@@ -69,7 +69,11 @@ func ReadMbox(r io.Reader, fn func(raw []byte, offset int64) error) error {
 					started, curStart = true, offset
 					cur = make([]byte, 0, sizeHint)
 				}
-				cur = append(cur, unescapeFrom(line)...)
+				if int64(len(cur)) <= DefaultLimits.MaxSize {
+					// Past the limit the rest is dropped: ParseBytes
+					// refuses the mail for its size, with no more memory.
+					cur = append(cur, unescapeFrom(line)...)
+				}
 			}
 			offset += int64(len(line))
 			prevNL = len(bytes.TrimRight(line, "\r\n")) == 0

@@ -71,7 +71,20 @@ func Parse(r io.Reader) (*Message, error) {
 var readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
 
 // ParseBytes is Parse for a mail already in memory; m.Raw aliases raw.
-func ParseBytes(raw []byte) (*Message, error) {
+//
+// A mail over DefaultLimits is refused with a *LimitError before it costs
+// more than a scan.
+func ParseBytes(raw []byte) (m *Message, err error) {
+	if err := DefaultLimits.check(raw); err != nil {
+		return nil, err
+	}
+	defer func() {
+		// A parser bug met by hostile mail is that mail's error, not the
+		// daemon's end.
+		if r := recover(); r != nil {
+			m, err = nil, fmt.Errorf("parsing mail: internal error: %v", r)
+		}
+	}()
 	src := bytes.NewReader(raw)
 	br := readers.Get().(*bufio.Reader)
 	br.Reset(src)
@@ -85,15 +98,22 @@ func ParseBytes(raw []byte) (*Message, error) {
 		return nil, ErrNotMail
 	}
 	header := message.Header{Header: th}
-	m := &Message{Raw: raw}
+	m = &Message{Raw: raw}
 	m.readHeader(gomail.Header{Header: header})
 	bodyStart := len(raw) - src.Len() - br.Buffered()
 	if !m.readPlainBody(header, raw[bodyStart:]) {
+		if mt, params, _ := header.ContentType(); strings.HasPrefix(mt, "multipart/") {
+			if err := DefaultLimits.checkParts(raw[bodyStart:], params["boundary"]); err != nil {
+				return nil, err
+			}
+		}
 		ent, err := message.New(header, br)
 		if ent == nil {
 			return nil, fmt.Errorf("parsing mail body: %w", err)
 		}
-		m.readBody(ent, err)
+		if err := m.readBody(ent, err); err != nil {
+			return nil, err
+		}
 	}
 	m.Author = m.From
 	if f := inBodyFrom(m.Body); f != "" {
@@ -172,20 +192,35 @@ func (m *Message) readPlainBody(h message.Header, body []byte) bool {
 }
 
 // readBody walks the MIME tree: text/plain parts that are not attachments
-// make up Body; the first patch-looking attachment becomes Diff.
-func (m *Message) readBody(ent *message.Entity, rootErr error) {
+// make up Body; the first patch-looking attachment becomes Diff. Only a
+// nesting deeper than DefaultLimits.MaxDepth is an error; a broken part
+// is a warning.
+func (m *Message) readBody(ent *message.Entity, rootErr error) error {
 	var body strings.Builder
 	var attached string
-	err := ent.Walk(func(path []int, part *message.Entity, err error) error {
-		if len(path) == 0 && err == nil {
-			err = rootErr // Walk does not repeat the top-level soft error
-		}
+	var walk func(path []int, part *message.Entity, err error) error
+	walk = func(path []int, part *message.Entity, err error) error {
 		if err != nil && !message.IsUnknownCharset(err) && !message.IsUnknownEncoding(err) {
 			m.warn("part %v: %v", path, err)
 			return nil
 		}
-		if part.MultipartReader() != nil {
-			return nil
+		if mr := part.MultipartReader(); mr != nil {
+			if len(path) >= DefaultLimits.MaxDepth {
+				return &LimitError{Limit: "MIME depth", Max: int64(DefaultLimits.MaxDepth), Got: int64(len(path) + 1)}
+			}
+			for i := 0; ; i++ {
+				p, err := mr.NextPart()
+				if err == io.EOF {
+					return nil
+				}
+				if p == nil {
+					m.warn("part %v: %v", append(path, i), err)
+					return nil
+				}
+				if err := walk(append(path[:len(path):len(path)], i), p, err); err != nil {
+					return err
+				}
+			}
 		}
 		mediaType, params, _ := part.Header.ContentType()
 		if mediaType == "" {
@@ -222,9 +257,9 @@ func (m *Message) readBody(ent *message.Entity, rootErr error) {
 			body.Write(text)
 		}
 		return nil
-	})
-	if err != nil {
-		m.warn("walking MIME parts: %v", err)
+	}
+	if err := walk(nil, ent, rootErr); err != nil {
+		return err
 	}
 	m.Body = strings.ReplaceAll(body.String(), "\r\n", "\n")
 	m.Diff = findDiff(m.Body)
@@ -234,6 +269,7 @@ func (m *Message) readBody(ent *message.Entity, rootErr error) {
 			m.Diff, m.DiffAttached = d, true
 		}
 	}
+	return nil
 }
 
 // fromLatin1 turns ISO-8859-1 and Windows-1252 text into UTF-8 (the two

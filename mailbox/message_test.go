@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParse(t *testing.T) {
@@ -208,6 +210,64 @@ func TestMboxSourceCursor(t *testing.T) {
 	}
 }
 
+// TestMboxHalfWritten: the last mail of an mbox that is being appended to
+// is not delivered until it is whole.
+func TestMboxHalfWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "list.mbox")
+	var whole bytes.Buffer
+	WriteMboxEntry(&whole, testMail(1))
+	WriteMboxEntry(&whole, testMail(2))
+	full := whole.Bytes()
+	cut := bytes.Index(full, []byte("body 2")) // mid-way through mail 2
+	src := &Mbox{Path: path, QuietPeriod: time.Hour}
+	os.WriteFile(path, full[:cut], 0o644)
+	ids, cur := pollAll(t, src, "")
+	if !reflect.DeepEqual(ids, []string{"imap-1@demo.example"}) {
+		t.Fatalf("half-written mbox: %v", ids)
+	}
+	// The writer finishes: the mail comes whole, once.
+	os.WriteFile(path, full, 0o644)
+	ids, cur = pollAll(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"imap-2@demo.example"}) {
+		t.Fatalf("after the write: %v", ids)
+	}
+	if ids, _ := pollAll(t, src, cur); len(ids) != 0 {
+		t.Fatalf("nothing new, got %v", ids)
+	}
+	// Whole but locked by a writer (flock, or a dot-lock): held back.
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := pollAll(t, src, ""); len(ids) != 1 {
+		t.Fatalf("locked: %v", ids)
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	os.WriteFile(path+".lock", nil, 0o644)
+	if ids, _ := pollAll(t, src, ""); len(ids) != 1 {
+		t.Fatalf("dot-locked: %v", ids)
+	}
+	os.Remove(path + ".lock")
+	if ids, _ := pollAll(t, src, ""); len(ids) != 2 {
+		t.Fatalf("unlocked: %v", ids)
+	}
+	// A file without the closing blank line is complete once it has been
+	// quiet for the period (a hand-made mbox, a bare .eml).
+	os.WriteFile(path, bytes.TrimSuffix(full, []byte("\n")), 0o644)
+	if ids, _ := pollAll(t, &Mbox{Path: path, QuietPeriod: time.Hour}, ""); len(ids) != 1 {
+		t.Fatalf("just written, no blank line: %v", ids)
+	}
+	old := time.Now().Add(-time.Minute)
+	os.Chtimes(path, old, old)
+	if ids, _ := pollAll(t, &Mbox{Path: path, QuietPeriod: time.Second}, ""); len(ids) != 2 {
+		t.Fatalf("quiet, no blank line: %v", ids)
+	}
+}
+
 func TestMaildirSource(t *testing.T) {
 	dir := t.TempDir()
 	for _, d := range []string{"cur", "new", "tmp"} {
@@ -218,15 +278,65 @@ func TestMaildirSource(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "new", "1700000003.M3P1.host"), testMail(3), 0o644)
 	src := &Maildir{Dir: dir}
 	ids, cur := pollAll(t, src, "")
-	if !reflect.DeepEqual(ids, []string{"imap-1@demo.example", "imap-3@demo.example"}) || cur != "1700000003.M3P1.host" {
+	if !reflect.DeepEqual(ids, []string{"imap-1@demo.example", "imap-3@demo.example"}) {
 		t.Fatalf("got %v cursor %q", ids, cur)
 	}
 	os.WriteFile(filepath.Join(dir, "new", "1700000004.M4P1.host"), testMail(4), 0o644)
-	if ids, _ := pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{"imap-4@demo.example"}) {
+	ids, cur = pollAll(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"imap-4@demo.example"}) {
 		t.Fatalf("after delivery: %v", ids)
+	}
+	// Later mails whose names sort before the newest one: the same second
+	// with a smaller counter ("M10" < "M4"), and one moved in from another
+	// folder an hour older. Moving a read mail from new/ to cur/ (a mail
+	// reader marking it) does not deliver it again.
+	os.WriteFile(filepath.Join(dir, "new", "1700000004.M10P1.host"), testMail(5), 0o644)
+	os.WriteFile(filepath.Join(dir, "new", "1699996400.M1P9.other"), testMail(6), 0o644)
+	os.Rename(filepath.Join(dir, "new", "1700000004.M4P1.host"), filepath.Join(dir, "cur", "1700000004.M4P1.host:2,S"))
+	ids, cur = pollAll(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"imap-6@demo.example", "imap-5@demo.example"}) {
+		t.Fatalf("late mails with smaller names: %v", ids)
+	}
+	if ids, _ := pollAll(t, src, cur); len(ids) != 0 {
+		t.Fatalf("nothing new, got %v", ids)
+	}
+	// A cursor of an older patchbot (the last name delivered) still works.
+	if ids, _ := pollAll(t, src, "1700000003.M3P1.host"); !reflect.DeepEqual(ids, []string{"imap-5@demo.example", "imap-4@demo.example"}) {
+		t.Fatalf("from a legacy cursor: %v", ids)
 	}
 	if _, err := (&Maildir{Dir: t.TempDir()}).Poll(context.Background(), "", nil); err == nil {
 		t.Fatal("an empty directory read as a Maildir")
+	}
+}
+
+// TestMaildirSeenBounded: the cursor stays small however many mails the
+// Maildir holds, and a mail older than the window is taken as seen.
+func TestMaildirSeenBounded(t *testing.T) {
+	dir := t.TempDir()
+	for _, d := range []string{"cur", "new", "tmp"} {
+		os.MkdirAll(filepath.Join(dir, d), 0o755)
+	}
+	for i := range 300 {
+		// One mail a minute for five hours.
+		os.WriteFile(filepath.Join(dir, "new", fmt.Sprintf("%d.M%dP1.host", 1700000000+60*i, i)), testMail(i), 0o644)
+	}
+	src := &Maildir{Dir: dir, SeenWindow: time.Hour, SeenMax: 50}
+	ids, cur := pollAll(t, src, "")
+	if len(ids) != 300 {
+		t.Fatalf("delivered %d of 300", len(ids))
+	}
+	if len(cur) > 50*16+64 {
+		t.Fatalf("cursor of %d bytes for at most 50 names", len(cur))
+	}
+	if ids, _ := pollAll(t, src, cur); len(ids) != 0 {
+		t.Fatalf("nothing new, got %d", len(ids))
+	}
+	// Within the window but before the kept set: the cap moved the low
+	// mark up, and a newcomer below it is taken as seen (documented).
+	os.WriteFile(filepath.Join(dir, "new", "1700000000.M999P1.late"), testMail(999), 0o644)
+	os.WriteFile(filepath.Join(dir, "new", fmt.Sprintf("%d.M999P1.late", 1700000000+60*299)), testMail(1000), 0o644)
+	if ids, _ := pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{"imap-1000@demo.example"}) {
+		t.Fatalf("late mails: %v", ids)
 	}
 }
 
@@ -243,9 +353,9 @@ func TestParseCommands(t *testing.T) {
 		{"> #patchbot test\nquoted, not for us\n", nil},
 		{"#patchbotty test\n", nil},
 		{"#patchbot frobnicate\n", []Command{{Name: "frobnicate", Line: "#patchbot frobnicate",
-			Err: `unknown command "frobnicate" (known: test, help)`}}},
+			Err: `unknown command "frobnicate" (known: test, help, stop)`}}},
 		{"#patchbot test colour=red\n", []Command{{Name: "test", Line: "#patchbot test colour=red",
-			Err: `unknown option "colour=red" (only profile=P is known)`}}},
+			Err: `unknown option "colour=red" (known: profile=P, base=TREE|COMMIT, patches=M-N)`}}},
 		{"#patchbot\n", []Command{{Line: "#patchbot", Err: `no command after #patchbot (try "#patchbot help")`}}},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -173,4 +175,40 @@ func Choose(all []*Series, version int) (*Series, []string, error) {
 			newest.Version, indexList(newest.Missing), best.Version))
 	}
 	return best, notes, nil
+}
+
+// ParseIMAPURL reads imap://user[:password]@host:port/MAILBOX (imaps://
+// for TLS; the port defaults to 143 or 993). The password, if the URL has
+// one, is returned apart: a caller that takes URLs from a command line
+// refuses it, since every user of the machine can read a command line.
+func ParseIMAPURL(raw string) (c *IMAPConfig, password string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, "", fmt.Errorf("parsing IMAP URL: %w", err)
+	}
+	c = &IMAPConfig{}
+	switch u.Scheme {
+	case "imap":
+	case "imaps":
+		c.TLS = true
+	default:
+		return nil, "", fmt.Errorf("IMAP URL %q: scheme must be imap or imaps", raw)
+	}
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		return nil, "", fmt.Errorf("IMAP URL %q has no host", raw)
+	}
+	if port == "" {
+		port = "143"
+		if c.TLS {
+			port = "993"
+		}
+	}
+	c.Addr = net.JoinHostPort(host, port)
+	if u.User != nil {
+		c.User = u.User.Username()
+		password, _ = u.User.Password()
+	}
+	c.Mailbox = strings.Trim(u.Path, "/")
+	return c, password, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,38 @@ func TestReadSecret(t *testing.T) {
 	os.Chmod(p, 0o644)
 	if _, err := ReadSecret(p); err == nil || !strings.Contains(err.Error(), "readable by others") {
 		t.Errorf("ReadSecret of a 0644 file: %v", err)
+	}
+}
+
+// TestChooseVersions: with every version assembled, -v N picks N, and by
+// default the newest complete version wins over a newer incomplete one.
+func TestChooseVersions(t *testing.T) {
+	msgs := readFixture(t, "../testdata/mailbox/reroll.mbox")
+	all := AssembleVersions(msgs)
+	var vs []int
+	for _, s := range all {
+		vs = append(vs, s.Version)
+	}
+	if !reflect.DeepEqual(vs, []int{1, 2}) {
+		t.Fatalf("versions %v", vs)
+	}
+	if s, notes, err := Choose(all, 1); err != nil || s.Version != 1 || len(notes) != 0 || s.Patches[0].MessageID != "v1-1@demo.example" {
+		t.Fatalf("-v 1: %v %v %v", s, notes, err)
+	}
+	if s, _, err := Choose(all, 0); err != nil || s.Version != 2 {
+		t.Fatalf("default: %v %v", s, err)
+	}
+	var partial []*Message
+	for _, m := range msgs {
+		if m.MessageID != "v2-3@demo.example" {
+			partial = append(partial, m)
+		}
+	}
+	s, notes, err := Choose(AssembleVersions(partial), 0)
+	if err != nil || s.Version != 1 || len(notes) != 1 || !strings.Contains(notes[0], "v2 is incomplete (missing patch 3)") {
+		t.Fatalf("v2 incomplete: %v %q %v", s, notes, err)
+	}
+	if _, _, err := Choose(AssembleVersions(partial), 2); err == nil || !strings.Contains(err.Error(), "missing patch 3") {
+		t.Fatalf("-v 2 incomplete: %v", err)
 	}
 }

@@ -7,9 +7,12 @@ import (
 	"io"
 	"mime"
 	"net/mail"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+	"unicode"
 )
 
 // Series is one posted version of a patch series, as b4 would apply it.
@@ -32,8 +35,8 @@ type Series struct {
 	Base     string    // base-commit given in the cover letter or a patch, if any
 	// ThreadID is the Message-ID that starts the thread the series lives in.
 	ThreadID string
-	// CoverTrailers were given in replies to the cover letter; b4 -t would
-	// apply them to every patch.
+	// CoverTrailers were given in replies to the cover letter. As b4 am
+	// (0.13 and later) does, they are also in every patch's Trailers.
 	CoverTrailers []Trailer
 	// PartialReroll: some patches come from an earlier version, because the
 	// newest version resent only the changed ones.
@@ -50,7 +53,12 @@ type Patch struct {
 	Trailers  []Trailer `json:"trailers"`
 	// Version differs from the series' version when a partial reroll took
 	// this patch from an earlier version.
-	Version int      `json:"version"`
+	Version int `json:"version"`
+	// Corrupt says why the diff cannot apply as it stands (a malformed
+	// hunk header, hunk lines that do not match its counts), or is empty.
+	// Such a patch stays in the series: it did arrive, and the author is
+	// to be told it does not apply, and why.
+	Corrupt string   `json:"corrupt,omitempty"`
 	Diff    string   `json:"-"`
 	Raw     []byte   `json:"-"` // a mail git am accepts, follow-up trailers included
 	Message *Message `json:"-"`
@@ -81,6 +89,10 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 	if patches == nil {
 		patches = []*Patch{}
 	}
+	coverTrailers := s.CoverTrailers
+	if coverTrailers == nil {
+		coverTrailers = []Trailer{}
+	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false) // keep "Name <addr>" readable
@@ -99,9 +111,69 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 		To       []string `json:"to,omitempty"`
 		Cc       []string `json:"cc,omitempty"`
 		Base     string   `json:"base_commit,omitempty"`
+		// Also in each patch's trailers, as b4 am applies them.
+		CoverTrailers []Trailer `json:"cover_trailers"`
 	}{s.Subject, s.Title, s.Version, s.Total, s.Complete, missing, cover, patches,
-		s.Reason, s.Author, s.ThreadID, s.To, s.Cc, s.Base})
+		s.Reason, s.Author, s.ThreadID, s.To, s.Cc, s.Base, coverTrailers})
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), err
+}
+
+// AmName is the file name b4 am -o gives the series' mbox:
+// [vN_]YYYYMMDD_local_title.mbx, from the date and sender of the cover
+// letter (else of the first patch), the local part of the sender's
+// address and the title, every run of other than letters, digits and
+// '_' made one '_', lower case, at most 100 characters before ".mbx".
+func (s *Series) AmName() string {
+	head := s.Cover
+	if head == nil && len(s.Patches) > 0 {
+		head = s.Patches[0].Message
+	}
+	if head == nil {
+		return "undefined.mbx"
+	}
+	local, _, _ := strings.Cut(AddrOf(head.From), "@")
+	date := head.Date
+	if date.IsZero() {
+		date = time.Now()
+	}
+	var b strings.Builder
+	gap := false
+	for _, r := range date.Format("20060102") + "_" + local + "_" + ParseSubject(head.Subject).Title {
+		if r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) {
+			if gap && b.Len() > 0 {
+				b.WriteByte('_')
+			}
+			gap = false
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		gap = true
+	}
+	slug := strings.Trim(b.String(), "_")
+	if s.Version != 1 {
+		slug = fmt.Sprintf("v%d_%s", s.Version, slug)
+	}
+	if r := []rune(slug); len(r) > 100 {
+		slug = string(r[:100])
+	}
+	return slug + ".mbx"
+}
+
+// WriteAmFile writes the am-ready mbox (trailers applied, as b4 am -o
+// does) into dir, made if need be, as AmName, and returns its path.
+func (s *Series) WriteAmFile(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("writing the series mbox: %w", err)
+	}
+	path := filepath.Join(dir, s.AmName())
+	var buf bytes.Buffer
+	if err := s.WriteMbox(&buf); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return "", fmt.Errorf("writing the series mbox: %w", err)
+	}
+	return path, nil
 }
 
 // Files lists every file the series touches, sorted, each once.

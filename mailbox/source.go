@@ -76,11 +76,18 @@ func logOr(l *slog.Logger) *slog.Logger {
 // Mbox reads an mbox file (mboxo or mboxrd). The cursor is the byte offset
 // just past the last message read, so a file that grows is read on from
 // there; a file shorter than the cursor (replaced) is read from the start.
-// The last mail is taken as complete at the end of the file: append whole
-// mails (write, then rename, or lock) if a writer shares the file.
+//
+// The last mail of a file that is being appended to may be half written,
+// so it is held back (the cursor stays before it, and the next Poll reads
+// it whole) while a writer holds an fcntl lock on the file or its
+// PATH.lock dot-lock exists, while the file grows under the read, and
+// while the file does not end with the blank line that closes an mbox
+// entry and was modified less than QuietPeriod ago.
 type Mbox struct {
 	Path   string // "-" reads standard input (the cursor is then ignored)
 	Logger *slog.Logger
+	// QuietPeriod: 0 means 2 seconds.
+	QuietPeriod time.Duration
 }
 
 var _ Source = (*Mbox)(nil)
@@ -88,6 +95,7 @@ var _ Source = (*Mbox)(nil)
 func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
 	var r io.Reader
 	var start int64
+	var file *os.File
 	if s.Path == "-" {
 		r = os.Stdin
 	} else {
@@ -96,6 +104,7 @@ func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 			return cur, fmt.Errorf("opening mbox: %w", err)
 		}
 		defer f.Close()
+		file = f
 		if cur != "" {
 			start, err = strconv.ParseInt(cur, 10, 64)
 			if err != nil || start < 0 {
@@ -147,7 +156,46 @@ func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 	if err != nil {
 		return pos, err
 	}
+	if pending != nil && file != nil {
+		if why := s.unfinished(file, start+cr.n); why != "" {
+			logOr(s.Logger).Debug("holding back the last mail of the mbox until it is complete",
+				"mbox", s.Path, "offset", pendingOff, "why", why)
+			return pos, nil
+		}
+	}
 	return pos, deliver(start + cr.n)
+}
+
+// unfinished says why the mail ending at end (the end of what was read)
+// may still be being written, or "" if it is complete.
+func (s *Mbox) unfinished(f *os.File, end int64) string {
+	if writeLocked(f) {
+		return "a writer holds a lock on the file"
+	}
+	if _, err := os.Stat(s.Path + ".lock"); err == nil {
+		return "the dot-lock " + s.Path + ".lock exists"
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	if st.Size() != end {
+		return "the file grew while it was read"
+	}
+	tail := make([]byte, 2)
+	if end >= 2 {
+		if _, err := f.ReadAt(tail, end-2); err == nil && string(tail) == "\n\n" {
+			return ""
+		}
+	}
+	quiet := s.QuietPeriod
+	if quiet == 0 {
+		quiet = 2 * time.Second
+	}
+	if time.Since(st.ModTime()) < quiet {
+		return "the file does not end with a blank line and was just modified"
+	}
+	return ""
 }
 
 type countingReader struct {
@@ -161,18 +209,44 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Maildir reads the new/ and cur/ folders of a Maildir. Maildir file names
-// start with the delivery time, so the cursor is the last name delivered
-// (without its ":2,flags" suffix) and anything sorting after it is new.
+// Maildir reads the new/ and cur/ folders of a Maildir. It keeps a set of
+// what it has delivered, not the largest name: names start with the
+// delivery time, but two mails of the same second sort by pid or counter,
+// and a mail moved in from elsewhere keeps an older name. The cursor holds
+// the names (hashed) delivered within SeenWindow of the newest one; a name
+// whose time is older than that window is taken as seen (see seenSet).
+// A name that does not start with a time uses the file's mtime instead.
 type Maildir struct {
 	Dir    string
 	Logger *slog.Logger
+	// SeenWindow is how far back (by name time) a new file is still
+	// noticed; 0 means 24 hours. SeenMax bounds the set (0: 4096).
+	SeenWindow time.Duration
+	SeenMax    int
 }
 
 var _ Source = (*Maildir)(nil)
 
+const maildirCursorPrefix = "md1:"
+
 func (s *Maildir) Poll(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
-	type file struct{ key, path string }
+	window := s.SeenWindow
+	if window == 0 {
+		window = 24 * time.Hour
+	}
+	set := newSeenSet(maildirCursorPrefix, window, s.SeenMax)
+	ok, err := set.parse(cur)
+	if err != nil {
+		return cur, fmt.Errorf("Maildir cursor: %w", err)
+	}
+	legacy := ""
+	if !ok && cur != "" {
+		legacy = cur // an older patchbot's "last name delivered"
+	}
+	type file struct {
+		key, path string
+		time      int64
+	}
 	var files []file
 	found := false
 	for _, sub := range []string{"cur", "new"} {
@@ -189,31 +263,56 @@ func (s *Maildir) Poll(ctx context.Context, cur string, fn func(*Message, string
 				continue
 			}
 			key, _, _ := strings.Cut(e.Name(), ":")
-			if key > cur {
-				files = append(files, file{key, filepath.Join(s.Dir, sub, e.Name())})
+			t, ok := nameTime(key)
+			if !ok {
+				info, err := e.Info()
+				if err != nil {
+					continue // gone meanwhile
+				}
+				t = info.ModTime().Unix()
 			}
+			if (legacy != "" && key <= legacy) || set.seen(t, key) {
+				continue
+			}
+			files = append(files, file{key, filepath.Join(s.Dir, sub, e.Name()), t})
 		}
 	}
 	if !found {
 		return cur, fmt.Errorf("%s is not a Maildir: no cur/ or new/", s.Dir)
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].key < files[j].key })
-	for _, f := range files {
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].time != files[j].time {
+			return files[i].time < files[j].time
+		}
+		return files[i].key < files[j].key
+	})
+	for i, f := range files {
+		if i > 0 && files[i-1].key == f.key {
+			continue // in new/ and cur/ at once, while a reader moves it
+		}
 		if err := ctx.Err(); err != nil {
 			return cur, err
 		}
-		raw, err := os.ReadFile(f.path)
+		raw, err := readCapped(f.path)
 		if errors.Is(err, os.ErrNotExist) {
 			// Moved from new/ to cur/ by a reader meanwhile: read it there.
-			if m, _ := filepath.Glob(filepath.Join(s.Dir, "cur", f.key+":*")); len(m) > 0 {
-				raw, err = os.ReadFile(m[0])
+			if m, _ := filepath.Glob(filepath.Join(s.Dir, "cur", globEscape(f.key)+":*")); len(m) > 0 {
+				raw, err = readCapped(m[0])
 			}
 		}
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			continue // deleted before we read it
+		}
+		var lim *LimitError
+		if err != nil && !errors.As(err, &lim) {
 			return cur, fmt.Errorf("reading Maildir message: %w", err)
 		}
-		cur = f.key
-		m, err := ParseBytes(bytes.Clone(raw))
+		set.add(f.time, f.key)
+		cur = set.String()
+		var m *Message
+		if err == nil {
+			m, err = ParseBytes(raw)
+		}
 		if err != nil {
 			logOr(s.Logger).Warn("skipping mail that cannot be parsed", "file", f.path, "err", err)
 			continue
@@ -223,6 +322,35 @@ func (s *Maildir) Poll(ctx context.Context, cur string, fn func(*Message, string
 		}
 	}
 	return cur, nil
+}
+
+// nameTime reads the delivery time at the start of a Maildir name
+// ("1733044800.M1P2.host").
+func nameTime(key string) (int64, bool) {
+	digits, _, _ := strings.Cut(key, ".")
+	if len(digits) == 0 || len(digits) > 12 {
+		return 0, false
+	}
+	t, err := strconv.ParseInt(digits, 10, 64)
+	return t, err == nil
+}
+
+func globEscape(s string) string {
+	return strings.NewReplacer("*", "\\*", "?", "\\?", "[", "\\[", "\\", "\\\\").Replace(s)
+}
+
+// readCapped reads a file of at most DefaultLimits.MaxSize bytes; a bigger
+// one is a *LimitError, not read.
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > DefaultLimits.MaxSize {
+		return nil, &LimitError{Limit: "message size", Max: DefaultLimits.MaxSize, Got: st.Size()}
+	}
+	return io.ReadAll(io.LimitReader(f, DefaultLimits.MaxSize+1))
 }
 
 // Memory is a Source over mails held in memory: the fake for unit tests of

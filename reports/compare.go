@@ -14,15 +14,21 @@ import (
 	"github.com/patchbot/patchbot/suites"
 )
 
-// Options say how to judge a change. The zero value is the default.
+// Options say how to judge a change. The zero value is the default: the
+// pipeline's test (stats.DefaultTest) at alpha 0.05.
 type Options struct {
-	// Alpha is the family-wise error rate of one comparison (default 0.05).
+	// Alpha is the false-positive rate of each family of metrics (default
+	// 0.05), for results measured with a fixed number of runs.
 	Alpha float64 `json:"alpha" yaml:"alpha"`
-	// Test is the two-sample test (default Welch).
+	// Test is the two-sample test (default stats.DefaultTest, log-Welch).
 	Test stats.Test `json:"test" yaml:"test"`
 	// NoiseShown is the relative stddev from which "±N%" is printed
 	// (default 0.02): below it the spread does not change a reading.
 	NoiseShown float64 `json:"noise_shown" yaml:"noise_shown"`
+	// Rule is the sequential rule the runs followed. Nil takes the rule
+	// each suite's results record (suites.Result.Plan), and for results
+	// that record none a fixed design at Alpha.
+	Rule *stats.Rule `json:"rule,omitempty" yaml:"rule"`
 }
 
 func (o Options) withDefaults() Options {
@@ -35,6 +41,10 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// DefaultSmallestEffect is the smallest effect of interest of metrics whose
+// suite declares none (a suite not among the embedded ones).
+const DefaultSmallestEffect = 0.10
+
 // Row is one metric in one workload cell, compared between the kernels.
 type Row struct {
 	Suite          string            `json:"suite"`
@@ -43,24 +53,71 @@ type Row struct {
 	Metric         string            `json:"metric"`
 	Unit           string            `json:"unit"`
 	HigherIsBetter bool              `json:"higher_is_better"`
-	Base           stats.Summary     `json:"base"`
-	Patched        stats.Summary     `json:"patched"`
-	// Change is (patched - base) / |base| of the means; 0 when the base
-	// mean is zero (see HasChange), so that the JSON stays valid.
+	// Primary: one of the suite's primary metrics, judged in the first
+	// family; otherwise a derived counter, judged in the second. Rank is
+	// its place in the suite's list of primary metrics.
+	Primary bool          `json:"primary"`
+	Rank    int           `json:"rank,omitempty"`
+	Base    stats.Summary `json:"base"`
+	Patched stats.Summary `json:"patched"`
+	// Change is (patched - base) / |base| of the means, as the table's
+	// %change column; 0 when the base mean is zero (see HasChange), so
+	// that the JSON stays valid.
 	Change float64 `json:"change"`
-	// P is the test's p-value; AdjustedP is after Holm-Bonferroni across
-	// every judged row of the comparison.
+	// Interval is how big the change is with its 95% interval: the ratio
+	// of the geometric means for the log-scale test.
+	Interval stats.Interval `json:"interval"`
+	// P is the test's p-value; AdjustedP is after Holm-Bonferroni within
+	// the row's family (its suite's primary metrics, or its derived
+	// counters); Level is the level the family was judged at (the
+	// sequential rule's level at this number of runs).
 	P         float64 `json:"p"`
 	AdjustedP float64 `json:"adjusted_p"`
+	Level     float64 `json:"level"`
 	// Judged is false when a side has fewer than stats.MinSamples runs.
 	Judged      bool `json:"judged"`
 	Significant bool `json:"significant"`
+	// Within: the interval lies inside ± the suite's smallest effect of
+	// interest, so the metric did not change by as much as matters.
+	Within bool `json:"within"`
+	// Called: a change, reported as one: significant, and past the guards
+	// (Guard says which one stopped a significant row).
+	Called bool   `json:"called"`
+	Guard  string `json:"guard,omitempty"`
+
+	// oneCell: the row's workload has a single cell, so its name need not
+	// say which.
+	oneCell bool
 }
+
+// Guards that keep a significant row from being called a change.
+const (
+	GuardNoiseFloor = stats.GuardNoiseFloor
+	GuardOverlap    = stats.GuardOverlap
+)
 
 // Better reports whether the patched kernel moved this metric the good way.
 func (r Row) Better() bool {
-	return (r.Patched.Mean > r.Base.Mean) == r.HigherIsBetter && r.Patched.Mean != r.Base.Mean
+	up := r.Patched.Mean > r.Base.Mean
+	if r.Interval.Defined {
+		up = r.Interval.Ratio > 1
+	}
+	return up == r.HigherIsBetter && r.moved()
 }
+
+// Worse reports whether the patched kernel moved this metric the bad way.
+func (r Row) Worse() bool { return r.moved() && !r.Better() }
+
+func (r Row) moved() bool {
+	if r.Interval.Defined {
+		return r.Interval.Ratio != 1
+	}
+	return r.Patched.Mean != r.Base.Mean
+}
+
+// Settled reports whether more runs are not needed for this row: it
+// changed significantly, or not by as much as matters.
+func (r Row) Settled() bool { return r.Judged && (r.Significant || r.Within) }
 
 // HasChange is false when the change cannot be expressed relative to the
 // base (a zero base mean) or a side has no samples.
@@ -69,9 +126,13 @@ func (r Row) HasChange() bool {
 }
 
 // Ratio is patched over base (or base over patched, whichever is >= 1):
-// "1.8x" reads better than "+80%" for large changes.
+// "1.8x" reads better than "+80%" for large changes. It is the interval's
+// estimate when there is one.
 func (r Row) Ratio() float64 {
 	a, b := r.Base.Mean, r.Patched.Mean
+	if r.Interval.Defined {
+		a, b = 1, r.Interval.Ratio
+	}
 	if a == 0 || b == 0 {
 		return math.Inf(1)
 	}
@@ -81,6 +142,17 @@ func (r Row) Ratio() float64 {
 // Cell names the coordinates of the row within its workload, e.g.
 // "bucket=<256K readers=4", in sorted key order.
 func (r Row) Cell() string { return cellName(r.Params) }
+
+// Name is the row's name as the kernel test robot writes it:
+// "cache-contention.read-storm.wakeups_per_release", with the cell after
+// it in parentheses.
+func (r Row) Name() string {
+	s := r.Suite + "." + r.Workload + "." + r.Metric
+	if cell := r.Cell(); cell != "" && !r.oneCell {
+		s += " (" + cell + ")"
+	}
+	return s
+}
 
 func cellName(params map[string]string) string {
 	keys := make([]string, 0, len(params))
@@ -95,6 +167,32 @@ func cellName(params map[string]string) string {
 	return strings.Join(parts, " ")
 }
 
+// SuiteJudgement is how one suite's results were judged.
+type SuiteJudgement struct {
+	Suite string `json:"suite"`
+	// Rule is the rule the runs followed; Runs the runs a side at the last
+	// look; Level the level both families were judged at there.
+	Rule  stats.Rule `json:"rule"`
+	Runs  int        `json:"runs"`
+	Level float64    `json:"level"`
+	// Stop says why the runs ended (suites.StopSettled, StopMax,
+	// StopFixed), as the results record it.
+	Stop string `json:"stop,omitempty"`
+	// Settled: every primary metric is settled.
+	Settled        bool    `json:"settled"`
+	Primary        int     `json:"primary"` // primary metrics judged
+	Derived        int     `json:"derived"` // derived counters judged
+	SmallestEffect float64 `json:"smallest_effect"`
+	NoiseFloor     float64 `json:"noise_floor"`
+}
+
+// BusyRound is a round kept although the host was busy around it.
+type BusyRound struct {
+	Suite  string       `json:"suite"`
+	Kernel string       `json:"kernel"`
+	Round  suites.Round `json:"round"`
+}
+
 // Comparison is every metric of two kernels' results.
 type Comparison struct {
 	Base    string           `json:"base"` // kernel labels from the results
@@ -102,8 +200,14 @@ type Comparison struct {
 	Test    string           `json:"test"`
 	Alpha   float64          `json:"alpha"`
 	Options Options          `json:"-"`
+	Suites  []SuiteJudgement `json:"suites"`
 	Rows    []Row            `json:"rows"`
 	Missing []suites.Missing `json:"missing,omitempty"`
+	// Busy lists the rounds measured while the host was busy (and not
+	// repeated): the reply flags them.
+	Busy []BusyRound `json:"busy,omitempty"`
+	// Repeated counts the rounds run again because the host was busy.
+	Repeated int `json:"repeated,omitempty"`
 }
 
 // Judged counts the rows that have enough runs to be tested.
@@ -119,25 +223,66 @@ func (c *Comparison) Judged() int {
 
 // SignificantRows returns the rows whose change is significant.
 func (c *Comparison) SignificantRows() []Row {
+	return c.rows(func(r Row) bool { return r.Significant })
+}
+
+// PrimaryRows returns the rows of the suites' primary metrics.
+func (c *Comparison) PrimaryRows() []Row { return c.rows(func(r Row) bool { return r.Primary }) }
+
+// DerivedRows returns the rows of derived counters.
+func (c *Comparison) DerivedRows() []Row { return c.rows(func(r Row) bool { return !r.Primary }) }
+
+func (c *Comparison) rows(keep func(Row) bool) []Row {
 	var out []Row
 	for _, r := range c.Rows {
-		if r.Significant {
+		if keep(r) {
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
+// Settled reports whether every suite's primary metrics are settled: the
+// sequential rule's condition to stop running rounds.
+func (c *Comparison) Settled() bool {
+	if len(c.Suites) == 0 {
+		return false
+	}
+	for _, s := range c.Suites {
+		if !s.Settled {
+			return false
+		}
+	}
+	return true
+}
+
+// Judgement returns how suite was judged.
+func (c *Comparison) Judgement(suite string) (SuiteJudgement, bool) {
+	for _, s := range c.Suites {
+		if s.Suite == suite {
+			return s, true
+		}
+	}
+	return SuiteJudgement{}, false
+}
+
 type rowKey struct{ suite, workload, cell, metric string }
 
 // Compare pools the samples of each metric over every result of a kernel
 // (one result per suite run, or several rounds) and compares base with
-// patched. Metrics measured on only one side are kept with an empty side,
-// unjudged.
+// patched. Each suite's primary metrics (from its definition) are judged as
+// one family and its other metrics as a second, Holm-Bonferroni within
+// each, at the level the sequential rule gives for the number of runs.
+// Metrics measured on only one side are kept with an empty side, unjudged.
 func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	opt = opt.withDefaults()
 	if opt.Alpha <= 0 || opt.Alpha >= 1 {
 		return nil, fmt.Errorf("comparing results: alpha %v is not in (0, 1)", opt.Alpha)
+	}
+	if opt.Rule != nil {
+		if err := opt.Rule.Validate(); err != nil {
+			return nil, fmt.Errorf("comparing results: %w", err)
+		}
 	}
 	if countSamples(base) == 0 {
 		return nil, errors.New("comparing results: the base kernel has no samples")
@@ -153,6 +298,8 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	var order []rowKey
 	rows := map[rowKey]*Row{}
 	values := map[rowKey]*[2][]float64{}
+	plans := map[string]string{}
+	stops := map[string]string{}
 	add := func(side int, results []suites.Result) {
 		for _, res := range results {
 			for _, s := range res.Samples {
@@ -166,6 +313,20 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 				values[k][side] = append(values[k][side], s.Value)
 			}
 			c.Missing = append(c.Missing, res.Missing...)
+			if res.Plan != "" {
+				plans[res.Suite] = res.Plan
+			}
+			if res.Stop != "" {
+				stops[res.Suite] = res.Stop
+			}
+			for _, rd := range res.Rounds {
+				switch {
+				case rd.Repeated:
+					c.Repeated++
+				case rd.Busy:
+					c.Busy = append(c.Busy, BusyRound{Suite: res.Suite, Kernel: res.Kernel, Round: rd})
+				}
+			}
 		}
 	}
 	add(0, base)
@@ -181,27 +342,111 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		return a.workload < b.workload
 	})
 
-	var judged []int
-	var ps []float64
+	// Each suite: its verdict spec, rule and number of runs.
+	type suiteState struct {
+		j       SuiteJudgement
+		verdict *suites.Verdict
+	}
+	states := map[string]*suiteState{}
+	var suiteOrder []string
+	for _, k := range order {
+		st := states[k.suite]
+		if st == nil {
+			st = &suiteState{j: SuiteJudgement{Suite: k.suite, SmallestEffect: DefaultSmallestEffect, Stop: stops[k.suite]}}
+			if def, err := suites.Lookup(k.suite); err == nil {
+				st.verdict = &def.Verdict
+				st.j.SmallestEffect, st.j.NoiseFloor = def.Verdict.SmallestEffect, def.Verdict.NoiseFloor
+			}
+			st.j.Rule = stats.Fixed(opt.Alpha)
+			switch {
+			case opt.Rule != nil:
+				st.j.Rule = *opt.Rule
+			case plans[k.suite] != "":
+				r, err := stats.ParseRule(plans[k.suite])
+				if err != nil {
+					return nil, fmt.Errorf("comparing results: %s: %w", k.suite, err)
+				}
+				st.j.Rule = r
+			}
+			states[k.suite] = st
+			suiteOrder = append(suiteOrder, k.suite)
+		}
+		v := values[k]
+		st.j.Runs = max(st.j.Runs, min(len(v[0]), len(v[1])))
+	}
+
+	// Families: (suite, primary) and (suite, derived), judged apart.
+	type family struct {
+		idx   []int
+		pairs []stats.Pair
+	}
+	families := map[[2]string]*family{}
+	var famOrder [][2]string
 	for _, k := range order {
 		r, v := rows[k], values[k]
+		st := states[k.suite]
+		r.Primary = true
+		if st.verdict != nil {
+			r.Rank, r.Primary = st.verdict.Rank(r.Workload, r.Metric, r.Params)
+		}
 		r.Base, r.Patched = stats.Summarize(v[0]), stats.Summarize(v[1])
 		if r.Base.Mean != 0 {
 			r.Change = (r.Patched.Mean - r.Base.Mean) / math.Abs(r.Base.Mean)
 		}
 		r.P, r.AdjustedP = 1, 1
-		if r.Base.N >= stats.MinSamples && r.Patched.N >= stats.MinSamples {
-			r.Judged = true
-			r.P = opt.Test.PValue(v[0], v[1])
-			judged = append(judged, len(c.Rows))
-			ps = append(ps, r.P)
+		fk := [2]string{k.suite, "derived"}
+		if r.Primary {
+			fk[1] = "primary"
 		}
+		f := families[fk]
+		if f == nil {
+			f = &family{}
+			families[fk] = f
+			famOrder = append(famOrder, fk)
+		}
+		f.idx = append(f.idx, len(c.Rows))
+		f.pairs = append(f.pairs, stats.Pair{Base: v[0], Patched: v[1]})
 		c.Rows = append(c.Rows, *r)
 	}
-	for i, adj := range stats.Holm(ps) {
-		r := &c.Rows[judged[i]]
-		r.AdjustedP = adj
-		r.Significant = adj < opt.Alpha
+	for _, fk := range famOrder {
+		f, st := families[fk], states[fk[0]]
+		level := st.j.Rule.Level(st.j.Runs)
+		st.j.Level = level
+		js := stats.JudgeFamily(opt.Test, level, st.j.SmallestEffect, f.pairs)
+		for i, j := range js {
+			r := &c.Rows[f.idx[i]]
+			r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
+			r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
+			if r.Significant {
+				r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
+				r.Called = r.Guard == ""
+			}
+			if !j.Judged {
+				continue
+			}
+			if r.Primary {
+				st.j.Primary++
+			} else {
+				st.j.Derived++
+			}
+		}
+		if fk[1] == "primary" {
+			st.j.Settled = stats.Settled(js)
+		}
+	}
+	for _, s := range suiteOrder {
+		c.Suites = append(c.Suites, states[s].j)
+	}
+	cells := map[[2]string]map[string]bool{}
+	for _, r := range c.Rows {
+		k := [2]string{r.Suite, r.Workload}
+		if cells[k] == nil {
+			cells[k] = map[string]bool{}
+		}
+		cells[k][r.Cell()] = true
+	}
+	for i := range c.Rows {
+		c.Rows[i].oneCell = len(cells[[2]string{c.Rows[i].Suite, c.Rows[i].Workload}]) == 1
 	}
 	return c, nil
 }
@@ -221,4 +466,85 @@ func label(rs []suites.Result, def string) string {
 		}
 	}
 	return def
+}
+
+// Plan is the suites.Plan of a sequential A/B run judged with opt under
+// rule: at least rule.Min rounds a side, then one more at a time until
+// every primary metric is settled (Comparison.Settled), at most rule.Max.
+// The rule is recorded in the results, so that judging them again (Compare,
+// `patchbot compare`) applies it. The caller sets Host (for example
+// suites.ReadHostLoad) to record and guard the host's load.
+func Plan(rule stats.Rule, opt Options) suites.Plan {
+	opt.Rule = &rule
+	return suites.Plan{
+		Min: rule.Min, Max: rule.Max, Rule: rule.String(),
+		Settled: func(sides []*suites.Result) bool {
+			if len(sides) != 2 || sides[0] == nil || sides[1] == nil {
+				return false
+			}
+			c, err := Compare([]suites.Result{*sides[0]}, []suites.Result{*sides[1]}, opt)
+			return err == nil && c.Settled()
+		},
+	}
+}
+
+// Replay judges results measured with a fixed number of rounds as a
+// sequential run under rule would have been judged: round by round from
+// rule.Min, it returns the comparison of the first rounds at the first look
+// where the primary metrics were settled, else at rule.Max (or the last
+// round measured). Rounds are interleaved the same way in both designs, so
+// the answer is the one the sequential run would have given.
+func Replay(base, patched []suites.Result, rule stats.Rule, opt Options) (*Comparison, error) {
+	if err := rule.Validate(); err != nil {
+		return nil, err
+	}
+	opt.Rule = &rule
+	last := min(maxRound(base), maxRound(patched))
+	var c *Comparison
+	for n := min(rule.Min, last); n <= min(rule.Max, last); n++ {
+		var err error
+		c, err = Compare(firstRounds(base, n), firstRounds(patched, n), opt)
+		if err != nil {
+			return nil, err
+		}
+		if c.Settled() {
+			break
+		}
+	}
+	if c == nil {
+		return nil, errors.New("replaying results: no rounds")
+	}
+	return c, nil
+}
+
+func maxRound(rs []suites.Result) int {
+	n := 0
+	for _, r := range rs {
+		for _, s := range r.Samples {
+			n = max(n, s.Round)
+		}
+	}
+	return n
+}
+
+// firstRounds keeps the samples of rounds 1 to n.
+func firstRounds(rs []suites.Result, n int) []suites.Result {
+	out := make([]suites.Result, len(rs))
+	for i, r := range rs {
+		r.Samples = nil
+		for _, s := range rs[i].Samples {
+			if s.Round <= n {
+				r.Samples = append(r.Samples, s)
+			}
+		}
+		r.Rounds = nil
+		for _, rd := range rs[i].Rounds {
+			if rd.N <= n {
+				r.Rounds = append(r.Rounds, rd)
+			}
+		}
+		r.Plan, r.Stop = "", ""
+		out[i] = r
+	}
+	return out
 }

@@ -26,6 +26,7 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"join":   strings.Join,
 	"shell":  shellLines,
 	"url":    shortURL,
+	"sub":    func(a, b int) int { return a - b },
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.
@@ -63,8 +64,9 @@ type Reply struct {
 var ErrNotPatchFault = errors.New("the failure is not the patch's fault")
 
 // Render composes the reply to run. It is a pure function of its inputs:
-// the Message-ID is derived from the run, so that rendering twice gives
-// the same mail and the outbox can recognise it.
+// everything it says comes from run and opt (the Message-ID is run.ReplyID,
+// or derived from the run), so that rendering twice gives the same mail
+// and the outbox can recognise it.
 func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	if run.Thread.MessageID == "" {
 		return nil, errors.New("rendering reply: the run names no message to reply to")
@@ -86,14 +88,26 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		return nil, fmt.Errorf("rendering reply: the %s kernel failed at %s: %w", f.Kernel, f.Stage, ErrNotPatchFault)
 	}
 
-	data := replyData{Run: run, Intro: "Hello,"}
+	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
+		Bisection: bisectText(run), Previous: previousText(run)}
 	if run.Failure == nil {
 		c, err := Compare(run.Base, run.Patched, run.Options)
 		if err != nil {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
 		data.Verdict = Verdict(c)
+		data.Headline = Headline(c)
+		data.Notes = Notes(c)
+		data.RunsLine = RunsLine(c)
+		// A regression's reply suggests the tags for the fix, Closes:
+		// pointing at this reply on lore.
+		data.Tags = Tags(c, from.String(), "https://lore.kernel.org/r/"+replyID(run, from.Address))
 		var buf bytes.Buffer
+		if err := WritePrimary(&buf, c); err != nil {
+			return nil, err
+		}
+		data.Primary = strings.TrimRight(buf.String(), "\n")
+		buf.Reset()
 		commits := Commits{Base: run.BaseCommit, BaseTitle: run.BaseTitle,
 			Patched: run.PatchedCommit, PatchedTitle: stripTags(run.Thread.Subject)}
 		if run.PatchedCommit == run.BaseCommit {
@@ -146,20 +160,41 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
-	h.MessageID = messageID(run, from.Address)
+	h.MessageID = replyID(run, from.Address)
 	return &Reply{Header: h, Body: text}, nil
+}
+
+// replyID is the reply's Message-ID: the run's own, or one derived from
+// the run.
+func replyID(run *Run, from string) string {
+	if id := trimID(run.ReplyID); id != "" {
+		return id
+	}
+	return messageID(run, from)
 }
 
 type replyData struct {
 	Run     *Run
 	Intro   string
 	Verdict string
-	Table   string
-	Extra   string
-	Model   string
+	// Headline is the robot's opening line for the top primary change.
+	Headline string
+	// Primary lists each primary metric with its interval and state.
+	Primary  string
+	Notes    []string
+	Tags     []string
+	RunsLine string
+	Table    string
+	Extra    string
+	Model    string
+	// The base and the per-patch parts (perpatch.go).
+	Base, Builds, Bisection, Previous string
 }
 
 func failureVerdict(run *Run) string {
+	if noBase(run) {
+		return noBaseVerdict(run)
+	}
 	f := run.Failure
 	patch := ""
 	if f.Patch != "" {
@@ -174,6 +209,8 @@ func failureVerdict(run *Run) string {
 		detail = ": " + d + "."
 	}
 	switch f.Stage {
+	case StageBase:
+		return "The series was not tested: the base asked for is unknown" + detail
 	case StageApply:
 		return fmt.Sprintf("The patch%s does not apply to %s%s", patch, base, detail)
 	case StageBuild:
@@ -343,8 +380,8 @@ func shellLines(cmd string) string {
 	const first, cont = "  $ ", "      "
 	var lines []string
 	line := first
-	for _, word := range strings.Fields(cmd) {
-		if line != first && line != cont && utf8.RuneCountInString(line)+len(word)+2 > MaxColumns {
+	for _, word := range shellWords(cmd) {
+		if line != first && line != cont && utf8.RuneCountInString(line)+1+len(word)+2 > MaxColumns {
 			lines = append(lines, line+" \\")
 			line = cont
 		}
@@ -354,6 +391,33 @@ func shellLines(cmd string) string {
 		line += word
 	}
 	return strings.Join(append(lines, line), "\n")
+}
+
+// shellWords splits a command line at the blanks outside single quotes
+// (ShellQuote's quoting), so that a line is only ever continued between
+// arguments.
+func shellWords(cmd string) []string {
+	var words []string
+	var cur strings.Builder
+	quoted := false
+	for _, r := range cmd {
+		switch {
+		case r == '\'':
+			quoted = !quoted
+			cur.WriteRune(r)
+		case !quoted && (r == ' ' || r == '\t'):
+			if cur.Len() > 0 {
+				words = append(words, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if cur.Len() > 0 {
+		words = append(words, cur.String())
+	}
+	return words
 }
 
 // tidy squeezes runs of blank lines (left by template conditionals) to one

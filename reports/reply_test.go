@@ -46,8 +46,8 @@ func TestReplyGolden(t *testing.T) {
 		deny []string // phrases it must not contain
 	}{
 		{"squashfs-improvement",
-			[]string{"The patch improves", "cuts", "significant", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run"},
-			[]string{"No significant change"}},
+			[]string{"Improvement: the patch", "cuts", "95% interval", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run"},
+			[]string{"No change", "Regression"}},
 		{"fuse-rfc-build-failure",
 			[]string{"does not build", "'expires' undeclared", "fs/fuse/dev.c:1240:9"},
 			[]string{"%change", "improves"}},
@@ -58,8 +58,8 @@ func TestReplyGolden(t *testing.T) {
 			[]string{"does not boot", "Kernel panic - not syncing"},
 			[]string{"%change"}},
 		{"aa-no-change",
-			[]string{"No significant change"},
-			[]string{"The patch improves", "The patch cuts"}},
+			[]string{"No change: none of the", "No significant change in the"},
+			[]string{"Improvement", "Regression", "The patch improves", "The patch cuts"}},
 		{"readahead-warning",
 			[]string{"-Wunused-function", "readers=16", "lt256K"},
 			nil},
@@ -253,6 +253,7 @@ func TestRenderLongFields(t *testing.T) {
 	run.Thread.Subject = "[PATCH v12 07/23] squashfs: make the fragment cache wake exactly the waiters that can use a published block"
 	run.ConfigPath = "/var/cache/patchbot/builds/3c5f1a9e7b2d4c6f8a0b1c2d3e4f5a6b7c8d9e0f/linux-6.1.192/.config"
 	run.Commands = []string{"patchbot run --mbox /var/lib/patchbot/runs/2026-11-29T10:20:00Z-squashfs-make-the-fragment-cache/series.mbox --suite cache-contention"}
+	run.Layout = LayoutNote([]byte("CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y\n"))
 	for i := range run.Patched {
 		for j := range run.Patched[i].Samples {
 			run.Patched[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"
@@ -274,6 +275,9 @@ func TestRenderLongFields(t *testing.T) {
 	}
 	if !strings.Contains(reply.Body, run.ConfigPath) {
 		t.Error("the config path was cut")
+	}
+	if !strings.Contains(reply.Body, "layout:") {
+		t.Error("the layout line is missing")
 	}
 }
 
@@ -303,5 +307,22 @@ func TestFailureWithoutEvidence(t *testing.T) {
 	}
 	if !strings.Contains(reply.Body, "does not boot.") {
 		t.Errorf("verdict lost:\n%s", reply.Body)
+	}
+}
+
+// A series that fails before any VM ran says nothing about a VM.
+func TestBuildFailureHasNoVMLine(t *testing.T) {
+	run, err := LoadRun(filepath.Join("testdata", "runs", "boot-panic"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Failure.Stage, run.Failure.Detail, run.Failure.Excerpt = StageBuild, "error: x", "error: x"
+	run.CPUs, run.MemMiB, run.Accel = 0, 0, ""
+	reply, err := Render(run, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(reply.Body, "VM:") {
+		t.Errorf("a VM line without a VM:\n%s", reply.Body)
 	}
 }

@@ -47,6 +47,9 @@ const (
 	StageBuild Stage = "build"
 	StageBoot  Stage = "boot"
 	StageSuite Stage = "suite"
+	// StageBase: the base asked for (base=, --base) is no tree and no
+	// commit any tree has.
+	StageBase Stage = "base"
 )
 
 // Model is the reference cache model's view of the run (suites/refcache):
@@ -74,26 +77,177 @@ type Run struct {
 	BaseTitle     string `json:"base_title,omitempty"` // e.g. "Linux 6.1.192 (Debian linux-source-6.1)"
 	PatchedCommit string `json:"patched_commit,omitempty"`
 	ConfigHash    string `json:"config_hash"`
-	ConfigPath    string `json:"config_path,omitempty"` // where a reader gets the config
-	Compiler      string `json:"compiler"`
-	CPUs          int    `json:"cpus"`
-	MemMiB        int    `json:"mem_mib"`
-	Accel         string `json:"accel"` // "kvm" or "tcg"
-	Runs          int    `json:"runs"`  // runs per kernel, interleaved
+	// Layout says how the kernels' code layout was pinned (LayoutNote of
+	// their config), so that a change cannot come from alignment alone.
+	Layout     string `json:"layout,omitempty"`
+	ConfigPath string `json:"config_path,omitempty"` // where a reader gets the config
+	Compiler   string `json:"compiler"`
+	CPUs       int    `json:"cpus"`
+	MemMiB     int    `json:"mem_mib"`
+	Accel      string `json:"accel"` // "kvm" or "tcg"
+	Runs       int    `json:"runs"`  // runs per kernel, interleaved
 	// Commands reproduce the run with patchbot, one shell line each.
 	Commands    []string `json:"commands"`
 	NewWarnings []string `json:"new_warnings,omitempty"`
 	Failure     *Failure `json:"failure,omitempty"`
 	Model       *Model   `json:"model,omitempty"`
-	// ResultsURL is where the run's artifacts were published, if they were.
-	ResultsURL string    `json:"results_url,omitempty"`
-	Finished   time.Time `json:"finished"`
-	Options    Options   `json:"options"`
+	// ResultsURL is where the run's artifacts can be read: the dashboard's
+	// page of the run, or a published copy.
+	ResultsURL string `json:"results_url,omitempty"`
+	// ReplyID is the reply's Message-ID; empty derives one from the run.
+	// The daemon gives one per job, so that a job re-run after a crash
+	// renders the same reply and the outbox recognises it.
+	ReplyID string `json:"reply_id,omitempty"`
+	// Command is the email command the run answers, quoted at the top of
+	// the reply; empty for a series seen on a list or a run from the CLI.
+	Command  string    `json:"command,omitempty"`
+	Finished time.Time `json:"finished"`
+	Options  Options   `json:"options"`
+
+	// BaseChoice says which base the series was tested on and why; nil
+	// for a run that did not choose (older runs).
+	BaseChoice *BaseChoice `json:"base_choice,omitempty"`
+	// Series is the number of patches in the series; Range the part
+	// measured when one was asked for (patches=M-N), nil for the whole.
+	Series int         `json:"series,omitempty"`
+	Range  *PatchRange `json:"range,omitempty"`
+	// Builds are the series' prefixes built one by one (1/n, 1..2/n, ...),
+	// for a series of more than one patch: which patch breaks the build,
+	// which adds warnings.
+	Builds []PatchBuild `json:"builds,omitempty"`
+	// Bisection traces the series' change to its patches: each prefix
+	// measured against the base, when the whole series changed a primary
+	// metric.
+	Bisection *Bisection `json:"bisection,omitempty"`
+	// Previous is what the series' earlier version measured on the same
+	// metric, when it was tested.
+	Previous *Previous `json:"previous,omitempty"`
 
 	// Base and Patched are the raw results, kept in their own files of
 	// the run directory.
 	Base    []suites.Result `json:"-"`
 	Patched []suites.Result `json:"-"`
+}
+
+// BaseChoice is how the base was chosen (images.Choose).
+type BaseChoice struct {
+	// Tree is the tree's name: "default" is the configured kernel: base
+	// (Debian's linux-source-6.1 unless set); empty for a commit no
+	// tree's branch holds.
+	Tree string `json:"tree,omitempty"`
+	// How: "override" (asked for), "base-commit", "tag", "applies" (the
+	// newest tree the whole series applies to), "default" (no tree
+	// configured).
+	How string `json:"how"`
+	// Detail completes How: the base as asked, the tag, the trees a
+	// base-commit is in.
+	Detail string `json:"detail,omitempty"`
+	// Notes are what did not decide it, e.g. a base-commit no tree has.
+	Notes []string `json:"notes,omitempty"`
+	// Tried are the trees tried, in order, newest first.
+	Tried []TriedBase `json:"tried,omitempty"`
+}
+
+// Ways a base is chosen (BaseChoice.How).
+const (
+	ByOverride   = "override"
+	ByBaseCommit = "base-commit"
+	ByTag        = "tag"
+	ByApplying   = "applies"
+	ByDefault    = "default"
+)
+
+// TriedBase is one tree the series was tried on.
+type TriedBase struct {
+	Tree   string `json:"tree"`
+	Commit string `json:"commit,omitempty"`
+	Title  string `json:"title,omitempty"`
+	// Patch is the first patch that does not apply there ("2/3 squashfs:
+	// ..."), Hunk its first failing hunk; both empty when the whole series
+	// applies.
+	Patch string `json:"patch,omitempty"`
+	Hunk  string `json:"hunk,omitempty"`
+	// Unavailable says why the tree could not be tried.
+	Unavailable string `json:"unavailable,omitempty"`
+}
+
+// PatchRange is the part of a series measured: patches First..Last of
+// Total, on top of patches 1..First-1 (the A side).
+type PatchRange struct {
+	First int `json:"first"`
+	Last  int `json:"last"`
+	Total int `json:"total"`
+}
+
+// PatchBuild is the build of one prefix of a series: patches 1..Index.
+type PatchBuild struct {
+	Index   int    `json:"index"`
+	Subject string `json:"subject"`
+	// Stage is where it failed: StageApply or StageBuild; empty when it
+	// built.
+	Stage Stage `json:"stage,omitempty"`
+	// Errors are the compiler's error lines (or the failing hunk).
+	Errors []string `json:"errors,omitempty"`
+	// NewWarnings are the warnings this patch added to the prefix before
+	// it.
+	NewWarnings []string `json:"new_warnings,omitempty"`
+}
+
+// Bisection is the series' change traced over its prefixes, on one
+// primary metric.
+type Bisection struct {
+	Suite          string            `json:"suite"`
+	Workload       string            `json:"workload"`
+	Params         map[string]string `json:"params,omitempty"`
+	Metric         string            `json:"metric"`
+	Unit           string            `json:"unit"`
+	HigherIsBetter bool              `json:"higher_is_better"`
+	// Steps are the prefixes measured, ascending; the last is the whole
+	// series' (or range's) own measurement.
+	Steps []BisectStep `json:"steps"`
+	// Cause is the patch the change comes from (1-based); 0 when no single
+	// patch carries it (Spread) or the bisection stopped.
+	Cause  int  `json:"cause,omitempty"`
+	Spread bool `json:"spread,omitempty"`
+	// Stopped says why the bisection ended before a conclusion.
+	Stopped string `json:"stopped,omitempty"`
+	// Measurements is the number of A/B measurements the bisection added.
+	Measurements int `json:"measurements"`
+}
+
+// BisectStep is one prefix (patches 1..Prefix) measured against the A
+// side.
+type BisectStep struct {
+	Prefix  int    `json:"prefix"`
+	Subject string `json:"subject"`
+	// Change is the relative change of the metric's mean; Fraction the
+	// share of the whole series' change (on the log scale) the prefix
+	// already has: about 0 before the cause, about 1 from it on.
+	Change      float64 `json:"change"`
+	Fraction    float64 `json:"fraction"`
+	Significant bool    `json:"significant"`
+	Runs        int     `json:"runs"`
+	// Whole marks the series' own measurement, not an extra one.
+	Whole bool `json:"whole,omitempty"`
+}
+
+// Previous is an earlier version of the series, measured on the same
+// metric.
+type Previous struct {
+	Version     int               `json:"version"`
+	Tested      time.Time         `json:"tested"`
+	Suite       string            `json:"suite"`
+	Workload    string            `json:"workload"`
+	Params      map[string]string `json:"params,omitempty"`
+	Metric      string            `json:"metric"`
+	Unit        string            `json:"unit"`
+	Change      float64           `json:"change"`
+	Significant bool              `json:"significant"`
+	// Now is this version's change of the same metric; NowMeasured is
+	// false when this version did not measure it.
+	Now            float64 `json:"now"`
+	NowSignificant bool    `json:"now_significant"`
+	NowMeasured    bool    `json:"now_measured"`
 }
 
 // Files of a run directory. Logs and configs sit beside them under any

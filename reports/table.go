@@ -25,6 +25,7 @@ type Commits struct {
 // Change markers in the %change column.
 const (
 	markNotSignificant = "ns"
+	markGuarded        = "~"
 	markNotJudged      = "?"
 )
 
@@ -33,7 +34,9 @@ const (
 //
 //	base ±stddev  %change  patched ±stddev  metric (unit)
 //
-// grouped by suite and workload, and a legend saying how changes were judged.
+// the suites' primary metrics first, then the derived counters, each
+// grouped by suite and workload, and a legend saying how changes were
+// judged.
 func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 	tw := &lineWriter{w: w}
 	if commits.Base != "" || commits.Patched != "" {
@@ -46,22 +49,107 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 	}
 	tw.line("         %%stddev     %%change         %%stddev")
 	tw.line("             \\          |                \\")
-	group := ""
-	for _, r := range c.Rows {
-		g := r.Suite + " / " + r.Workload
-		if cell := r.Cell(); cell != "" {
-			g += " (" + cell + ")"
+	for _, sec := range []struct {
+		title string
+		rows  []Row
+	}{{"primary metrics:", c.PrimaryRows()}, {"derived counters:", c.DerivedRows()}} {
+		if len(sec.rows) == 0 {
+			continue
 		}
-		if g != group {
-			tw.text(g)
-			group = g
+		tw.line("%s", sec.title)
+		group := ""
+		for _, r := range sec.rows {
+			if g := groupName(r); g != group {
+				tw.text(g)
+				group = g
+			}
+			tw.row(r, c.Options.NoiseShown)
 		}
-		tw.row(r, c.Options.NoiseShown)
 	}
 	tw.line("")
 	tw.legend(c)
 	tw.missing(c)
 	return tw.err
+}
+
+// groupName is a row's heading: "cache-contention / mixed (threads=64)".
+func groupName(r Row) string {
+	g := r.Suite + " / " + r.Workload
+	if cell := r.Cell(); cell != "" {
+		g += " (" + cell + ")"
+	}
+	return g
+}
+
+// WritePrimary writes the primary metrics with how big each change is: the
+// two kernels' geometric means (means where a value is not positive), the
+// change with its 95% interval, and the judgement:
+//
+//	better, worse  a change, called
+//	same           the interval excludes a change of the smallest effect of interest
+//	open           not settled: neither significant nor excluded
+//	guard          significant, but not called (noise floor, overlapping runs)
+//	?              fewer than 3 runs a side
+func WritePrimary(w io.Writer, c *Comparison) error {
+	tw := &lineWriter{w: w}
+	rows := c.PrimaryRows()
+	if len(rows) == 0 {
+		return nil
+	}
+	byRank(rows)
+	tw.line("     base   patched  change  95%% interval       metric")
+	group := ""
+	for _, r := range rows {
+		if g := groupName(r); g != group {
+			tw.text(g)
+			group = g
+		}
+		b, p := centres(r)
+		change, iv := "", ""
+		if r.Interval.Defined {
+			change, iv = intervalText(r.Interval)
+		}
+		prefix := pad(formatValue(b), 9, true) + " " + pad(formatValue(p), 9, true) + " " +
+			pad(change, 7, true) + " " + pad(iv, 18, false) + " " + pad(judgement(r), 6, false) + " "
+		name := metricName(r.Metric, r.Unit)
+		if utf8.RuneCountInString(prefix+name) > MaxColumns {
+			name = r.Metric
+		}
+		tw.line("%s%s", prefix, name)
+	}
+	return tw.err
+}
+
+// judgement is a primary row's verdict in one word (see WritePrimary).
+func judgement(r Row) string {
+	switch {
+	case !r.Judged:
+		return markNotJudged
+	case r.Called && r.Better():
+		return "better"
+	case r.Called:
+		return "worse"
+	case r.Significant:
+		return "guard"
+	case r.Within:
+		return "same"
+	}
+	return "open"
+}
+
+// intervalText writes a change and its interval: "-94.9%" and "[-95.6%,
+// -94.1%]", or from a doubling on as factors, "2.6x" and "[2.1x, 3.2x]";
+// an interval that reaches below a doubling stays in percent, "[-35.8%,
+// +190%]".
+func intervalText(iv stats.Interval) (change, bounds string) {
+	if iv.Ratio >= 2 && iv.Low >= 2 {
+		return times(iv.Ratio), "[" + times(iv.Low) + ", " + times(iv.High) + "]"
+	}
+	change = signedPct(iv.Ratio - 1)
+	if iv.Ratio >= 2 {
+		change = times(iv.Ratio)
+	}
+	return change, "[" + signedPct(iv.Low-1) + ", " + signedPct(iv.High-1) + "]"
 }
 
 // missing lists the counters a kernel could not provide: they are absent
@@ -127,11 +215,47 @@ func (t *lineWriter) row(r Row, noise float64) {
 }
 
 func (t *lineWriter) legend(c *Comparison) {
-	t.line("%s", wrap(fmt.Sprintf("%%change: patched vs base mean; judged by %s, two-sided, "+
-		"Holm-Bonferroni across the %s, alpha %g. "+
-		"\"%s\": not significant. \"%s\": fewer than 3 runs a side, not judged. "+
+	primary, derived := 0, 0
+	for _, s := range c.Suites {
+		primary += s.Primary
+		derived += s.Derived
+	}
+	var fams []string
+	if primary > 0 {
+		fams = append(fams, "the "+plural(primary, "primary metric"))
+	}
+	if derived > 0 {
+		fams = append(fams, "the "+plural(derived, "derived counter"))
+	}
+	t.line("%s", wrap(fmt.Sprintf("%%change: patched vs base mean. Judged by %s, two-sided, "+
+		"Holm-Bonferroni within each family (%s) at %s. "+
+		"\"%s\": not significant. \"%s\": significant, but below the noise floor or with the two kernels' runs "+
+		"overlapping, so not called a change. \"%s\": fewer than %d runs a side, not judged. "+
 		"±N%%: stddev, shown from %g%% of the mean.",
-		c.Test, plural(c.Judged(), "judged metric"), c.Alpha, markNotSignificant, markNotJudged, c.Options.NoiseShown*100), MaxColumns))
+		c.Test, strings.Join(fams, "; "), levelText(c),
+		markNotSignificant, markGuarded, markNotJudged, stats.MinSamples, c.Options.NoiseShown*100), MaxColumns))
+}
+
+// levelText says the level the families were judged at: "alpha 0.05", or
+// for a sequential run "alpha 0.043, the sequential rule's level after 10
+// runs a side (3 to 10, alpha 0.05 in all)".
+func levelText(c *Comparison) string {
+	var parts []string
+	for _, s := range c.Suites {
+		p := "alpha " + strconv.FormatFloat(s.Level, 'g', 3, 64)
+		if s.Rule.Sequential() {
+			p += fmt.Sprintf(", the sequential rule's level after %d runs a side (%d to %d, alpha %g in all)",
+				s.Runs, s.Rule.Min, s.Rule.Max, s.Rule.Alpha)
+		}
+		if len(c.Suites) > 1 {
+			p = s.Suite + " " + p
+		}
+		parts = append(parts, p)
+	}
+	if len(parts) == 0 {
+		return "alpha " + strconv.FormatFloat(c.Alpha, 'g', 3, 64)
+	}
+	return strings.Join(parts, "; ")
 }
 
 // plural is "1 judged metric" or "16 judged metrics".
@@ -156,6 +280,8 @@ func changeColumn(r Row) (change, mark string) {
 		mark = " " + markNotJudged
 	case !r.Significant:
 		mark = " " + markNotSignificant
+	case !r.Called:
+		mark = " " + markGuarded
 	}
 	return change, mark
 }
@@ -296,9 +422,10 @@ func grids(c *Comparison, keys ...string) []*grid {
 	return out
 }
 
-// distinct returns the values of param key in first-seen order, or in
-// numeric order when they are all numbers.
-func distinct(rows []Row, key string) []string {
+// ParamValues returns the values of param key in first-seen order, or in
+// numeric order when they are all numbers: the axes of the reply's grids
+// and curves, and of the dashboard's.
+func ParamValues(rows []Row, key string) []string {
 	var vals []string
 	seen := map[string]bool{}
 	numeric := true
@@ -327,8 +454,8 @@ func distinct(rows []Row, key string) []string {
 func WriteGrids(w io.Writer, c *Comparison) error {
 	tw := &lineWriter{w: w}
 	for _, g := range grids(c, "bucket", "readers") {
-		readers := distinct(g.rows, "readers")
-		buckets := distinct(g.rows, "bucket")
+		readers := ParamValues(g.rows, "readers")
+		buckets := ParamValues(g.rows, "bucket")
 		cells := map[[2]string]Row{}
 		for _, r := range g.rows {
 			cells[[2]string{r.Params["bucket"], r.Params["readers"]}] = r

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -180,5 +181,82 @@ func TestMissingCountersAreListed(t *testing.T) {
 	WriteTable(&buf, c, Commits{})
 	if n := strings.Count(buf.String(), "cache_releases: kprobe on squashfs_cache_put"); n != 1 {
 		t.Errorf("the missing counter is listed %d times, want once:\n%s", n, buf.String())
+	}
+}
+
+// The primary block: one line per primary metric in the suite's order,
+// with its interval and a word, within 80 columns.
+func TestWritePrimary(t *testing.T) {
+	ms := []metric{
+		{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.3), runs(170, 0.3)},
+		{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(19.1, 0.04), runs(0.97, 0.02)},
+		{"read-storm", "files_per_s", "files/s", true, runs(21, 0.1), runs(40, 0.06)},
+		{"stat-storm", "files_per_s", "files/s", true, runs(900, 0.01), runs(901, 0.01)},
+		{"read-storm", "sched_wakeup", "count", false, runs(27000, 0.1), runs(9000, 0.1)},
+	}
+	b, p := results(ms)
+	c, err := Compare(b, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WritePrimary(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	checkWidth(t, out)
+	want := []string{"better files_per_s", "better wakeups_per_release", "open   ops_per_s", "same   files_per_s"}
+	last := -1
+	for _, w := range want {
+		i := strings.Index(out, w)
+		if i < 0 || i < last {
+			t.Errorf("%q missing or out of the suite's order:\n%s", w, out)
+		}
+		last = i
+	}
+	if strings.Contains(out, "sched_wakeup") {
+		t.Errorf("a derived counter in the primary block:\n%s", out)
+	}
+	if !strings.Contains(out, "-94.9% [-95.2%, -94.7%]") {
+		t.Errorf("no interval for wake-ups per release:\n%s", out)
+	}
+}
+
+func TestRunsLine(t *testing.T) {
+	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(100, 0.3), runs(100, 0.3)}})
+	b[0].Plan, p[0].Plan = stats.DefaultRule.String(), stats.DefaultRule.String()
+	b[0].Stop, p[0].Stop = suites.StopMax, suites.StopMax
+	c, err := Compare(b, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := RunsLine(c); got != "5 per kernel, interleaved; the maximum was reached before the primary metrics were settled (the rule runs 3 to 10)" {
+		t.Errorf("runs line %q", got)
+	}
+	b[0].Plan, p[0].Plan, b[0].Stop, p[0].Stop = "", "", suites.StopFixed, suites.StopFixed
+	c, _ = Compare(b, p, Options{})
+	if got := RunsLine(c); got != "5 per kernel, interleaved" {
+		t.Errorf("runs line %q", got)
+	}
+}
+
+// A round the host was busy for is named in the notes; repeated ones are
+// counted.
+func TestNotesBusyRounds(t *testing.T) {
+	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(100, 0.01), runs(100, 0.01)}})
+	busy := &suites.HostLoad{Busy: 0.62}
+	quiet := &suites.HostLoad{Busy: 0.03}
+	b[0].Rounds = []suites.Round{{N: 1, Before: quiet, After: busy, Busy: true, Repeated: true}, {N: 1, Before: quiet, After: quiet}}
+	p[0].Rounds = []suites.Round{{N: 1, Before: busy, After: quiet, Busy: true}}
+	c, err := Compare(b, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := strings.Join(Notes(c), "\n")
+	for _, want := range []string{"1 round was repeated because the host was busy around it.",
+		"cache-contention round 1 on patched ran while the host was busy (62% and 3% of its CPU time before and after)."} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("notes lack %q:\n%s", want, notes)
+		}
 	}
 }

@@ -1,12 +1,66 @@
 package reports
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/suites"
 )
+
+// Outcome is what the patch did to the primary metrics, in the words the
+// verdict opens with.
+type Outcome string
+
+const (
+	Improvement Outcome = "improvement" // some primary metrics improved, none regressed
+	Regression  Outcome = "regression"  // some regressed, none improved
+	Mixed       Outcome = "mixed"       // some of each
+	NoChange    Outcome = "no change"   // none changed
+	NotJudged   Outcome = "not judged"  // too few runs to judge any
+)
+
+// Outcome judges the comparison by its primary metrics alone: only changes
+// called as such (significant within their family, past the guards) count.
+func (c *Comparison) Outcome() Outcome {
+	judged, better, worse := 0, 0, 0
+	for _, r := range c.PrimaryRows() {
+		if !r.Judged {
+			continue
+		}
+		judged++
+		switch {
+		case !r.Called:
+		case r.Better():
+			better++
+		case r.Worse():
+			worse++
+		}
+	}
+	switch {
+	case judged == 0:
+		return NotJudged
+	case better > 0 && worse > 0:
+		return Mixed
+	case worse > 0:
+		return Regression
+	case better > 0:
+		return Improvement
+	}
+	return NoChange
+}
+
+// Regressed reports whether any primary metric regressed: a reply then
+// suggests the Reported-by: and Closes: tags (Tags).
+func (c *Comparison) Regressed() bool {
+	o := c.Outcome()
+	return o == Regression || o == Mixed
+}
 
 // phrases turn metric names into words for the verdict sentence. A metric
 // not listed here reads as its name with spaces.
@@ -35,43 +89,88 @@ func describe(r Row) string {
 		p = strings.ReplaceAll(r.Metric, "_", " ")
 	}
 	s := r.Workload + " " + p
-	if cell := r.Cell(); cell != "" {
+	if cell := r.Cell(); cell != "" && !r.oneCell {
 		s += " (" + cell + ")"
 	}
 	return s
 }
 
-// claim says what the patch did to one significant row, e.g. "improves
-// read-storm throughput by 1.8x" or "cuts stat-storm scheduler wake-ups
-// from 9.6 to 1.1".
-func claim(r Row) string {
-	name := describe(r)
-	from, to := short3(r.Base.Mean), short3(r.Patched.Mean)
-	if r.Unit != "" && r.Unit != "count" {
-		from, to = from+" "+r.Unit, to+" "+r.Unit
+// centres are the two kernels' values a claim cites: the geometric means
+// when the change is a ratio of geometric means, else the means.
+func centres(r Row) (base, patched float64) {
+	if r.Interval.Log && r.Base.GeoMean > 0 && r.Patched.GeoMean > 0 {
+		return r.Base.GeoMean, r.Patched.GeoMean
 	}
-	up := r.Patched.Mean > r.Base.Mean
-	switch {
-	case r.HigherIsBetter && up:
-		return "improves " + name + " by " + factor(r)
-	case r.HigherIsBetter:
-		return "lowers " + name + " from " + from + " to " + to
-	case !up:
-		return "cuts " + name + " from " + from + " to " + to
-	default:
-		return "raises " + name + " from " + from + " to " + to
-	}
+	return r.Base.Mean, r.Patched.Mean
 }
 
-// factor is "1.8x" for large changes and "4.2%" for small ones.
-func factor(r Row) string {
-	if ratio := r.Ratio(); ratio >= 1.1 {
-		if math.IsInf(ratio, 1) {
-			return "an unbounded factor"
-		}
-		return strconv.FormatFloat(ratio, 'f', 1, 64) + "x"
+// claim says what the patch did to one called row, with its size and 95%
+// interval: "improves read-storm throughput by 90% (95% interval 61% to
+// 125%)" or "cuts read-storm scheduler wake-ups per cache release from 19.1
+// to 0.97, by 94.9% (94.1% to 95.6%)".
+func claim(r Row, first bool) string {
+	name := describe(r)
+	b, p := centres(r)
+	from, to := short3(b), short3(p)
+	if r.Unit != "" && r.Unit != "count" && !strings.Contains(r.Unit, "/") {
+		from, to = from+" "+r.Unit, to+" "+r.Unit
 	}
-	return fmt.Sprintf("%.1f%%", math.Abs(r.Change)*100)
+	verb := map[[2]bool]string{ // [higher is better, went up]
+		{true, true}: "improves", {true, false}: "lowers", {false, false}: "cuts", {false, true}: "raises",
+	}[[2]bool{r.HigherIsBetter, r.Interval.Ratio > 1}]
+	s := verb + " " + name
+	if !r.HigherIsBetter {
+		s += " from " + from + " to " + to + ","
+	}
+	return s + " by " + magnitude(r.Interval) + " (" + bounds(r.Interval, first) + ")"
+}
+
+// magnitude is the size of a change in words: "2.6x" from a doubling
+// (when the whole interval is one), "90%" for a smaller rise, "94.9%" for
+// a fall.
+func magnitude(iv stats.Interval) string {
+	if iv.Ratio >= 2 && iv.Low >= 2 {
+		return times(iv.Ratio)
+	}
+	return pct(math.Abs(iv.Ratio - 1))
+}
+
+// bounds is the interval of a change in the words of magnitude: "95%
+// interval 61% to 125%", the label only on the first claim of a sentence.
+func bounds(iv stats.Interval, label bool) string {
+	var s string
+	switch {
+	case iv.Ratio >= 2 && iv.Low >= 2:
+		s = times(iv.Low) + " to " + times(iv.High)
+	case iv.Ratio > 1 && iv.Low >= 1:
+		s = pct(iv.Low-1) + " to " + pct(iv.High-1)
+	case iv.Ratio < 1 && iv.High <= 1:
+		s = pct(1-iv.High) + " to " + pct(1-iv.Low)
+	default: // an interval across no change: a signed range
+		s = signedPct(iv.Low-1) + " to " + signedPct(iv.High-1)
+	}
+	if label {
+		return fmt.Sprintf("%g%% interval ", iv.Level*100) + s
+	}
+	return s
+}
+
+func times(r float64) string {
+	if math.IsInf(r, 1) || r > 1e6 {
+		return "an unbounded factor"
+	}
+	return strconv.FormatFloat(r, 'f', 1, 64) + "x"
+}
+
+// pct writes a fraction as a percentage with three significant digits at
+// most: 0.949 is "94.9%", 1.6 is "160%", 0.0421 is "4.21%".
+func pct(f float64) string { return short3(100*f) + "%" }
+
+func signedPct(f float64) string {
+	if f >= 0 {
+		return "+" + pct(f)
+	}
+	return "-" + pct(-f)
 }
 
 // short3 prints three significant digits, and large counts whole rather
@@ -83,95 +182,386 @@ func short3(v float64) string {
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
 
-// headline ranks the metrics a verdict prefers to cite among costs: the
-// seed's own metric first, then the scheduler's counters, then latency.
-// Others (derived counters) rank after them, by size of change.
-var headline = map[string]int{
-	"wakeups_per_release": 1,
-	"sched_wakeup":        2,
-	"context_switches":    3,
-	"latency_mean":        4,
-	"latency_p99":         5,
-	"elapsed":             6,
+// bySize orders rows by the size of their change, largest first.
+func bySize(rs []Row) {
+	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Ratio() > rs[j].Ratio() })
 }
 
-func rank(r Row) int {
-	if n, ok := headline[r.Metric]; ok {
-		return n
-	}
-	return len(headline) + 1
+// byRank orders primary rows as their suite lists them.
+func byRank(rs []Row) {
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].Suite != rs[j].Suite {
+			return rs[i].Suite < rs[j].Suite
+		}
+		return rs[i].Rank < rs[j].Rank
+	})
 }
 
-// Verdict is the reply's first sentence for a comparison. It cites only
-// significant changes: the two largest improvements and the largest
-// regression.
+// maxClaims is how many changes the verdict cites of each direction.
+const maxClaims = 2
+
+// Verdict is the reply's first paragraph. Its first sentence is about the
+// primary metrics alone and opens with the outcome: "Improvement:",
+// "Regression:", "Mixed:" or "No change:"; every change it cites carries
+// its 95% interval. The sentences after it say what the rest of the
+// primary metrics did (no change of a size that matters, or not settled
+// by the maximum of runs) and how many derived counters changed.
 func Verdict(c *Comparison) string {
-	judged := c.Judged()
-	if judged == 0 {
-		return fmt.Sprintf("Too few runs to judge any change: every metric needs at least %d runs "+
-			"on each kernel.", 3)
+	o := c.Outcome()
+	if o == NotJudged {
+		if c.Judged() == 0 {
+			return fmt.Sprintf("Too few runs to judge any change: every metric needs at least %d runs "+
+				"on each kernel.", stats.MinSamples)
+		}
+		s := fmt.Sprintf("Not judged: no primary metric was measured with at least %d runs on each kernel.", stats.MinSamples)
+		if t := derivedSentence(c); t != "" {
+			s += " " + t
+		}
+		return s
 	}
-	var better, worse []Row
-	for _, r := range c.SignificantRows() {
-		if r.Better() {
+	var better, worse, rest []Row
+	judged := 0
+	for _, r := range c.PrimaryRows() {
+		if !r.Judged {
+			continue
+		}
+		judged++
+		switch {
+		case r.Called && r.Better():
 			better = append(better, r)
-		} else if r.Patched.Mean != r.Base.Mean {
+		case r.Called && r.Worse():
+			worse = append(worse, r)
+		default:
+			rest = append(rest, r)
+		}
+	}
+	byRank(better)
+	byRank(worse)
+	var s string
+	of := fmt.Sprintf("%d primary metrics", judged)
+	if len(c.Suites) == 1 {
+		of += " of " + c.Suites[0].Suite
+	}
+	cite := func(rs []Row, first bool) string {
+		var cs []string
+		for i, r := range rs[:min(maxClaims, len(rs))] {
+			cs = append(cs, claim(r, first && i == 0))
+		}
+		return joinAnd(cs)
+	}
+	more := func(rs []Row, verb string) string {
+		if n := len(rs) - maxClaims; n > 0 {
+			return fmt.Sprintf("; %d more primary %s %s (below)", n, map[bool]string{true: "metric", false: "metrics"}[n == 1], verb)
+		}
+		return ""
+	}
+	switch o {
+	case Improvement:
+		s = "Improvement: the patch " + cite(better, true) + more(better, "improved") + "."
+	case Regression:
+		s = "Regression: the patch " + cite(worse, true) + more(worse, "regressed") + "."
+	case Mixed:
+		s = "Mixed: the patch " + cite(better, true) + more(better, "improved") + ", but " + cite(worse, false) + more(worse, "regressed") + "."
+	case NoChange:
+		s = fmt.Sprintf("No change: none of the %s changed significantly.", of)
+	}
+	if t := restSentence(c, rest, o == NoChange); t != "" {
+		s += " " + t
+	}
+	if t := derivedSentence(c); t != "" {
+		s += " " + t
+	}
+	return s
+}
+
+// restSentence says what the primary metrics not cited did: within the
+// smallest effect of interest, not settled, or significant but stopped by a
+// guard. none: no primary metric changed (the sentence follows "No
+// change: ...").
+func restSentence(c *Comparison, rest []Row, none bool) string {
+	if len(rest) == 0 {
+		return ""
+	}
+	var within, open, guarded []Row
+	for _, r := range rest {
+		switch {
+		case r.Significant:
+			guarded = append(guarded, r)
+		case r.Within:
+			within = append(within, r)
+		default:
+			open = append(open, r)
+		}
+	}
+	are := func(n int) string {
+		if n == 1 {
+			return "is"
+		}
+		return "are"
+	}
+	// Each part without its count, so that one kind alone reads "All 3
+	// are within ..." or "The other primary metric is ...".
+	type part struct {
+		n    int
+		what string
+	}
+	var parts []part
+	if n := len(within); n > 0 {
+		parts = append(parts, part{n, fmt.Sprintf("within ±%s (the smallest effect of interest)", smallestOf(c, within))})
+	}
+	if n := len(open); n > 0 {
+		worst := 0.0
+		for _, r := range open {
+			if r.Interval.Defined {
+				worst = math.Max(worst, math.Max(math.Abs(r.Interval.Low-1), math.Abs(r.Interval.High-1)))
+			}
+		}
+		parts = append(parts, part{n, fmt.Sprintf("not settled after %s (95%% intervals reach ±%s)", runsOf(c), pct(worst))})
+	}
+	if n := len(guarded); n > 0 {
+		parts = append(parts, part{n, fmt.Sprintf("significant but not called a change (%s)", guarded[0].Guard)})
+	}
+	if len(parts) == 1 {
+		p := parts[0]
+		switch {
+		case none && p.n == 1:
+			return "It is " + p.what + "."
+		case none:
+			return fmt.Sprintf("All %d are %s.", p.n, p.what)
+		case p.n == 1:
+			return "The other primary metric is " + p.what + "."
+		}
+		return fmt.Sprintf("The other %d primary metrics are %s.", p.n, p.what)
+	}
+	var ws []string
+	for _, p := range parts {
+		ws = append(ws, fmt.Sprintf("%d %s %s", p.n, are(p.n), p.what))
+	}
+	if none {
+		return "Of them, " + joinAnd(ws) + "."
+	}
+	return "Of the other primary metrics, " + joinAnd(ws) + "."
+}
+
+func smallestOf(c *Comparison, rows []Row) string {
+	if j, ok := c.Judgement(rows[0].Suite); ok {
+		return pct(j.SmallestEffect)
+	}
+	return pct(DefaultSmallestEffect)
+}
+
+// runsOf is "10 runs a side", from the suites' judgements.
+func runsOf(c *Comparison) string {
+	n := 0
+	for _, s := range c.Suites {
+		n = max(n, s.Runs)
+	}
+	return fmt.Sprintf("%d runs a side", n)
+}
+
+func derivedSentence(c *Comparison) string {
+	judged, called := 0, 0
+	for _, r := range c.DerivedRows() {
+		if r.Judged {
+			judged++
+			if r.Called {
+				called++
+			}
+		}
+	}
+	switch {
+	case judged == 0:
+		return ""
+	case called == 0:
+		return fmt.Sprintf("No significant change in the %d derived counters.", judged)
+	}
+	return fmt.Sprintf("%d of the %d derived counters changed significantly (below).", called, judged)
+}
+
+func joinAnd(parts []string) string {
+	switch len(parts) {
+	case 0:
+		return ""
+	case 1:
+		return parts[0]
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// Headline is the kernel test robot's opening line for the top change of
+// the primary metrics, e.g. "patchbot noticed a 94.9% reduction of
+// cache-contention.read-storm.wakeups_per_release" or "patchbot noticed a
+// -26.0% regression of cache-contention.read-storm.files_per_s". The top
+// change is the largest regression when there is one, else the largest
+// improvement; "" when no primary metric changed.
+func Headline(c *Comparison) string {
+	var better, worse []Row
+	for _, r := range c.PrimaryRows() {
+		switch {
+		case !r.Called || !r.Interval.Defined:
+		case r.Better():
+			better = append(better, r)
+		case r.Worse():
 			worse = append(worse, r)
 		}
 	}
-	if len(better)+len(worse) == 0 {
-		return fmt.Sprintf("No significant change: none of the %d metrics measured moved beyond "+
-			"the noise (%s, Holm-Bonferroni, alpha %g).", judged, c.Test, c.Alpha)
-	}
-	bySize := func(rs []Row) {
-		sort.SliceStable(rs, func(i, j int) bool { return rs[i].Ratio() > rs[j].Ratio() })
-	}
 	bySize(better)
 	bySize(worse)
-
-	// Headline one rate (throughput, acquisitions) and one cost (wake-ups,
-	// latency) when both improved: together they say what and why.
-	var rates, costs []Row
-	for _, r := range better {
-		if r.HigherIsBetter {
-			rates = append(rates, r)
-		} else {
-			costs = append(costs, r)
+	change := 100 * (func() float64 {
+		if len(worse) > 0 {
+			return worse[0].Interval.Ratio - 1
 		}
-	}
-	sort.SliceStable(costs, func(i, j int) bool { return rank(costs[i]) < rank(costs[j]) })
-	var claims []string
+		if len(better) > 0 {
+			return better[0].Interval.Ratio - 1
+		}
+		return 0
+	})()
 	switch {
-	case len(rates) > 0 && len(costs) > 0:
-		claims = []string{claim(rates[0]), claim(costs[0])}
-	case len(costs) > 0:
-		for _, r := range costs[:min(2, len(costs))] {
-			claims = append(claims, claim(r))
+	case len(worse) > 0:
+		return noticed(fmt.Sprintf("%+.1f%%", change), "regression", worse[0].Name())
+	case len(better) > 0 && better[0].HigherIsBetter:
+		return noticed(fmt.Sprintf("%.1f%%", change), "improvement", better[0].Name())
+	case len(better) > 0:
+		return noticed(fmt.Sprintf("%.1f%%", -change), "reduction", better[0].Name())
+	}
+	return ""
+}
+
+// noticed writes "patchbot noticed a 12.0% ..." with the article the
+// number is read with: "an 88.6%", "an 11.0%", "an 18.2%".
+func noticed(amount, what, name string) string {
+	a := "a"
+	n := strings.TrimLeft(amount, "+-")
+	if strings.HasPrefix(n, "8") || (strings.HasPrefix(n, "11") || strings.HasPrefix(n, "18")) && (len(n) == 2 || n[2] == '.') {
+		a = "an"
+	}
+	return fmt.Sprintf("patchbot noticed %s %s %s of %s", a, amount, what, name)
+}
+
+// Tags are the trailers a regression reply suggests for the fix, as the
+// kernel test robot's do: Reported-by: the bot, Closes: the report. None
+// when no primary metric regressed (or from is empty).
+func Tags(c *Comparison, from, report string) []string {
+	if !c.Regressed() || from == "" {
+		return nil
+	}
+	tags := []string{"Reported-by: " + from}
+	if report != "" {
+		tags = append(tags, "Closes: "+report)
+	}
+	return tags
+}
+
+// Notes are what a reader must know beside the numbers, one sentence each:
+// rounds measured on a busy host, kernels whose runs fell in two modes
+// (which a mean hides), and primary changes the guards did not call.
+func Notes(c *Comparison) []string {
+	var out []string
+	switch {
+	case c.Repeated == 1:
+		out = append(out, "1 round was repeated because the host was busy around it.")
+	case c.Repeated > 1:
+		out = append(out, fmt.Sprintf("%d rounds were repeated because the host was busy around them.", c.Repeated))
+	}
+	for _, b := range c.Busy {
+		before, after := 0.0, 0.0
+		if b.Round.Before != nil {
+			before = b.Round.Before.Busy
 		}
-	default:
-		for _, r := range rates[:min(2, len(rates))] {
-			claims = append(claims, claim(r))
+		if b.Round.After != nil {
+			after = b.Round.After.Busy
+		}
+		out = append(out, fmt.Sprintf("%s round %d on %s ran while the host was busy (%s and %s of its CPU time before and after).",
+			b.Suite, b.Round.N, b.Kernel, pct(before), pct(after)))
+	}
+	for _, r := range c.Rows {
+		for _, side := range []struct {
+			kernel string
+			s      stats.Summary
+		}{{"base", r.Base}, {"patched", r.Patched}} {
+			if len(side.s.Modes) != 2 || !r.Primary {
+				continue
+			}
+			lo, hi := side.s.Modes[0], side.s.Modes[1]
+			out = append(out, fmt.Sprintf("The %s kernel's %s fell in two modes: %s at %s and %s at %s; its mean describes neither.",
+				side.kernel, describe(r), plural(lo.N, "run"), span(lo, r.Unit), plural(hi.N, "run"), span(hi, r.Unit)))
 		}
 	}
-	s := "The patch " + strings.Join(claims, " and ")
-	cited := len(claims)
-	if len(worse) > 0 {
-		if len(claims) > 0 {
-			s += ", but "
+	if n := modalDerived(c); n > 0 {
+		out = append(out, fmt.Sprintf("%s fell in two modes on one kernel (see --json).", plural(n, "derived counter")))
+	}
+	for _, r := range c.PrimaryRows() {
+		if r.Significant && !r.Called {
+			out = append(out, fmt.Sprintf("%s moved by %s (significant), but is not called a change: %s.",
+				describe(r), signedPct(r.Interval.Ratio-1), guardText(c, r)))
 		}
-		s += claim(worse[0])
-		cited++
 	}
-	switch cited {
-	case 1:
-		s += " (significant"
-	case 2:
-		s += " (both significant"
-	default:
-		s += " (all significant"
+	return out
+}
+
+func guardText(c *Comparison, r Row) string {
+	if r.Guard == GuardNoiseFloor {
+		if j, ok := c.Judgement(r.Suite); ok {
+			return fmt.Sprintf("%s of %s", r.Guard, pct(j.NoiseFloor))
+		}
 	}
-	if n := len(better) + len(worse); n > cited {
-		s += fmt.Sprintf("; %d of %d metrics changed significantly", n, judged)
+	return r.Guard
+}
+
+func modalDerived(c *Comparison) int {
+	n := 0
+	for _, r := range c.DerivedRows() {
+		if len(r.Base.Modes) == 2 || len(r.Patched.Modes) == 2 {
+			n++
+		}
 	}
-	return s + ")."
+	return n
+}
+
+func span(m stats.Mode, unit string) string {
+	s := short3(m.Min)
+	if m.Max != m.Min {
+		s += "-" + short3(m.Max)
+	}
+	if unit != "" && unit != "count" {
+		s += " " + unit
+	}
+	return s
+}
+
+// RunsLine says how many runs each kernel had and why they stopped, for
+// the reply's setup: "6 per kernel, interleaved; the primary metrics were
+// settled after 6 (the rule allows 3 to 10)".
+func RunsLine(c *Comparison) string {
+	var parts []string
+	for _, s := range c.Suites {
+		line := fmt.Sprintf("%d per kernel, interleaved", s.Runs)
+		if s.Rule.Sequential() {
+			why := "the primary metrics were settled"
+			if s.Stop == suites.StopMax || !s.Settled {
+				why = "the maximum was reached before the primary metrics were settled"
+			}
+			line += fmt.Sprintf("; %s (the rule runs %d to %d)", why, s.Rule.Min, s.Rule.Max)
+		}
+		if len(c.Suites) > 1 {
+			line = s.Suite + ": " + line
+		}
+		parts = append(parts, line)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// LayoutNote is the setup's line on code layout, from the kernel config:
+// with CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y every function starts on a
+// 64-byte boundary, so a patch cannot win or lose by shifting the code
+// after it (the kernel test robot traced phantom changes to alignment).
+// "" when the config does not set it.
+func LayoutNote(kconfig []byte) string {
+	sc := bufio.NewScanner(bytes.NewReader(kconfig))
+	for sc.Scan() {
+		if strings.TrimSpace(sc.Text()) == "CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y" {
+			return "functions aligned to 64 bytes (DEBUG_FORCE_FUNCTION_ALIGN_64B)"
+		}
+	}
+	return ""
 }

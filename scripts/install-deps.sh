@@ -13,8 +13,14 @@ pkgs=(
   # guest images and VMs
   squashfs-tools qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients
   linux-image-amd64
-  # mail servers for the integration tests, and b4 to compare series assembly
-  dovecot-imapd postfix b4
+  # mail servers for the integration tests (public-inbox is what lore runs),
+  # b4 to compare series assembly, python3-dkim to sign and check test mail
+  # as a receiving server does
+  dovecot-imapd postfix public-inbox b4 python3-dkim
+  # the fleet's queue (tests start a throwaway cluster of their own)
+  postgresql
+  # the dashboard's browser test (reports/web), and the fonts its plots name
+  chromium fonts-liberation
   git ca-certificates iproute2 util-linux
 )
 

@@ -1,25 +1,32 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/store"
 )
 
-// CommandLog remembers when each sender gave a command, so that the rate
-// limit holds across restarts (the store implements it).
-type CommandLog interface {
-	CommandsSince(sender string, since time.Time) (int, error)
+// Asker is who gives an email command, as far as patchbot can tell.
+type Asker struct {
+	// Address is the one bare address of the mail's From:.
+	Address string
+	// Authenticated: the mail carries a DKIM pass for Address's domain
+	// from a trusted authserv-id, or came from a source trusted as a whole.
+	Authenticated bool
 }
 
-// Authorize decides whether sender may give an email command on a series
-// written by author. It returns the reason when the answer is no; the reason
-// is quoted back to the sender when the config says refused commands are
-// answered.
-func Authorize(cfg CommandsConfig, log CommandLog, now time.Time, sender, author string) (bool, string, error) {
-	s := mailbox.AddrOf(sender)
+// Authorize decides whether asker may have a series written by author
+// tested. It returns the reason when the answer is no; the reason is
+// quoted back to the asker when the config says refusals are answered.
+// The per-sender limit is not its business: every command counts against
+// that, allowed or not (see Daemon.decide).
+func Authorize(cfg CommandsConfig, asker Asker, author string) (bool, string) {
+	s := asker.Address
 	allowed := cfg.AllowAuthor && s != "" && s == mailbox.AddrOf(author)
 	for _, a := range cfg.Allow {
 		if a = mailbox.AddrOf(a); a != "" && (a == s || (strings.HasPrefix(a, "@") && strings.HasSuffix(s, a))) {
@@ -27,16 +34,128 @@ func Authorize(cfg CommandsConfig, log CommandLog, now time.Time, sender, author
 		}
 	}
 	if !allowed {
-		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s), nil
+		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s)
 	}
-	if cfg.PerSenderPerHour > 0 {
-		n, err := log.CommandsSince(s, now.Add(-time.Hour))
-		if err != nil {
-			return false, "", fmt.Errorf("reading the command log: %w", err)
+	if !asker.Authenticated {
+		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no DKIM pass for %s "+
+			"from a server this instance trusts", s, mailbox.Domain(s))
+	}
+	return true, ""
+}
+
+// command is one email command being weighed, inside the transaction of
+// the mail that gave it.
+type command struct {
+	mailbox.Command
+	key    string // "<message-id>#<n>"
+	asker  Asker
+	thread string // the thread's root Message-ID
+	// answer is the short answer to give, already addressed to the asker
+	// alone and threaded under the command's mail.
+	answer reports.Answer
+}
+
+// decision is what to do with a command: answer it (Answer set), queue a
+// job (Request set), or neither; Outcome is logged either way.
+type decision struct {
+	Outcome store.CommandOutcome
+	Answer  *reports.Answer
+	Request *Request
+	// OptOut records the asker's "stop".
+	OptOut bool
+	Why    string // for the log
+}
+
+// decide weighs one command: the per-sender limit first (help, refusals
+// and malformed commands count), then what it asks. target is the newest
+// series in the thread (nil when there is none); mkRequest makes its job.
+func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *mailbox.Series,
+	mkRequest func() (*Request, error), now time.Time) (decision, error) {
+	cfg := d.Config.Commands
+	answer := func(kind reports.AnswerKind, reason string) decision {
+		a := c.answer
+		a.Kind, a.Reason = kind, reason
+		if kind == reports.AnswerHelp || kind == reports.AnswerNotUnderstood || kind == reports.AnswerInvalid {
+			a.Suites, a.Profiles = suiteNames()
 		}
-		if n >= cfg.PerSenderPerHour {
-			return false, fmt.Sprintf("%s already gave %d commands in the last hour (limit %d)", s, n, cfg.PerSenderPerHour), nil
+		return decision{Outcome: store.CommandAnswered, Answer: &a}
+	}
+	counts, err := tx.CommandCounts(ctx, c.asker.Address, now.Add(-time.Hour))
+	if err != nil {
+		return decision{}, err
+	}
+	refuse := func(reason string) decision {
+		if !cfg.AnswerRefused || counts.Refusals > 0 {
+			return decision{Outcome: store.CommandDropped, Why: "refused (" + reason + "); a refusal was answered this hour already"}
 		}
+		dc := answer(reports.AnswerRefused, reason)
+		dc.Outcome, dc.Why = store.CommandRefused, reason
+		return dc
+	}
+	// Stopping is always honoured: it can only mean less mail.
+	if c.Err == "" && c.Name == "stop" {
+		dc := answer(reports.AnswerStopped, c.asker.Address)
+		dc.OptOut = true
+		return dc, nil
+	}
+	if counts.Counted >= cfg.PerSenderPerHour {
+		return refuse(fmt.Sprintf("%s already gave %d commands in the last hour (limit %d)",
+			c.asker.Address, counts.Counted, cfg.PerSenderPerHour)), nil
+	}
+	switch {
+	case c.Err != "":
+		return answer(reports.AnswerNotUnderstood, c.Err), nil
+	case c.Name == "help":
+		return answer(reports.AnswerHelp, ""), nil
+	case target == nil:
+		return answer(reports.AnswerNoSeries, ""), nil
+	}
+	if ok, reason := Authorize(cfg, c.asker, target.Author); !ok {
+		return refuse(reason), nil
+	}
+	// Validation first: a bad name is answered now, with the valid ones,
+	// before anything is built.
+	if err := CheckProfile(c.Profile); err != nil {
+		return answer(reports.AnswerInvalid, err.Error()), nil
+	}
+	req, err := mkRequest()
+	if err != nil {
+		return decision{}, err
+	}
+	if len(c.Suites) > 0 {
+		req.Suites = c.Suites
+	}
+	if c.Profile != "" {
+		req.Profile = c.Profile
+	}
+	if _, err := req.SuiteNames(); err != nil {
+		return answer(reports.AnswerInvalid, err.Error()), nil
+	}
+	if err := withOptions(req, c.Command, target); err != nil {
+		return answer(reports.AnswerInvalid, err.Error()), nil
+	}
+	if ok, why, err := d.mayMail(ctx, tx, c.thread, now); err != nil || !ok {
+		return decision{Outcome: store.CommandDropped, Why: why}, err
+	}
+	return decision{Outcome: store.CommandAccepted, Request: req}, nil
+}
+
+// mayMail says whether one more automatic mail fits the quotas: per
+// thread per day, and in all per hour.
+func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now time.Time) (bool, string, error) {
+	l := d.Config.Limits
+	n, err := tx.OutboxSince(ctx, thread, now.Add(-24*time.Hour))
+	if err != nil {
+		return false, "", err
+	}
+	if n >= l.PerThreadPerDay {
+		return false, fmt.Sprintf("the thread had %d mails from patchbot in a day (limit %d)", n, l.PerThreadPerDay), nil
+	}
+	if n, err = tx.OutboxSince(ctx, "", now.Add(-time.Hour)); err != nil {
+		return false, "", err
+	}
+	if n >= l.PerHour {
+		return false, fmt.Sprintf("patchbot wrote %d mails in the last hour (limit %d)", n, l.PerHour), nil
 	}
 	return true, "", nil
 }

@@ -1,12 +1,17 @@
-// Package service joins the stages (mailbox → images → vmrunner → suites →
-// reports) into the jobs that patchbot runs: from the command line
-// (`patchbot run`) and as a daemon (`patchbot watch`) that watches lists,
-// answers email commands, and keeps its state in SQLite across restarts.
+// Package service joins the stages (mailbox → images → suites/invm →
+// reports → mailbox/outbox) into the jobs that patchbot runs: from the
+// command line (`patchbot run`) and as a daemon (`patchbot watch`) that
+// watches lists, answers email commands, and keeps its state in the store
+// across restarts. Each stage owns its own config and adapter; this package
+// holds only the composition, the job queue's policy and who may ask.
 package service
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,116 +19,152 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/publish"
+	"github.com/patchbot/patchbot/reports/web"
+	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites/invm"
 )
 
-// Config is the daemon's configuration (patchbot.yaml). It is decoded
-// strictly: an unknown key is an error, so that a typo is not silently
-// ignored. Defaults are set before decoding; Validate checks ranges.
+// Config is patchbot.yaml: one file for every command (run, watch, reply,
+// serve). It is decoded strictly: an unknown key is an error, so that a
+// typo is not silently ignored. Defaults are set before decoding; Validate
+// checks ranges. Each part is the config type of the stage it configures.
 type Config struct {
-	// StateDir holds the SQLite database and one directory per run.
+	// StateDir holds the SQLite database (state.db, unless Database names
+	// a server) and one directory per run (runs/NAME); it is created 0700.
 	StateDir string `yaml:"state_dir"`
+	// Database is where the state and the job queue live: empty for
+	// state.db in StateDir (SQLite, nothing to install), or a PostgreSQL
+	// URL (postgres://user@host/db) that the coordinator and every worker
+	// of a fleet share. The URL holds no password: DatabasePasswordFile
+	// (mode 0600) does.
+	Database             string `yaml:"database"`
+	DatabasePasswordFile string `yaml:"database_password_file"`
+	// Fleet is how jobs are run: by a worker inside watch, or by workers
+	// on other hosts (patchbot worker).
+	Fleet FleetConfig `yaml:"fleet"`
 	// Sources are the lists to watch.
-	Sources []SourceConfig `yaml:"sources"`
+	Sources []mailbox.SourceConfig `yaml:"sources"`
 	// Paths: a series is tested only when it touches one of these prefixes.
-	Paths []string `yaml:"paths"`
-	// Kernel names the tree and base; empty means Debian's linux-source-6.1.
-	Kernel KernelConfig `yaml:"kernel"`
-	VM     VMConfig     `yaml:"vm"`
-	Suites SuitesConfig `yaml:"suites"`
+	Paths  []string          `yaml:"paths"`
+	Kernel images.TreeConfig `yaml:"kernel"`
+	VM     invm.VMConfig     `yaml:"vm"`
+	Suites SuitesConfig      `yaml:"suites"`
 	// SMTP says how replies leave; sending is off by default (replies go
 	// to the outbox and are printed).
 	SMTP  sender.Config        `yaml:"smtp"`
 	Reply reports.ReplyOptions `yaml:"reply"`
+	// Publish copies each run's directory to a GitHub repository, and the
+	// reply links it (unless the dashboard's BaseURL is set).
+	Publish *publish.Config `yaml:"publish,omitempty"`
 	// Commands controls who may ask for a run with "#patchbot test".
 	Commands CommandsConfig `yaml:"commands"`
-	// HTTP serves /healthz and /metrics; empty disables it.
-	HTTP string `yaml:"http"`
+	// Limits bound the mail patchbot sends, whoever asks (limits.go).
+	Limits LimitsConfig `yaml:"limits"`
+	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
+	HTTP      string     `yaml:"http"`
+	Dashboard web.Config `yaml:"dashboard"`
 	// IncompleteAfter is how long a series may wait for its missing parts
 	// before patchbot answers that it could not test it, and why.
 	IncompleteAfter time.Duration `yaml:"incomplete_after"`
+
+	// Trees are the trees a series may be tested on besides the kernel:
+	// base, fetched into one object store (see images.Kernels.Choose).
+	Trees images.TreesConfig `yaml:"trees"`
 }
 
-// SourceConfig is one watched source; exactly one kind is set.
-type SourceConfig struct {
-	Name    string        `yaml:"name"`
-	IMAP    *IMAPConfig   `yaml:"imap,omitempty"`
-	Lore    string        `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/
-	Mbox    string        `yaml:"mbox,omitempty"`
-	Maildir string        `yaml:"maildir,omitempty"`
-	Poll    time.Duration `yaml:"poll"`
+// FleetConfig shapes the queue between the coordinator (watch) and its
+// workers.
+type FleetConfig struct {
+	// LocalWorker makes watch run a worker in its own process, as a
+	// single host does (the default). Off, watch only coordinates: it
+	// reads mail, queues jobs, collects results and sends replies, and
+	// workers on the test hosts run the jobs (patchbot worker).
+	LocalWorker bool `yaml:"local_worker"`
+	// Lease is how long a worker holds a job without renewing it; it
+	// renews every quarter of it. A worker killed mid-job loses the job
+	// when it runs out, and another worker runs it.
+	Lease time.Duration `yaml:"lease"`
+	// Poll is how often an idle worker looks for a job, and the
+	// coordinator for finished runs and leases that ran out.
+	Poll time.Duration `yaml:"poll"`
+	// RequireKVM makes every test job wait for a worker with KVM, so that
+	// absolute times are not TCG's.
+	RequireKVM bool `yaml:"require_kvm"`
 }
 
-// IMAPConfig names an IMAP mailbox.
-type IMAPConfig struct {
-	Addr     string `yaml:"addr"` // host:port
-	TLS      bool   `yaml:"tls"`
-	User     string `yaml:"user"`
-	Password string `yaml:"password"`
-	Mailbox  string `yaml:"mailbox"`
-}
-
-// KernelConfig names the kernel tree and base ref.
-type KernelConfig struct {
-	Tree string `yaml:"tree"`
-	Base string `yaml:"base"`
-}
-
-// VMConfig chooses the VM backend and shape.
-type VMConfig struct {
-	Backend string   `yaml:"backend"` // qemu or libvirt
-	URIs    []string `yaml:"libvirt_uris"`
-	CPUs    int      `yaml:"cpus"`
-	MemMiB  int      `yaml:"mem_mib"`
-	// Concurrency bounds the VMs running at once.
-	Concurrency int `yaml:"concurrency"`
-}
-
-// SuitesConfig chooses how much to measure.
+// SuitesConfig is how much a job measures by default.
 type SuitesConfig struct {
 	Profile string `yaml:"profile"`
-	Runs    int    `yaml:"runs"`
+	// Runs per kernel, interleaved: 0 runs as many as the evidence needs
+	// (the sequential rule: 3 to 10 a side, stopping when every primary
+	// metric is settled), N runs exactly N.
+	Runs int `yaml:"runs"`
 }
 
 // CommandsConfig controls email commands.
 type CommandsConfig struct {
+	// AllowAuthor lets a series' author ask for its test; Allow lists the
+	// other addresses (or "@domain") that may. Either counts only for an
+	// authenticated mail: see AuthservIDs.
 	AllowAuthor bool     `yaml:"allow_author"`
 	Allow       []string `yaml:"allow"`
-	// PerSenderPerHour is how many commands one sender may give an hour.
+	// AuthservIDs are the servers whose Authentication-Results fields
+	// patchbot believes (RFC 8601), e.g. smtp.subspace.kernel.org for mail
+	// read from lore. A command counts as its sender's only when such a
+	// field above From: reports a DKIM pass for the sender's domain, or
+	// when its source is trusted as a whole (sources[].trusted). Empty:
+	// only trusted sources' commands can run tests.
+	AuthservIDs []string `yaml:"authserv_ids"`
+	// PerSenderPerHour is how many commands one sender may give an hour:
+	// every command that made a job or a mail counts (help, refusals and
+	// malformed commands too).
 	PerSenderPerHour int `yaml:"per_sender_per_hour"`
-	// AnswerRefused answers a refused command with the reason; when false
-	// refused commands are ignored silently.
+	// AnswerRefused answers a refused command with the reason, at most
+	// once per sender an hour; when false refused commands are ignored
+	// silently.
 	AnswerRefused bool `yaml:"answer_refused"`
+}
+
+// DefaultState is the default state directory: /var/lib/patchbot as root,
+// else ~/.local/state/patchbot.
+func DefaultState() string {
+	if os.Geteuid() != 0 {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, ".local", "state", "patchbot")
+		}
+	}
+	return "/var/lib/patchbot"
 }
 
 // DefaultConfig is the embedded default: QEMU, SQLite, outbox, nothing sent.
 func DefaultConfig() Config {
-	state := "/var/lib/patchbot"
-	if os.Geteuid() != 0 {
-		if home, err := os.UserHomeDir(); err == nil {
-			state = filepath.Join(home, ".local", "state", "patchbot")
-		}
-	}
 	return Config{
-		StateDir: state,
+		StateDir: DefaultState(),
 		Paths:    []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
-		// Two vCPUs: on a 2-core host under TCG a 4-vCPU guest made each
-		// cache-contention round 2-5x slower, and two CPUs already make
-		// 64 threads queue for the cache. Five runs: with three a side,
-		// even an 8.5 -> 0.95 change cannot pass Holm across a reply's
-		// metrics.
-		VM:              VMConfig{Backend: "qemu", CPUs: 2, MemMiB: 1024, Concurrency: 1},
-		Suites:          SuitesConfig{Profile: "quick", Runs: 5},
+		VM:       invm.DefaultVM(),
+		Trees:    images.DefaultTrees(),
+		// Runs 0: the sequential rule decides, from 3 to 10 a side.
+		Suites:          SuitesConfig{Profile: "quick"},
 		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
 		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
+		Limits:          DefaultLimits(),
 		IncompleteAfter: 6 * time.Hour,
+		Fleet:           FleetConfig{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
 	}
 }
 
-// LoadConfig reads a YAML config over the defaults.
+// LoadConfig reads a YAML config over the defaults; an empty path is the
+// embedded defaults alone.
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
+	if path == "" {
+		return cfg, cfg.Validate()
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return cfg, fmt.Errorf("reading config: %w", err)
@@ -138,7 +179,7 @@ func LoadConfig(path string) (Config, error) {
 func DecodeConfig(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
 		return err
 	}
 	return cfg.Validate()
@@ -150,39 +191,26 @@ func (c *Config) Validate() error {
 	if c.StateDir == "" {
 		errs = append(errs, "state_dir is empty")
 	}
+	errs = append(errs, c.validateFleet()...)
+	names := map[string]bool{}
 	for i, s := range c.Sources {
-		n := 0
-		for _, set := range []bool{s.IMAP != nil, s.Lore != "", s.Mbox != "", s.Maildir != ""} {
-			if set {
-				n++
-			}
+		if err := s.Validate(); err != nil {
+			errs = append(errs, fmt.Sprintf("sources[%d]: %v", i, err))
 		}
-		if n != 1 {
-			errs = append(errs, fmt.Sprintf("sources[%d]: exactly one of imap, lore, mbox, maildir must be set (got %d)", i, n))
+		name := SourceName(i, s)
+		if names[name] {
+			errs = append(errs, fmt.Sprintf("sources[%d]: two sources are named %q", i, name))
 		}
-		if s.IMAP != nil && (s.IMAP.Addr == "" || s.IMAP.User == "") {
-			errs = append(errs, fmt.Sprintf("sources[%d].imap: addr and user are required", i))
-		}
-		if s.Poll < 0 {
-			errs = append(errs, fmt.Sprintf("sources[%d].poll: negative", i))
-		}
+		names[name] = true
 	}
-	switch c.VM.Backend {
-	case "qemu", "libvirt", "fake":
-	default:
-		errs = append(errs, fmt.Sprintf("vm.backend %q: want qemu or libvirt", c.VM.Backend))
+	if err := c.Trees.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
-	if c.VM.CPUs < 1 || c.VM.CPUs > 64 {
-		errs = append(errs, fmt.Sprintf("vm.cpus %d: want 1..64", c.VM.CPUs))
+	if err := c.VM.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
-	if c.VM.MemMiB < 256 {
-		errs = append(errs, fmt.Sprintf("vm.mem_mib %d: want at least 256", c.VM.MemMiB))
-	}
-	if c.VM.Concurrency < 1 {
-		errs = append(errs, "vm.concurrency: want at least 1")
-	}
-	if c.Suites.Runs < 1 || c.Suites.Runs > 100 {
-		errs = append(errs, fmt.Sprintf("suites.runs %d: want 1..100", c.Suites.Runs))
+	if c.Suites.Runs < 0 || c.Suites.Runs > 100 {
+		errs = append(errs, fmt.Sprintf("suites.runs %d: want 0 (as the evidence needs) or 1..100", c.Suites.Runs))
 	}
 	if c.SMTP.Enabled && c.SMTP.Addr == "" {
 		errs = append(errs, "smtp.enabled is on but smtp.addr is empty")
@@ -190,11 +218,65 @@ func (c *Config) Validate() error {
 	if c.IncompleteAfter <= 0 {
 		errs = append(errs, "incomplete_after: want a positive duration")
 	}
-	if c.Commands.PerSenderPerHour < 0 {
-		errs = append(errs, "commands.per_sender_per_hour: negative")
+	if c.Dashboard.BaseURL != "" {
+		if u, err := url.Parse(c.Dashboard.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Sprintf("dashboard.base_url %q: want an http(s) URL", c.Dashboard.BaseURL))
+		}
 	}
+	if c.Dashboard.MaxUploadMiB < 0 {
+		errs = append(errs, "dashboard.max_upload_mib: negative")
+	}
+	if c.Commands.PerSenderPerHour < 1 {
+		errs = append(errs, "commands.per_sender_per_hour: want at least 1")
+	}
+	errs = append(errs, c.Limits.validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config: %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// SourceName is the name a source's stored cursor is kept under.
+func SourceName(i int, s mailbox.SourceConfig) string {
+	if s.Name != "" {
+		return s.Name
+	}
+	return fmt.Sprintf("source-%d", i)
+}
+
+// validateFleet checks the database URL and the fleet's timings.
+func (c *Config) validateFleet() []string {
+	var errs []string
+	if c.Database != "" {
+		u, err := url.Parse(c.Database)
+		switch {
+		case err != nil || !store.IsPostgres(c.Database) || u.Host == "":
+			errs = append(errs, "database: want a postgres://user@host/db URL (or nothing, for SQLite in state_dir)")
+		case hasPassword(u):
+			errs = append(errs, "database: the URL holds a password; put it in database_password_file (mode 0600)")
+		}
+	} else if c.DatabasePasswordFile != "" {
+		errs = append(errs, "database_password_file is set but database is empty")
+	}
+	if c.Fleet.Lease < time.Second {
+		errs = append(errs, fmt.Sprintf("fleet.lease %s: want at least 1s", c.Fleet.Lease))
+	}
+	if c.Fleet.Poll < 100*time.Millisecond || c.Fleet.Poll > c.Fleet.Lease {
+		errs = append(errs, fmt.Sprintf("fleet.poll %s: want 100ms..fleet.lease", c.Fleet.Poll))
+	}
+	return errs
+}
+
+// hasPassword says whether a PostgreSQL URL carries a password, in its
+// user part or as a parameter.
+func hasPassword(u *url.URL) bool {
+	if _, ok := u.User.Password(); ok {
+		return true
+	}
+	for k := range u.Query() {
+		if strings.EqualFold(k, "password") {
+			return true
+		}
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDecodeConfig(t *testing.T) {
@@ -21,6 +22,33 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "bad backend", yaml: "vm:\n  backend: xen\n", wantErr: `vm.backend "xen"`},
 		{name: "two kinds in one source", yaml: "sources:\n- mbox: a\n  maildir: b\n", wantErr: "exactly one of"},
 		{name: "send without addr", yaml: "smtp:\n  enabled: true\n", wantErr: "smtp.addr is empty"},
+		{name: "limits and trusted servers", yaml: "commands:\n  authserv_ids: [smtp.subspace.kernel.org]\nlimits:\n  max_recipients: 10\n  opt_out: [a@x.org]\n",
+			check: func(t *testing.T, c Config) {
+				if c.Limits.MaxRecipients != 10 || c.Limits.PerThreadPerDay != 10 || c.Limits.PerHour != 30 ||
+					len(c.Commands.AuthservIDs) != 1 || !c.Limits.optedOut("a@x.org") {
+					t.Errorf("limits = %+v, commands = %+v", c.Limits, c.Commands)
+				}
+			}},
+		{name: "recipient cap out of range", yaml: "limits:\n  max_recipients: 0\n", wantErr: "limits.max_recipients 0"},
+		{name: "opt-out not an address", yaml: "limits:\n  opt_out: [\"not an address\"]\n", wantErr: "limits.opt_out"},
+		{name: "no per-sender limit", yaml: "commands:\n  per_sender_per_hour: 0\n", wantErr: "per_sender_per_hour"},
+		{name: "fleet on PostgreSQL", yaml: "database: postgres://patchbot@db.example.org/patchbot\nfleet: {local_worker: false, lease: 1m, require_kvm: true}\n",
+			check: func(t *testing.T, c Config) {
+				if c.Database == "" || c.Fleet.LocalWorker || c.Fleet.Lease != time.Minute || !c.Fleet.RequireKVM || c.Fleet.Poll != 5*time.Second {
+					t.Errorf("fleet = %+v, database %q", c.Fleet, c.Database)
+				}
+			}},
+		{name: "single host by default", yaml: "", check: func(t *testing.T, c Config) {
+			if c.Database != "" || !c.Fleet.LocalWorker || c.Fleet.Lease != 2*time.Minute {
+				t.Errorf("fleet = %+v, database %q", c.Fleet, c.Database)
+			}
+		}},
+		{name: "password in the database URL", yaml: "database: postgres://patchbot:secret@db/patchbot\n", wantErr: "database_password_file"},
+		{name: "password parameter", yaml: "database: postgres://patchbot@db/patchbot?password=secret\n", wantErr: "database_password_file"},
+		{name: "not a postgres URL", yaml: "database: mysql://db/patchbot\n", wantErr: "want a postgres://"},
+		{name: "password file without a database", yaml: "database_password_file: /etc/pw\n", wantErr: "database is empty"},
+		{name: "lease too short", yaml: "fleet: {lease: 100ms}\n", wantErr: "fleet.lease 100ms"},
+		{name: "poll longer than the lease", yaml: "fleet: {lease: 10s, poll: 1m}\n", wantErr: "fleet.poll 1m0s"},
 		{name: "imap source", yaml: "sources:\n- name: fsdevel\n  imap: {addr: 127.0.0.1:1143, user: bot, mailbox: INBOX}\n  poll: 30s\n",
 			check: func(t *testing.T, c Config) {
 				if len(c.Sources) != 1 || c.Sources[0].IMAP.Mailbox != "INBOX" || c.Sources[0].Poll.Seconds() != 30 {

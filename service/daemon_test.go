@@ -11,30 +11,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
 // fakeBuilder builds nothing: it returns kernels, or the error it is told.
 type fakeBuilder struct {
 	patchedErr error
+	onPatched  func() // called as the patched kernel "builds"
 	builds     int
+	bzImage    string // directory of the "base" and "patched" kernel files
 }
 
-func (f *fakeBuilder) Base(ctx context.Context, baseCommit string) (*images.Build, error) {
-	return &images.Build{BzImage: "/nonexistent/base", Commit: "1111111111111111111111111111111111111111",
+func (f *fakeBuilder) path(name string) string {
+	if f.bzImage == "" {
+		return "/nonexistent/" + name
+	}
+	return filepath.Join(f.bzImage, name)
+}
+
+func (f *fakeBuilder) Choose(ctx context.Context, w images.Want) (*images.Choice, error) {
+	return &images.Choice{Tree: images.DefaultTree, How: images.ByDefault}, nil
+}
+
+func (f *fakeBuilder) Base(ctx context.Context, base images.Base) (*images.Build, error) {
+	return &images.Build{BzImage: f.path("base"), Commit: "1111111111111111111111111111111111111111",
 		ConfigHash: "cafe", Compiler: "gcc (Debian 12.2.0-14) 12.2.0"}, nil
 }
 
 func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error) {
 	f.builds++
+	if f.onPatched != nil {
+		f.onPatched()
+	}
 	if f.patchedErr != nil {
 		return nil, f.patchedErr
 	}
-	return &images.Build{BzImage: "/nonexistent/patched", Commit: "1111111111111111111111111111111111111111", Head: "2222222222222222222222222222222222222222",
+	return &images.Build{BzImage: f.path("patched"), Commit: "1111111111111111111111111111111111111111", Head: "2222222222222222222222222222222222222222",
 		ConfigHash: base.ConfigHash, Compiler: base.Compiler, Series: len(patches)}, nil
 }
 
@@ -42,10 +60,10 @@ func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [
 // tasks per release, with a little noise.
 type fakeTester struct {
 	err   error
-	tests []TestSpec
+	tests []invm.Spec
 }
 
-func (f *fakeTester) Test(ctx context.Context, t TestSpec) (*TestOutcome, error) {
+func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, error) {
 	f.tests = append(f.tests, t)
 	if f.err != nil {
 		return nil, f.err
@@ -62,8 +80,8 @@ func (f *fakeTester) Test(ctx context.Context, t TestSpec) (*TestOutcome, error)
 		}
 		return r
 	}
-	return &TestOutcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
-		Info: vmrunner.Info{Backend: "fake", Accel: "tcg"}, CPUs: 4, MemMiB: 1024}, nil
+	return &invm.Outcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
+		Backend: "fake", Accel: "tcg", CPUs: 4, MemMiB: 1024}, nil
 }
 
 type testDaemon struct {
@@ -78,6 +96,7 @@ func newTestDaemon(t *testing.T, dir string) *testDaemon {
 	cfg := DefaultConfig()
 	cfg.StateDir = dir
 	cfg.Commands.Allow = []string{"maintainer@example.org"}
+	cfg.Commands.AuthservIDs = []string{testAuthserv}
 	dbPath := filepath.Join(dir, "state.db")
 	st, err := store.Open(dbPath)
 	if err != nil {
@@ -89,22 +108,59 @@ func newTestDaemon(t *testing.T, dir string) *testDaemon {
 	return &testDaemon{Daemon: d, builder: b, tester: te, dbPath: dbPath}
 }
 
-// ingestFile feeds every mail of an mbox to the daemon as a source would.
+// testAuthserv is the receiving server the test daemon trusts.
+const testAuthserv = "mx.patchbot.test"
+
+// listID is the List-Id that vger puts on linux-fsdevel mail.
+const listID = "List-Id: <linux-fsdevel.vger.kernel.org>\n"
+
+// ingestFile feeds every mail of an mbox to the daemon as a source would,
+// as list mail: each gets the List-Id that the list's server adds.
 func (d *testDaemon) ingestFile(t *testing.T, source, path string) {
+	t.Helper()
+	d.ingestAs(t, source, path, listID)
+}
+
+// ingestAs feeds an mbox's mail with header lines prepended, as the
+// servers on the way would (List-Id, Authentication-Results).
+func (d *testDaemon) ingestAs(t *testing.T, source, path, header string) {
 	t.Helper()
 	src := &mailbox.Mbox{Path: path}
 	ctx := context.Background()
 	cur, _ := d.Store.Cursor(ctx, source)
 	if _, err := src.Poll(ctx, cur, func(m *mailbox.Message, cur string) error {
+		m, err := mailbox.ParseBytes(append([]byte(header), m.Raw...))
+		if err != nil {
+			t.Fatal(err)
+		}
 		return d.Ingest(ctx, source, m, cur)
 	}); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// ingestRaw feeds one mail.
+func (d *testDaemon) ingestRaw(t *testing.T, source, raw string) {
+	t.Helper()
+	m, err := mailbox.ParseBytes([]byte(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Ingest(context.Background(), source, m, m.MessageID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// dkimPass is the Authentication-Results field the trusted server adds to
+// a mail whose DKIM signature for domain verified.
+func dkimPass(domain string) string {
+	return "Authentication-Results: " + testAuthserv + ";\n dkim=pass (2048-bit key) header.d=" + domain +
+		" header.i=@" + domain + " header.b=\"AbCdEf\"\n"
+}
+
 func (d *testDaemon) outbox(t *testing.T) []store.OutboxMessage {
 	t.Helper()
-	msgs, err := d.Store.Pending(context.Background())
+	msgs, err := d.Store.OutboxIn(context.Background(), store.Queued)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,8 +244,9 @@ func TestDaemonCrashAfterReplySendsOnce(t *testing.T) {
 	d.Store.Close()
 
 	d2 := newTestDaemon(t, dir)
-	if n, _ := d2.Store.RequeueInterrupted(ctx); n != 1 {
-		t.Fatalf("requeued %d jobs, want 1", n)
+	d2.defaults()
+	if re, _, _ := d2.Store.RecoverJobs(ctx, d2.Worker.Name, 2); len(re) != 1 {
+		t.Fatalf("requeued %d jobs, want 1", len(re))
 	}
 	if ran, _ := d2.RunOnce(ctx); !ran {
 		t.Fatal("the interrupted job did not run again")
@@ -209,7 +266,7 @@ func TestDaemonPatchFailureIsAnswered(t *testing.T) {
 		t.Fatal("no job for the FUSE RFC")
 	}
 	jobs, _ := d.Store.Jobs(ctx)
-	if jobs[0].State != store.JobDone || jobs[0].Blame != "patch" {
+	if jobs[0].State != store.JobDone || jobs[0].Blame != blame.Patch {
 		t.Errorf("job = %+v, want done with the patch to blame", jobs[0])
 	}
 	out := d.outbox(t)
@@ -229,7 +286,7 @@ func TestDaemonInfraFailureIsRetriedNotMailed(t *testing.T) {
 	d.RunOnce(ctx)
 	jobs, _ := d.Store.Jobs(ctx)
 	j := jobs[0]
-	if j.State != store.JobQueued || j.Blame != "infra" || !j.NotBefore.After(j.Updated.Add(-1)) {
+	if j.State != store.JobQueued || j.Blame != blame.Infra || !j.NotBefore.After(j.Updated.Add(-1)) {
 		t.Errorf("job = %+v, want queued again, blamed on the infrastructure, with a backoff", j)
 	}
 	if ran, _ := d.RunOnce(ctx); ran {
@@ -237,6 +294,44 @@ func TestDaemonInfraFailureIsRetriedNotMailed(t *testing.T) {
 	}
 	if out := d.outbox(t); len(out) != 0 {
 		t.Errorf("an infrastructure failure was mailed: %d mails", len(out))
+	}
+}
+
+// A base kernel that panics at boot is patchbot's problem, not the
+// author's: nothing is mailed and the job is retried as the
+// infrastructure's. The panic comes from the fake VM backend through the
+// real A/B driver, so the blame travels by type from vmrunner up.
+func TestDaemonBaseKernelPanicIsRetriedNotMailed(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	d := newTestDaemon(t, dir)
+	for _, f := range []string{"base", "patched"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("not a kernel"), 0o644)
+	}
+	d.builder.bzImage = dir
+	d.Pipeline.Tester = &invm.Tester{VM: invm.VMConfig{Backend: "fake"}, BaseCmdline: "fake.panic"}
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("no job ran")
+	}
+	jobs, _ := d.Store.Jobs(ctx)
+	j := jobs[0]
+	if j.State != store.JobQueued || j.Blame != blame.Infra || !strings.Contains(j.Error, "Kernel panic") {
+		t.Errorf("job = state %s, blame %q, error %q; want queued again, the infrastructure's, with the panic", j.State, j.Blame, j.Error)
+	}
+	if out := d.outbox(t); len(out) != 0 {
+		t.Errorf("a base kernel's panic was mailed to the author: %d mails", len(out))
+	}
+	// The same panic on the patched kernel is the patch's, and answered.
+	d.Pipeline.Tester = &invm.Tester{VM: invm.VMConfig{Backend: "fake"}, PatchedCmdline: "fake.panic"}
+	j.NotBefore = time.Now().Add(-time.Minute)
+	d.Store.UpdateJob(ctx, j)
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("the retry did not run")
+	}
+	out := d.outbox(t)
+	if len(out) != 1 || !strings.Contains(string(out[0].Raw), "does not boot") {
+		t.Fatalf("the patched kernel's panic was not answered: %d mails", len(out))
 	}
 }
 
@@ -249,8 +344,12 @@ func TestDaemonEmailCommands(t *testing.T) {
 
 	cmd := func(id, from, line string) string {
 		path := filepath.Join(dir, id+".mbox")
+		auth := ""
+		if strings.Contains(from, "maintainer@") {
+			auth = dkimPass("example.org")
+		}
 		os.WriteFile(path, []byte(fmt.Sprintf(`From x Mon Aug  3 12:00:00 2026
-From: %s
+%sFrom: %s
 To: linux-fsdevel@vger.kernel.org
 Subject: Re: [PATCH] squashfs: avoid thundering-herd cache wakeups
 Date: Mon, 3 Aug 2026 12:00:00 +0100
@@ -262,7 +361,7 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 > #patchbot test locks
 %s
 
-`, from, id, line)), 0o644)
+`, auth, from, id, line)), 0o644)
 		return path
 	}
 	d.ingestFile(t, "cmd1", cmd("cmd1", "Maintainer <maintainer@example.org>", "#patchbot test cache-contention profile=quick"))
@@ -291,7 +390,7 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	if !strings.Contains(replyToCmd, "> #patchbot test cache-contention profile=quick") {
 		t.Errorf("the command's reply does not quote it:\n%s", replyToCmd)
 	}
-	if !strings.Contains(refusal, "neither the series' author") {
+	if !strings.Contains(refusal, "is neither the") {
 		t.Errorf("the stranger's command was not refused with the reason:\n%s", refusal)
 	}
 	if !strings.Contains(help, "#patchbot test [SUITE ...]") {
@@ -303,6 +402,15 @@ func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDaemon(t, t.TempDir())
 	d.Config.IncompleteAfter = time.Hour
+	// With the default paths the demo series is none of patchbot's
+	// business: not a word to its author.
+	d.ingestFile(t, "list", "../testdata/mailbox/missing-part.mbox")
+	if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 0 {
+		t.Fatalf("jobs = %+v for a series that touches no watched path", jobs)
+	}
+	d = newTestDaemon(t, t.TempDir())
+	d.Config.IncompleteAfter = time.Hour
+	d.Config.Paths = []string{"fs/demo/"}
 	d.ingestFile(t, "list", "../testdata/mailbox/missing-part.mbox")
 	jobs, _ := d.Store.Jobs(ctx)
 	if len(jobs) != 1 || jobs[0].Trigger != "incomplete" {
@@ -323,7 +431,7 @@ func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
 		t.Fatalf("outbox = %d mails, want 1", len(out))
 	}
 	raw := string(out[0].Raw)
-	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an hour", "2/3 never arrived"} {
+	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an", "hour, patch(es) 2/3 never arrived"} {
 		if !strings.Contains(raw, want) {
 			t.Errorf("answer lacks %q:\n%s", want, raw)
 		}

@@ -21,6 +21,20 @@ type Metrics struct {
 	Replies      prometheus.Counter
 	Commands     *prometheus.CounterVec // accepted, refused
 	SourceErrors *prometheus.CounterVec // by source
+	// Uncertain counts deliveries whose outcome is unknown (the link broke
+	// after the final ".", or the sender died there): each needs a person
+	// to check.
+	Uncertain prometheus.Counter
+	// Dropped counts mails patchbot chose not to write, by reason: quota,
+	// opted-out, unaddressable, render.
+	Dropped *prometheus.CounterVec
+	// Parked counts jobs parked for having lost their worker twice (a
+	// restart found them running, or their lease ran out).
+	Parked prometheus.Counter
+	// Lost counts jobs whose worker died while running them.
+	Lost prometheus.Counter
+	// Outbox counts the outbox by state (uncertain ones wait for a person).
+	Outbox *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them.
@@ -38,20 +52,34 @@ func NewMetrics() *Metrics {
 		Replies: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_total",
 			Help: "Replies written to the outbox."}),
 		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_commands_total",
-			Help: "Email commands by outcome."}, []string{"outcome"}),
+			Help: "Email commands by outcome: accepted, answered, refused, dropped."}, []string{"outcome"}),
 		SourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_source_errors_total",
 			Help: "Failures reading a source."}, []string{"source"}),
+		Uncertain: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_uncertain_total",
+			Help: "Replies whose delivery outcome is unknown and that are not resent."}),
+		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_mails_dropped_total",
+			Help: "Mails patchbot did not write, by reason: quota, opted-out, unaddressable, render."}, []string{"reason"}),
+		Parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_parked_total",
+			Help: "Jobs parked because their worker died (or its lease ran out) while running them twice."}),
+		Lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_lost_total",
+			Help: "Jobs whose worker died, or whose lease ran out, while running them."}),
+		Outbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_outbox",
+			Help: "Outbox messages by state; uncertain ones wait for a person."}, []string{"state"}),
 	}
 	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
-		prometheus.NewGoCollector())
+		m.Uncertain, m.Dropped, m.Parked, m.Lost, m.Outbox, prometheus.NewGoCollector())
 	return m
 }
 
-// Serve answers /healthz and /metrics on addr until ctx ends.
-func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger) error {
+// Serve answers /healthz and /metrics on addr until ctx ends, and hands
+// every other path to pages (the dashboard) when it is not nil.
+func (m *Metrics) Serve(ctx context.Context, addr string, log *slog.Logger, pages http.Handler) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	if pages != nil {
+		mux.Handle("/", pages)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -5,71 +5,188 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
+	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/publish"
+	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/vmrunner"
+	"github.com/patchbot/patchbot/suites/invm"
 )
 
-// NewPipeline wires the real stages from a config: images/ for builds,
-// VMs of the configured backend for the suites, the reference model's
-// predictions, and the reply options.
-func NewPipeline(cfg Config, progress io.Writer, log *slog.Logger) (*Pipeline, error) {
+// NewPipeline wires the real stages from a config: images.Kernels for the
+// base's choice among the configured trees and the builds, invm.Tester for
+// VMs of the configured shape, and the reply options. The caller that has
+// a store sets History.
+func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	b, err := images.DefaultBuilder(progress)
 	if err != nil {
 		return nil, err
 	}
-	pool := vmrunner.Config{Limit: cfg.VM.Concurrency, Log: log}
-	if len(cfg.VM.URIs) > 0 {
-		pool.URI = cfg.VM.URIs[0]
-	}
-	return &Pipeline{
-		Builder:  &KernelBuilder{Builder: b, Tree: cfg.Kernel.Tree, Ref: cfg.Kernel.Base, Progress: progress},
-		Tester:   &VMTester{Backend: cfg.VM.Backend, CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Pool: pool},
-		Model:    ModelFromNotes,
+	trees := images.NewTrees(cfg.Trees, b.Cache)
+	trees.Progress = progress
+	p := &Pipeline{
+		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Trees: trees, Progress: progress},
+		Trees:    trees,
+		Tester:   &invm.Tester{VM: cfg.VM},
 		Reply:    cfg.Reply,
 		Progress: progress,
-		Commands: ReproCommands,
-	}, nil
+		VM:       cfg.VM,
+		Tree:     cfg.Kernel,
+	}
+	if base := cfg.Dashboard.BaseURL; base != "" {
+		p.ResultsURL = func(runDir string) string { return web.RunURL(base, filepath.Base(runDir)) }
+	}
+	if cfg.Publish != nil {
+		pub, err := publish.New(*cfg.Publish, nil)
+		if err != nil {
+			return nil, err
+		}
+		p.Publish = func(ctx context.Context, runDir, title string) (string, error) {
+			name := filepath.Base(runDir)
+			return pub.Publish(ctx, runDir, name, "run "+name+": "+title)
+		}
+	}
+	return p, nil
 }
 
-// ReproCommands are the lines a reader runs to repeat a test with patchbot.
-func ReproCommands(req *Request, runDir string) []string {
-	suites := ""
-	if len(req.Suites) > 0 {
-		suites = " --suites " + strings.Join(req.Suites, ",")
-	}
-	id := strings.Trim(req.Thread.MessageID, "<>")
-	return []string{
-		fmt.Sprintf("b4 am -o - '%s' > series.mbox", id),
-		fmt.Sprintf("patchbot run --mbox series.mbox%s --profile %s --runs %d", suites, req.Profile, req.Runs),
-	}
-}
-
-// OpenStore opens the state database in the config's state directory.
+// OpenStore opens the state database: the config's PostgreSQL server when
+// it names one (with the password from its file), else state.db in the
+// state directory. It creates the state directory 0700 either way: the
+// runs and the secrets' copies in it are patchbot's alone.
 func OpenStore(cfg Config) (*store.Store, error) {
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
-	return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("closing the state directory to others: %w", err)
+	}
+	if cfg.Database == "" {
+		return store.Open(filepath.Join(cfg.StateDir, "state.db"))
+	}
+	dsn := cfg.Database
+	if cfg.DatabasePasswordFile != "" {
+		pw, err := mailbox.ReadSecret(cfg.DatabasePasswordFile)
+		if err != nil {
+			return nil, fmt.Errorf("database password: %w", err)
+		}
+		u, err := url.Parse(dsn)
+		if err != nil {
+			return nil, fmt.Errorf("database: %w", err)
+		}
+		u.User = url.UserPassword(u.User.Username(), pw)
+		dsn = u.String()
+	}
+	return store.Open(dsn)
 }
 
-// NewFlush returns what sends the outbox, or nil when sending is off.
-func NewFlush(cfg Config, st *store.Store, log *slog.Logger) (func(context.Context) error, error) {
+// NewOutbox is the outbox of st, sending through the configured SMTP
+// server when smtp.enabled is on (otherwise replies are only queued).
+func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
+	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: optOutAddrs(cfg.Limits)}
 	if !cfg.SMTP.Enabled {
-		return nil, nil
+		return o, nil
 	}
-	tr, err := sender.NewSMTP(cfg.SMTP)
+	sc := cfg.SMTP
+	if sc.From == "" {
+		sc.From = mailbox.AddrOf(cfg.Reply.From)
+	}
+	tr, err := sender.NewSMTP(sc)
 	if err != nil {
 		return nil, err
 	}
-	ob := &sender.Outbox{Store: st, Transport: tr, Log: log}
-	return func(ctx context.Context) error {
-		_, err := ob.Flush(ctx)
-		return err
-	}, nil
+	o.Sender = tr
+	return o, nil
+}
+
+// OpenSources opens every configured source, by the name its cursor is
+// stored under.
+func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error) {
+	out := map[string]mailbox.Source{}
+	for i, s := range cfg.Sources {
+		name := SourceName(i, s)
+		src, err := mailbox.Open(s, log)
+		if err != nil {
+			return nil, fmt.Errorf("source %s: %w", name, err)
+		}
+		out[name] = src
+	}
+	return out, nil
+}
+
+// NewDaemon wires a daemon from a config: the state database, the
+// pipeline (when it runs jobs itself), the sources and the outbox. The
+// caller closes d.Store.
+func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
+	st, err := OpenStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Daemon, error) {
+		st.Close()
+		return nil, err
+	}
+	// A coordinator that runs no jobs itself needs no build tools.
+	var p *Pipeline
+	if cfg.Fleet.LocalWorker {
+		if p, err = NewPipeline(cfg, nil); err != nil {
+			return fail(err)
+		}
+	}
+	p.History = st
+	srcs, err := OpenSources(cfg, log)
+	if err != nil {
+		return fail(err)
+	}
+	ob, err := NewOutbox(cfg, st, log)
+	if err != nil {
+		return fail(err)
+	}
+	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
+	return d, nil
+}
+
+// PutReply puts a rendered reply in the outbox, from the configured
+// sender to the reply's To and Cc. It reports whether the reply was new
+// (a reply with the same Message-ID is never queued twice).
+func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, r *reports.Reply) (bool, error) {
+	raw, err := r.Bytes()
+	if err != nil {
+		return false, err
+	}
+	rcpt, err := r.Recipients()
+	if err != nil {
+		return false, err
+	}
+	added, err := ob.Put(ctx, outbox.Message{MessageID: r.Header.MessageID, From: mailbox.AddrOf(opt.From), To: rcpt, Raw: raw})
+	if err != nil {
+		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
+	}
+	return added, nil
+}
+
+// NewWorker wires a worker from a config: the state database, the
+// pipeline, and what this host can run (DetectCaps; only the suites
+// named, when some are). The caller closes w.Store.
+func NewWorker(cfg Config, log *slog.Logger, name string, suites []string) (*Worker, error) {
+	if err := CheckSuites(suites, ""); err != nil {
+		return nil, err
+	}
+	st, err := OpenStore(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := NewPipeline(cfg, nil)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	caps := DetectCaps(cfg, suites)
+	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil
 }

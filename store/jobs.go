@@ -5,7 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/patchbot/patchbot/blame"
 )
 
 // JobState is where a job is in its life.
@@ -13,75 +16,199 @@ type JobState string
 
 const (
 	JobQueued  JobState = "queued"
-	JobRunning JobState = "running"
-	JobDone    JobState = "done"   // a reply was written (a result or the patch's failure)
-	JobFailed  JobState = "failed" // gave up on an infrastructure failure
+	JobRunning JobState = "running" // held by a worker's lease
+	JobDone    JobState = "done"    // a reply was written (a result or the patch's failure)
+	JobFailed  JobState = "failed"  // gave up on an infrastructure failure, or after too many attempts
+	// JobParked: its worker died while running it twice (a restart found
+	// it running, or its lease ran out: see RecoverJobs and ExpireJobs).
+	// It is not run again, and its author is not mailed, until a person
+	// looks at it and unparks it (UnparkJob).
+	JobParked JobState = "parked"
 )
+
+// JobStates are all states, in the order of a job's life, for listings
+// and gauges.
+var JobStates = []JobState{JobQueued, JobRunning, JobDone, JobFailed, JobParked}
+
+// JobKind says who runs a job.
+type JobKind string
+
+const (
+	KindTest  JobKind = "test"  // a series' test: run by a worker
+	KindCheck JobKind = "check" // a look at the stored mail (an incomplete series): run by the coordinator
+)
+
+// Needs is what a job needs of the worker that runs it.
+type Needs struct {
+	KVM    bool     // a host with working KVM
+	CPUs   int      // online CPUs, at least
+	MemMiB int      // memory, at least
+	Suites []string // suites the worker's kernels must support
+}
 
 // Job is one test of one series.
 type Job struct {
-	ID        int64
-	Dedupe    string
-	Trigger   string // "list", "cli", "command"
-	Title     string
+	ID      int64
+	Dedupe  string
+	Kind    JobKind
+	Trigger string // "list", "cli", "command", "incomplete", "web"
+	Title   string
+	// Source and Sender are whom the job is for: the source its mail came
+	// from and the series' author or the command's sender. Claims serve
+	// the source, then the sender, with the fewest jobs running and the
+	// longest wait since one of theirs was claimed.
+	Source    string
+	Sender    string
+	Needs     Needs
 	Request   []byte
 	State     JobState
 	Stage     string
-	Blame     string // "patch" or "infra" once something failed
+	Blame     blame.Blame // whose fault the last failure was
 	Error     string
-	Attempts  int
+	Attempts  int // claims so far (a claim given back at a clean shutdown does not count)
+	Crashes   int // claims lost: the worker died, or its lease ran out
 	NotBefore time.Time
 	RunDir    string
-	Created   time.Time
-	Updated   time.Time
+	// Owner is the worker that holds the job while it runs (and, after,
+	// the one that ran it last); LeaseUntil is when its claim ends unless
+	// renewed.
+	Owner      string
+	LeaseUntil time.Time
+	Started    time.Time // when it was last claimed
+	Created    time.Time
+	Updated    time.Time
 }
 
-const timeFormat = time.RFC3339Nano
+// timeFormat is fixed-width, so that times stored as text compare as
+// times in both engines (RFC3339Nano drops trailing zeros: "…05Z" would
+// sort after "…05.1Z"). Stored times are parsed with RFC3339Nano, which
+// reads both.
+const timeFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+func now() string { return fmtTime(time.Now()) }
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // AddJob queues a job unless one with the same dedupe key exists. A job
 // with a NotBefore waits until then. It returns the job's id and whether it
 // was new.
 func (s *Store) AddJob(ctx context.Context, j Job) (int64, bool, error) {
-	now := time.Now().UTC().Format(timeFormat)
-	notBefore := now
+	var id int64
+	var added bool
+	err := s.Update(ctx, func(tx *Tx) (err error) {
+		id, added, err = addJob(ctx, tx.r, j)
+		return err
+	})
+	return id, added, err
+}
+
+// AddJob is Store.AddJob inside the transaction.
+func (t *Tx) AddJob(ctx context.Context, j Job) (int64, bool, error) { return addJob(ctx, t.r, j) }
+
+func addJob(ctx context.Context, r runner, j Job) (int64, bool, error) {
+	t := now()
+	notBefore := t
 	if !j.NotBefore.IsZero() {
-		notBefore = j.NotBefore.UTC().Format(timeFormat)
+		notBefore = fmtTime(j.NotBefore)
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT INTO jobs
-		(dedupe, trigger, title, request, state, not_before, created, updated)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dedupe) DO NOTHING`,
-		j.Dedupe, j.Trigger, j.Title, j.Request, JobQueued, notBefore, now, now)
+	if j.Kind == "" {
+		j.Kind = KindTest
+	}
+	id, added, err := r.insertID(ctx, `INSERT INTO jobs
+		(dedupe, kind, trigger, title, source, sender, need_kvm, need_cpus, need_mem_mib,
+		 request, state, not_before, created, updated)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dedupe) DO NOTHING`,
+		j.Dedupe, j.Kind, j.Trigger, j.Title, j.Source, j.Sender,
+		boolInt(j.Needs.KVM), j.Needs.CPUs, j.Needs.MemMiB, j.Request, JobQueued, notBefore, t, t)
 	if err != nil {
 		return 0, false, fmt.Errorf("adding job %s: %w", j.Dedupe, err)
 	}
-	if n, _ := res.RowsAffected(); n == 1 {
-		id, err := res.LastInsertId()
-		return id, true, err
+	if !added {
+		err = r.QueryRowContext(ctx, `SELECT id FROM jobs WHERE dedupe = ?`, j.Dedupe).Scan(&id)
+		return id, false, err
 	}
-	var id int64
-	err = s.db.QueryRowContext(ctx, `SELECT id FROM jobs WHERE dedupe = ?`, j.Dedupe).Scan(&id)
-	return id, false, err
+	for _, suite := range dedupeStrings(j.Needs.Suites) {
+		if _, err := r.ExecContext(ctx, `INSERT INTO job_suites (job_id, suite) VALUES (?, ?)`, id, suite); err != nil {
+			return 0, false, fmt.Errorf("adding job %s: %w", j.Dedupe, err)
+		}
+	}
+	return id, true, nil
 }
 
-const jobColumns = `id, dedupe, trigger, title, request, state, stage, blame, error,
-	attempts, not_before, run_dir, created, updated`
+func dedupeStrings(xs []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, x := range xs {
+		if !seen[x] {
+			seen[x] = true
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+const jobColumns = `id, dedupe, kind, trigger, title, source, sender, need_kvm, need_cpus, need_mem_mib,
+	request, state, stage, blame, error, attempts, crashes, not_before, run_dir,
+	owner, lease_until, started, created, updated`
 
 func scanJob(row interface{ Scan(...any) error }) (*Job, error) {
 	var j Job
-	var nb, created, updated string
-	if err := row.Scan(&j.ID, &j.Dedupe, &j.Trigger, &j.Title, &j.Request, &j.State, &j.Stage,
-		&j.Blame, &j.Error, &j.Attempts, &nb, &j.RunDir, &created, &updated); err != nil {
+	var kvm int
+	var nb, lease, started, created, updated string
+	if err := row.Scan(&j.ID, &j.Dedupe, &j.Kind, &j.Trigger, &j.Title, &j.Source, &j.Sender,
+		&kvm, &j.Needs.CPUs, &j.Needs.MemMiB, &j.Request, &j.State, &j.Stage,
+		&j.Blame, &j.Error, &j.Attempts, &j.Crashes, &nb, &j.RunDir,
+		&j.Owner, &lease, &started, &created, &updated); err != nil {
 		return nil, err
 	}
-	j.NotBefore, _ = time.Parse(timeFormat, nb)
-	j.Created, _ = time.Parse(timeFormat, created)
-	j.Updated, _ = time.Parse(timeFormat, updated)
+	j.Needs.KVM = kvm != 0
+	j.NotBefore, j.LeaseUntil, j.Started = parseTime(nb), parseTime(lease), parseTime(started)
+	j.Created, j.Updated = parseTime(created), parseTime(updated)
 	return &j, nil
+}
+
+// withSuites fills in the suites each job needs.
+func withSuites(ctx context.Context, r runner, jobs ...*Job) error {
+	for _, j := range jobs {
+		rows, err := r.QueryContext(ctx, `SELECT suite FROM job_suites WHERE job_id = ? ORDER BY suite`, j.ID)
+		if err != nil {
+			return err
+		}
+		j.Needs.Suites = nil
+		for rows.Next() {
+			var s string
+			if err := rows.Scan(&s); err != nil {
+				rows.Close()
+				return err
+			}
+			j.Needs.Suites = append(j.Needs.Suites, s)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Job returns one job.
 func (s *Store) Job(ctx context.Context, id int64) (*Job, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	j, err := scanJob(s.r.QueryRowContext(ctx, `SELECT `+jobColumns+` FROM jobs WHERE id = ?`, id))
+	if err == nil {
+		err = withSuites(ctx, s.r, j)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading job %d: %w", id, err)
 	}
@@ -90,9 +217,17 @@ func (s *Store) Job(ctx context.Context, id int64) (*Job, error) {
 
 // Jobs lists every job, oldest first.
 func (s *Store) Jobs(ctx context.Context) ([]*Job, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT `+jobColumns+` FROM jobs ORDER BY id`)
+	out, err := queryJobs(ctx, s.r, `SELECT `+jobColumns+` FROM jobs ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing jobs: %w", err)
+	}
+	return out, nil
+}
+
+func queryJobs(ctx context.Context, r runner, query string, args ...any) ([]*Job, error) {
+	rows, err := r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
 	}
 	defer rows.Close()
 	var out []*Job
@@ -109,15 +244,137 @@ func (s *Store) Jobs(ctx context.Context) ([]*Job, error) {
 // ErrNoJob means no job is ready to run.
 var ErrNoJob = errors.New("no job ready")
 
-// ClaimJob moves the oldest queued job whose time has come to running and
-// returns it, or ErrNoJob. It is one UPDATE … RETURNING statement: a
-// read-then-write transaction can fail with SQLITE_BUSY when a source
-// writes mail in between, which a single writing statement cannot.
-func (s *Store) ClaimJob(ctx context.Context, now time.Time) (*Job, error) {
-	j, err := scanJob(s.db.QueryRowContext(ctx, `UPDATE jobs SET state = ?, attempts = attempts + 1, updated = ?
-		WHERE id = (SELECT id FROM jobs WHERE state = ? AND not_before <= ? ORDER BY id LIMIT 1)
-		RETURNING `+jobColumns,
-		JobRunning, time.Now().UTC().Format(timeFormat), JobQueued, now.UTC().Format(timeFormat)))
+// ErrLeaseLost means the worker no longer holds the job: its lease ran out
+// and the job was queued again (or another worker has it). Whatever the
+// worker did with it since is to be thrown away.
+var ErrLeaseLost = errors.New("the job's lease was lost")
+
+// Caps is what a worker can run.
+type Caps struct {
+	Accel       string   `json:"accel"` // kvm or tcg
+	CPUs        int      `json:"cpus"`
+	MemMiB      int      `json:"mem_mib"`
+	LibvirtURIs []string `json:"libvirt_uris,omitempty"`
+	Suites      []string `json:"suites"` // those its kernels support
+}
+
+// Claim is a worker asking for a job.
+type Claim struct {
+	Worker string // the owner the job is held by
+	Lease  time.Duration
+	At     time.Time // now: jobs due by then; the lease runs from then
+	Kind   JobKind   // default KindTest
+	Caps   Caps      // only a job that needs no more is taken
+	// MaxAttempts fails, instead of claiming, a queued job that has used
+	// that many claims already (0: no limit): the limit holds however the
+	// job came back to the queue, a retry or a lost lease.
+	MaxAttempts int
+}
+
+// ClaimJob gives the worker the due job that fits it best and holds it
+// for the worker until At+Lease (Heartbeat renews it), or ErrNoJob.
+//
+// Of the jobs that fit (the worker has KVM if the job needs it, the CPUs,
+// the memory, every suite), it takes the one whose source has the fewest
+// jobs running and has waited longest since one of its jobs was claimed;
+// among those, the same by sender; then the oldest. So one busy list, or
+// one busy sender, cannot starve the others.
+//
+// The claim is one UPDATE … RETURNING: on PostgreSQL its choice locks the
+// row it takes and skips rows other claims hold (FOR UPDATE SKIP LOCKED),
+// on SQLite the write lock makes it atomic; two workers never get the same
+// job.
+func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
+	if c.Kind == "" {
+		c.Kind = KindTest
+	}
+	if c.Lease <= 0 {
+		return nil, errors.New("claiming a job: no lease")
+	}
+	if c.MaxAttempts > 0 {
+		if _, err := s.r.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ? || error, updated = ?
+			WHERE state = ? AND attempts >= ?`,
+			JobFailed, fmt.Sprintf("gave up after %d attempts; last error: ", c.MaxAttempts), now(),
+			JobQueued, c.MaxAttempts); err != nil {
+			return nil, fmt.Errorf("failing jobs out of attempts: %w", err)
+		}
+	}
+	at := fmtTime(c.At)
+	// What fits: due, of the kind, and needing no more than the worker
+	// has. Written for a jobs row named j.
+	fits := `j.state = ? AND j.kind = ? AND j.not_before <= ? AND j.need_kvm <= ? AND j.need_cpus <= ? AND j.need_mem_mib <= ?
+		AND NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id`
+	fitArgs := []any{JobQueued, c.Kind, at, boolInt(c.Caps.Accel == "kvm"), c.Caps.CPUs, c.Caps.MemMiB}
+	if len(c.Caps.Suites) > 0 {
+		fits += ` AND su.suite NOT IN (?` + strings.Repeat(", ?", len(c.Caps.Suites)-1) + `)`
+		for _, s := range c.Caps.Suites {
+			fitArgs = append(fitArgs, s)
+		}
+	}
+	fits += `)`
+	var j *Job
+	err := s.inTx(ctx, false, func(r runner) error {
+		// The (source, sender) pairs with a job that fits, best first:
+		// fewest running of the source, its longest wait since it was
+		// served, then the same of the sender. Ranking the pairs, not the
+		// jobs, keeps the sort small however deep the queue.
+		rows, err := r.QueryContext(ctx, `SELECT h.source, h.sender FROM (
+				SELECT j.source, j.sender, min(j.id) AS first FROM jobs j WHERE `+fits+` GROUP BY j.source, j.sender) h
+			LEFT JOIN (SELECT source, count(*) AS n FROM jobs WHERE state = ? GROUP BY source) rs ON rs.source = h.source
+			LEFT JOIN (SELECT sender, count(*) AS n FROM jobs WHERE state = ? GROUP BY sender) rw ON rw.sender = h.sender
+			LEFT JOIN served ss ON ss.kind = 'source' AND ss.name = h.source
+			LEFT JOIN served sw ON sw.kind = 'sender' AND sw.name = h.sender
+			ORDER BY coalesce(rs.n, 0), coalesce(ss.last, ''), coalesce(rw.n, 0), coalesce(sw.last, ''), h.first
+			LIMIT 8`, append(append([]any{}, fitArgs...), JobRunning, JobRunning)...)
+		if err != nil {
+			return err
+		}
+		var pairs [][2]string
+		for rows.Next() {
+			var p [2]string
+			if err := rows.Scan(&p[0], &p[1]); err != nil {
+				rows.Close()
+				return err
+			}
+			pairs = append(pairs, p)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		// The pair's oldest job that fits; another claim may hold it (and
+		// the next, and …): on PostgreSQL those are skipped, and a pair
+		// whose jobs are all held gives way to the next.
+		for _, p := range pairs {
+			args := []any{JobRunning, c.Worker, fmtTime(c.At.Add(c.Lease)), at, now(), JobQueued}
+			args = append(append(args, fitArgs...), p[0], p[1])
+			j, err = scanJob(r.QueryRowContext(ctx, `UPDATE jobs SET state = ?, owner = ?, lease_until = ?, started = ?,
+				attempts = attempts + 1, updated = ?
+				WHERE state = ? AND id = (SELECT j.id FROM jobs j WHERE `+fits+` AND j.source = ? AND j.sender = ?
+					ORDER BY j.id LIMIT 1`+r.d.skipLocked("j")+`)
+				RETURNING `+jobColumns, args...))
+			if errors.Is(err, sql.ErrNoRows) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		if j == nil {
+			return sql.ErrNoRows
+		}
+		// Served now: the next claim prefers the others. Source before
+		// sender, always, so that two claims never wait on each other's
+		// rows in opposite orders.
+		for _, k := range [][2]string{{"source", j.Source}, {"sender", j.Sender}} {
+			if _, err := r.ExecContext(ctx, `INSERT INTO served (kind, name, last) VALUES (?, ?, ?)
+				ON CONFLICT(kind, name) DO UPDATE SET last = excluded.last`, k[0], k[1], at); err != nil {
+				return err
+			}
+		}
+		return withSuites(ctx, r, j)
+	})
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, ErrNoJob
 	}
@@ -127,35 +384,152 @@ func (s *Store) ClaimJob(ctx context.Context, now time.Time) (*Job, error) {
 	return j, nil
 }
 
-// UpdateJob records a job's progress or end: its state, stage, blame and
-// error, the time before which it must not run again (for a retry), and its
-// run directory.
+// Heartbeat says that worker is alive and, when jobID is not 0, renews its
+// lease on that job until at+lease. It fails with ErrLeaseLost when the
+// worker no longer holds the job.
+func (s *Store) Heartbeat(ctx context.Context, worker string, jobID int64, lease time.Duration, at time.Time) error {
+	t := fmtTime(at)
+	if _, err := s.r.ExecContext(ctx, `UPDATE workers SET heartbeat = ?, stopped = '',
+		since = CASE WHEN job_id = ? THEN since ELSE ? END, job_id = ? WHERE name = ?`,
+		t, jobID, t, jobID, worker); err != nil {
+		return fmt.Errorf("heartbeat of %s: %w", worker, err)
+	}
+	if jobID == 0 {
+		return nil
+	}
+	res, err := s.r.ExecContext(ctx, `UPDATE jobs SET lease_until = ? WHERE id = ? AND owner = ? AND state = ?`,
+		fmtTime(at.Add(lease)), jobID, worker, JobRunning)
+	if err != nil {
+		return fmt.Errorf("renewing the lease of job %d: %w", jobID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("renewing the lease of job %d: %w", jobID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// SetStage records the stage of a job its worker holds, for the
+// dashboard.
+func (s *Store) SetStage(ctx context.Context, jobID int64, worker, stage string) error {
+	_, err := s.r.ExecContext(ctx, `UPDATE jobs SET stage = ?, updated = ? WHERE id = ? AND owner = ? AND state = ?`,
+		stage, now(), jobID, worker, JobRunning)
+	return err
+}
+
+// FinishJob ends the worker's hold on a running job: it records j's state
+// (done, failed, or queued for a retry or after a shutdown), stage, blame
+// and error, attempts (a worker gives back a claim it did not use), the
+// time before which it must not run again, and its run directory. It
+// fails with ErrLeaseLost, changing nothing, when j.Owner no longer holds
+// the job.
+func (s *Store) FinishJob(ctx context.Context, j *Job) error { return finishJob(ctx, s.r, j) }
+
+// FinishJob is Store.FinishJob inside the transaction: with the run's
+// files and its reply, so that the three are kept together or not at all.
+func (t *Tx) FinishJob(ctx context.Context, j *Job) error { return finishJob(ctx, t.r, j) }
+
+func finishJob(ctx context.Context, r runner, j *Job) error {
+	owner := j.Owner
+	if j.State == JobQueued {
+		j.Owner = "" // nobody holds a queued job
+	}
+	res, err := r.ExecContext(ctx, `UPDATE jobs SET state = ?, stage = ?, blame = ?, error = ?, attempts = ?,
+		not_before = ?, run_dir = ?, owner = ?, lease_until = '', updated = ?
+		WHERE id = ? AND owner = ? AND state = ?`,
+		j.State, j.Stage, j.Blame, j.Error, j.Attempts, fmtTime(j.NotBefore), j.RunDir, j.Owner, now(),
+		j.ID, owner, JobRunning)
+	if err != nil {
+		j.Owner = owner
+		return fmt.Errorf("ending job %d: %w", j.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		j.Owner = owner
+		return fmt.Errorf("ending job %d: %w", j.ID, ErrLeaseLost)
+	}
+	return nil
+}
+
+// UpdateJob records a job's state, stage, blame, error, attempts,
+// not-before time and run directory, whoever holds it: for tests and for
+// a person's tools. Workers use FinishJob, which checks their lease.
 func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, stage = ?, blame = ?, error = ?,
+	_, err := s.r.ExecContext(ctx, `UPDATE jobs SET state = ?, stage = ?, blame = ?, error = ?, attempts = ?,
 		not_before = ?, run_dir = ?, updated = ? WHERE id = ?`,
-		j.State, j.Stage, j.Blame, j.Error, j.NotBefore.UTC().Format(timeFormat), j.RunDir,
-		time.Now().UTC().Format(timeFormat), j.ID)
+		j.State, j.Stage, j.Blame, j.Error, j.Attempts, fmtTime(j.NotBefore), j.RunDir, now(), j.ID)
 	if err != nil {
 		return fmt.Errorf("updating job %d: %w", j.ID, err)
 	}
 	return nil
 }
 
-// RequeueInterrupted puts jobs left running by a crash back in the queue.
-// It is called once at start, before any job is claimed.
-func (s *Store) RequeueInterrupted(ctx context.Context) (int, error) {
-	res, err := s.db.ExecContext(ctx, `UPDATE jobs SET state = ?, updated = ? WHERE state = ?`,
-		JobQueued, time.Now().UTC().Format(timeFormat), JobRunning)
+// RecoverJobs is called by a worker once at start, before it claims
+// anything: a job still running under its name was running when it (the
+// same worker, or the daemon it ran in) died. Each counts a crash and is
+// queued again, or parked when it has now been lost maxCrashes times: a
+// job that kills its worker must not keep killing workers at the head of
+// the queue. It returns the jobs requeued and parked.
+func (s *Store) RecoverJobs(ctx context.Context, owner string, maxCrashes int) (requeued, parked []*Job, err error) {
+	requeued, parked, err = s.loseJobs(ctx, maxCrashes, `owner = ?`, owner)
 	if err != nil {
-		return 0, fmt.Errorf("requeueing interrupted jobs: %w", err)
+		return nil, nil, fmt.Errorf("recovering interrupted jobs: %w", err)
 	}
-	n, _ := res.RowsAffected()
-	return int(n), nil
+	return requeued, parked, nil
+}
+
+// ExpireJobs applies RecoverJobs' rule to every running job whose lease
+// ran out by at: its worker was killed, its host is gone, or it cannot
+// reach the database; the job is claimable again (or parked) and a late
+// word from the old worker is refused (ErrLeaseLost). Coordinator and
+// workers call it; a job is expired once.
+func (s *Store) ExpireJobs(ctx context.Context, at time.Time, maxCrashes int) (requeued, parked []*Job, err error) {
+	requeued, parked, err = s.loseJobs(ctx, maxCrashes, `lease_until < ?`, fmtTime(at))
+	if err != nil {
+		return nil, nil, fmt.Errorf("expiring leases: %w", err)
+	}
+	return requeued, parked, nil
+}
+
+func (s *Store) loseJobs(ctx context.Context, maxCrashes int, where string, arg any) (requeued, parked []*Job, err error) {
+	err = s.Update(ctx, func(tx *Tx) error {
+		jobs, err := queryJobs(ctx, tx.r, `UPDATE jobs SET crashes = crashes + 1,
+			state = CASE WHEN crashes + 1 >= ? THEN ? ELSE ? END,
+			error = CASE WHEN crashes + 1 >= ? THEN 'parked: its worker died while running it ' || (crashes + 1) || ' times' ELSE error END,
+			owner = CASE WHEN crashes + 1 >= ? THEN owner ELSE '' END,
+			lease_until = '', updated = ?
+			WHERE state = ? AND `+where+` RETURNING `+jobColumns,
+			maxCrashes, JobParked, JobQueued, maxCrashes, maxCrashes, now(), JobRunning, arg)
+		if err != nil {
+			return err
+		}
+		for _, j := range jobs {
+			if j.State == JobParked {
+				parked = append(parked, j)
+			} else {
+				requeued = append(requeued, j)
+			}
+		}
+		return nil
+	})
+	return requeued, parked, err
+}
+
+// UnparkJob queues a parked job again with its crash count cleared, for
+// a person who has looked at why it killed its workers.
+func (s *Store) UnparkJob(ctx context.Context, id int64) error {
+	res, err := s.r.ExecContext(ctx, `UPDATE jobs SET state = ?, crashes = 0, attempts = 0, error = '', owner = '', updated = ?
+		WHERE id = ? AND state = ?`, JobQueued, now(), id, JobParked)
+	if err != nil {
+		return fmt.Errorf("unparking job %d: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("unparking job %d: not parked", id)
+	}
+	return nil
 }
 
 // JobCounts counts jobs by state, for /metrics.
 func (s *Store) JobCounts(ctx context.Context) (map[JobState]int, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
+	rows, err := s.r.QueryContext(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
 	if err != nil {
 		return nil, err
 	}
@@ -170,83 +544,4 @@ func (s *Store) JobCounts(ctx context.Context) (map[JobState]int, error) {
 		out[st] = n
 	}
 	return out, rows.Err()
-}
-
-// Cursor returns a source's stored position ("" if none).
-func (s *Store) Cursor(ctx context.Context, source string) (string, error) {
-	var c string
-	err := s.db.QueryRowContext(ctx, `SELECT cursor FROM cursors WHERE source = ?`, source).Scan(&c)
-	if errors.Is(err, sql.ErrNoRows) {
-		return "", nil
-	}
-	return c, err
-}
-
-// SaveMessage keeps a mail and moves its source's cursor past it, in one
-// transaction, so that after a crash the mail is either kept and passed, or
-// neither.
-func (s *Store) SaveMessage(ctx context.Context, source, cursor, messageID, threadID string, raw []byte) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	now := time.Now().UTC().Format(timeFormat)
-	if messageID != "" {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO messages (message_id, source, thread_id, raw, seen)
-			VALUES (?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`, messageID, source, threadID, raw, now); err != nil {
-			return fmt.Errorf("saving message %s: %w", messageID, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO cursors (source, cursor, updated) VALUES (?, ?, ?)
-		ON CONFLICT(source) DO UPDATE SET cursor = excluded.cursor, updated = excluded.updated`,
-		source, cursor, now); err != nil {
-		return fmt.Errorf("saving cursor of %s: %w", source, err)
-	}
-	return tx.Commit()
-}
-
-// ThreadMessages returns the raw mails kept for a thread, in the order seen.
-func (s *Store) ThreadMessages(ctx context.Context, threadID string) ([][]byte, error) {
-	rows, err := s.db.QueryContext(ctx, `SELECT raw FROM messages WHERE thread_id = ? ORDER BY rowid`, threadID)
-	if err != nil {
-		return nil, fmt.Errorf("reading thread %s: %w", threadID, err)
-	}
-	defer rows.Close()
-	var out [][]byte
-	for rows.Next() {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return nil, err
-		}
-		out = append(out, raw)
-	}
-	return out, rows.Err()
-}
-
-// HasMessage says whether a mail was seen already.
-func (s *Store) HasMessage(ctx context.Context, messageID string) (bool, error) {
-	var n int
-	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM messages WHERE message_id = ?`, messageID).Scan(&n)
-	return n > 0, err
-}
-
-// LogCommand records an email command; a command seen before is not
-// recorded twice. It returns whether it was new.
-func (s *Store) LogCommand(ctx context.Context, messageID, sender string, at time.Time, accepted bool) (bool, error) {
-	res, err := s.db.ExecContext(ctx, `INSERT INTO commands (message_id, sender, at, accepted) VALUES (?, ?, ?, ?)
-		ON CONFLICT(message_id) DO NOTHING`, messageID, sender, at.UTC().Format(timeFormat), accepted)
-	if err != nil {
-		return false, fmt.Errorf("logging command %s: %w", messageID, err)
-	}
-	n, _ := res.RowsAffected()
-	return n == 1, nil
-}
-
-// CommandsSince counts the accepted commands a sender gave since a time.
-func (s *Store) CommandsSince(sender string, since time.Time) (int, error) {
-	var n int
-	err := s.db.QueryRow(`SELECT count(*) FROM commands WHERE sender = ? AND accepted = 1 AND at >= ?`,
-		sender, since.UTC().Format(timeFormat)).Scan(&n)
-	return n, err
 }

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
@@ -23,55 +26,256 @@ type Guest interface {
 // guest that runs it.
 type Side struct {
 	Label string
-	Guest Guest
-	Accel string // from the boot, for the Result
+	// Kernel says who is to blame when the side fails (base: the
+	// infrastructure; patched: the patch). Empty blames nobody in
+	// particular: a failure is the infrastructure's.
+	Kernel blame.Kernel
+	Guest  Guest
+	Accel  string // from the boot, for the Result
 	// Params are extra request parameters, e.g. ParamImage = "/dev/vda".
 	Params map[string]string
 }
 
+// Plan says how many rounds RunAB runs: Min on every side, then one more
+// on every side at a time until Settled says the evidence is enough, or
+// Max. The statistics behind Settled live in reports/ (reports.Plan makes
+// one from a stats.Rule); a Plan without Settled runs Max rounds.
+type Plan struct {
+	Min, Max int
+	// Settled is asked after every round from the Min-th on, with one
+	// Result per side so far (in the order of the sides); true stops.
+	Settled func(sides []*Result) bool
+	// Rule names the rule behind Settled. It is recorded in every Result
+	// (Result.Plan), so that judging the results again applies it.
+	Rule string
+	// Host reads the load of the host that drives the rounds, before and
+	// after every round; nil records none.
+	Host func() (HostLoad, error)
+	// Busy says whether a reading shows the host too busy for a round to
+	// count (nil: DefaultBusy). A round is busy when the reading before or
+	// after it is. A busy round is run again, up to Repeats times in all
+	// (0: Max, negative: never); one beyond that is kept and flagged
+	// (Round.Busy).
+	Busy    func(HostLoad) bool
+	Repeats int
+	// QuietWait is how long to wait, before a round, for a busy host to
+	// become quiet (reading it every quietPoll) before running the round
+	// anyway; 0 does not wait.
+	QuietWait time.Duration
+}
+
+// quietPoll is how often a busy host is read again while waiting for it.
+var quietPoll = 2 * time.Second
+
+// FixedPlan runs exactly rounds rounds on every side.
+func FixedPlan(rounds int) Plan { return Plan{Min: rounds, Max: rounds} }
+
+func (p Plan) check() error {
+	if p.Min < 1 {
+		return fmt.Errorf("plan: min %d rounds: want at least 1", p.Min)
+	}
+	if p.Max < p.Min {
+		return fmt.Errorf("plan: max %d rounds is below min %d", p.Max, p.Min)
+	}
+	return nil
+}
+
+// Why the rounds of a run ended (Result.Stop).
+const (
+	StopFixed   = "fixed"   // a fixed number of rounds
+	StopSettled = "settled" // the plan's rule was satisfied
+	StopMax     = "max"     // the rule was not satisfied by the maximum
+)
+
+// HostLoad is one reading of the load of the host that drives the rounds.
+type HostLoad struct {
+	Time time.Time `json:"time"`
+	// Load1 is the 1-minute load average (/proc/loadavg): the record a
+	// person recognises, though it lags by a minute.
+	Load1 float64 `json:"load1"`
+	// Runnable is the number of tasks runnable at the reading, the reader
+	// not counted (/proc/loadavg's fourth field).
+	Runnable int `json:"runnable"`
+	// Busy is the share of the host's CPU time, over all its CPUs, spent
+	// outside idle and iowait during the reading's window (/proc/stat): 0.5
+	// is one of two cores busy. Between rounds the guests are idle, so this
+	// is what else runs on the host.
+	Busy float64 `json:"busy"`
+	// Window is how long Busy was measured over, in seconds.
+	Window float64 `json:"window"`
+}
+
+// BusyShare is the host CPU share from which DefaultBusy calls the host
+// busy: a quarter of its CPU time, half a core of this 2-core machine.
+// Idle guests under TCG and this process take a few percent.
+const BusyShare = 0.25
+
+// DefaultBusy calls the host busy from BusyShare of its CPU time:
+// something else (a build, git gc, another VM) runs beside the rounds.
+func DefaultBusy(l HostLoad) bool { return l.Busy >= BusyShare }
+
+// Round records one round on one kernel.
+type Round struct {
+	N       int       `json:"n"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	// Before and After are the host's load around the round (Plan.Host).
+	Before *HostLoad `json:"before,omitempty"`
+	After  *HostLoad `json:"after,omitempty"`
+	// Busy: the host was busy around the round (Plan.Busy).
+	Busy bool `json:"busy,omitempty"`
+	// Repeated: the round was busy and run again; its samples are not in
+	// the Result.
+	Repeated bool `json:"repeated,omitempty"`
+}
+
 // RunAB runs rounds of cfg on every side, interleaved (A B A B …, so that
-// drift hits both sides alike), and returns one Result per side with the
-// samples of all rounds. Progress gets a line per round and side.
-func RunAB(ctx context.Context, cfg *Config, sides []Side, rounds int, progress io.Writer) ([]*Result, error) {
+// drift hits both sides alike), for as many rounds as plan asks, and
+// returns one Result per side with the samples of all rounds, the record
+// of every round and why the rounds stopped. Progress gets a line per
+// round and side.
+func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress io.Writer) ([]*Result, error) {
 	if len(sides) == 0 {
 		return nil, errors.New("no kernels to run")
 	}
-	if rounds < 1 {
-		return nil, fmt.Errorf("rounds = %d: want at least 1", rounds)
+	if err := plan.check(); err != nil {
+		return nil, err
 	}
 	if progress == nil {
 		progress = io.Discard
 	}
+	busy := plan.Busy
+	if busy == nil {
+		busy = DefaultBusy
+	}
+	repeats := plan.Repeats
+	if repeats == 0 {
+		repeats = plan.Max
+	}
+	repeats = max(0, repeats)
+	of := strconv.Itoa(plan.Max)
+	if plan.Settled != nil && plan.Max > plan.Min {
+		of = "≤" + of
+	}
 	out := make([]*Result, len(sides))
+	records := make([][]Round, len(sides))
 	start := time.Now()
-	for n := 1; n <= rounds; n++ {
+	stop := StopFixed
+	if plan.Settled != nil && plan.Max > plan.Min {
+		stop = StopMax
+	}
+	read := func() *HostLoad {
+		if plan.Host == nil {
+			return nil
+		}
+		l, err := plan.Host()
+		if err != nil {
+			fmt.Fprintf(progress, "reading the host's load: %v\n", err)
+			return nil
+		}
+		return &l
+	}
+	// The reading after one round is the reading before the next, unless
+	// it was busy: then the host is read again, and waited for.
+	var last *HostLoad
+	before := func() (*HostLoad, error) {
+		if last != nil && !busy(*last) {
+			return last, nil
+		}
+		l := read()
+		for waited := time.Duration(0); l != nil && busy(*l) && waited < plan.QuietWait; waited += quietPoll {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(quietPoll):
+			}
+			l = read()
+		}
+		return l, nil
+	}
+	n := 0
+	for n < plan.Max {
+		n++
 		for i, s := range sides {
-			params := map[string]string{ParamKernel: s.Label, ParamAccel: s.Accel}
-			for k, v := range s.Params {
-				params[k] = v
+			for {
+				b, err := before()
+				if err != nil {
+					return out, err
+				}
+				rec := Round{N: n, Started: time.Now().UTC(), Before: b}
+				res, err := runOne(ctx, cfg, s, n)
+				rec.Seconds = time.Since(rec.Started).Seconds()
+				if err != nil {
+					return out, err
+				}
+				rec.After = read()
+				last = rec.After
+				rec.Busy = rec.Before != nil && busy(*rec.Before) || rec.After != nil && busy(*rec.After)
+				note := ""
+				if rec.Busy {
+					rec.Repeated = repeats > 0
+					note = "  host busy (" + busyText(rec) + "): kept, flagged"
+					if rec.Repeated {
+						note = "  host busy (" + busyText(rec) + "): repeating"
+					}
+				}
+				fmt.Fprintf(progress, "%s round %d/%s %-8s %6.1fs  (%s elapsed)%s\n",
+					cfg.Suite, n, of, s.Label, rec.Seconds, time.Since(start).Round(time.Second), note)
+				records[i] = append(records[i], rec)
+				if rec.Repeated {
+					repeats--
+					continue
+				}
+				out[i] = merge(out[i], res)
+				break
 			}
-			req := proto.Request{
-				ID: fmt.Sprintf("%s-%s-%d", cfg.Suite, s.Label, n), Op: proto.OpRunSuite,
-				Suite: cfg.Suite, Profile: cfg.Profile, Round: n, Params: params,
-			}
-			t0 := time.Now()
-			raw, err := s.Guest.Do(ctx, req, nil)
-			if err != nil {
-				return out, fmt.Errorf("%s round %d on %s: %w", cfg.Suite, n, s.Label, err)
-			}
-			var res Result
-			if err := json.Unmarshal(raw, &res); err != nil {
-				return out, fmt.Errorf("%s round %d on %s: decoding the guest's result: %w", cfg.Suite, n, s.Label, err)
-			}
-			fmt.Fprintf(progress, "%s round %d/%d %-8s %6.1fs  (%s elapsed)\n",
-				cfg.Suite, n, rounds, s.Label, time.Since(t0).Seconds(), time.Since(start).Round(time.Second))
-			out[i] = merge(out[i], &res)
+		}
+		if stop != StopFixed && n >= plan.Min && plan.Settled(out) {
+			stop = StopSettled
+			break
 		}
 	}
-	for _, r := range out {
-		r.Notes["rounds"] = strconv.Itoa(rounds)
+	for i, r := range out {
+		r.Notes["rounds"] = strconv.Itoa(n)
+		r.Plan = plan.Rule
+		r.Stop = stop
+		r.Rounds = records[i]
 	}
 	return out, nil
+}
+
+// runOne runs round n of cfg on one side.
+func runOne(ctx context.Context, cfg *Config, s Side, n int) (*Result, error) {
+	params := map[string]string{ParamKernel: s.Label, ParamAccel: s.Accel}
+	for k, v := range s.Params {
+		params[k] = v
+	}
+	req := proto.Request{
+		ID: fmt.Sprintf("%s-%s-%d", cfg.Suite, s.Label, n), Op: proto.OpRunSuite,
+		Suite: cfg.Suite, Profile: cfg.Profile, Round: n, Params: params,
+	}
+	raw, err := s.Guest.Do(ctx, req, nil)
+	if err != nil {
+		if s.Kernel != "" {
+			err = blame.On(s.Kernel, err)
+		}
+		return nil, fmt.Errorf("%s round %d on %s: %w", cfg.Suite, n, s.Label, err)
+	}
+	var res Result
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("%s round %d on %s: decoding the guest's result: %w", cfg.Suite, n, s.Label, err)
+	}
+	return &res, nil
+}
+
+func busyText(r Round) string {
+	pct := func(l *HostLoad) string {
+		if l == nil {
+			return "?"
+		}
+		return fmt.Sprintf("%.0f%%", 100*l.Busy)
+	}
+	return "CPU " + pct(r.Before) + " before, " + pct(r.After) + " after"
 }
 
 // merge appends round's samples to acc (nil: round becomes acc).
@@ -97,6 +301,12 @@ func merge(acc, round *Result) *Result {
 			acc.Notes[k] = v
 		}
 	}
+	for k, v := range round.Phases {
+		if acc.Phases == nil {
+			acc.Phases = map[string]float64{}
+		}
+		acc.Phases[k] += v
+	}
 	acc.Finished = round.Finished
 	return acc
 }
@@ -109,4 +319,79 @@ func Merge(rounds []*Result) *Result {
 		acc = merge(acc, r)
 	}
 	return acc
+}
+
+// ReadHostLoad returns a Plan.Host for this machine: /proc/loadavg, and the
+// CPU time /proc/stat counts as busy over window (a quarter of a second is
+// enough to see a build or a git gc).
+func ReadHostLoad(window time.Duration) func() (HostLoad, error) {
+	return func() (HostLoad, error) { return readHostLoad("/proc", window) }
+}
+
+func readHostLoad(proc string, window time.Duration) (HostLoad, error) {
+	l := HostLoad{Time: time.Now().UTC(), Window: window.Seconds()}
+	b, err := os.ReadFile(proc + "/loadavg")
+	if err != nil {
+		return l, err
+	}
+	if l.Load1, l.Runnable, err = parseLoadavg(string(b)); err != nil {
+		return l, err
+	}
+	busy0, total0, err := readCPUTimes(proc + "/stat")
+	if err != nil {
+		return l, err
+	}
+	time.Sleep(window)
+	busy1, total1, err := readCPUTimes(proc + "/stat")
+	if err != nil {
+		return l, err
+	}
+	if total1 > total0 {
+		l.Busy = float64(busy1-busy0) / float64(total1-total0)
+	}
+	return l, nil
+}
+
+// parseLoadavg reads "0.52 0.58 0.59 3/611 12345": the 1-minute average
+// and the runnable tasks less the reader.
+func parseLoadavg(s string) (load1 float64, runnable int, err error) {
+	f := strings.Fields(s)
+	if len(f) < 4 {
+		return 0, 0, fmt.Errorf("loadavg %q: want 5 fields", strings.TrimSpace(s))
+	}
+	if load1, err = strconv.ParseFloat(f[0], 64); err != nil {
+		return 0, 0, fmt.Errorf("loadavg %q: %w", strings.TrimSpace(s), err)
+	}
+	r, _, ok := strings.Cut(f[3], "/")
+	if runnable, err = strconv.Atoi(r); !ok || err != nil {
+		return 0, 0, fmt.Errorf("loadavg %q: bad runnable field %q", strings.TrimSpace(s), f[3])
+	}
+	return load1, max(0, runnable-1), nil
+}
+
+// readCPUTimes sums the "cpu" line of /proc/stat: ticks outside idle and
+// iowait, and all ticks.
+func readCPUTimes(path string) (busy, total uint64, err error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("%s: no cpu line", path)
+	}
+	// user nice system idle iowait irq softirq steal (guest time is
+	// already counted in user).
+	for i, v := range f[1:min(len(f), 9)] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("%s: cpu field %d: %w", path, i+1, err)
+		}
+		total += n
+		if i != 3 && i != 4 {
+			busy += n
+		}
+	}
+	return busy, total, nil
 }

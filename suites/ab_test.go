@@ -4,8 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
@@ -30,33 +35,197 @@ func (g fakeGuest) Do(ctx context.Context, req proto.Request, _ func(proto.Event
 		Missing: []Missing{{Workload: "w", Metric: "ttwu", Reason: "no schedstats"}}})
 }
 
-func TestRunABInterleaves(t *testing.T) {
+func abFixture(t *testing.T) (*Config, []Side, *[]string) {
 	s, _ := Lookup("cache-contention")
 	cfg, _ := s.Resolve("quick")
 	var log []string
 	params := map[string]string{ParamImage: "/dev/vda"}
-	sides := []Side{
+	return cfg, []Side{
 		{Label: "base", Guest: fakeGuest{"A:", &log, 0}, Accel: "tcg", Params: params},
 		{Label: "patched", Guest: fakeGuest{"B:", &log, 0}, Accel: "tcg", Params: params},
-	}
+	}, &log
+}
+
+func TestRunABInterleaves(t *testing.T) {
+	cfg, sides, log := abFixture(t)
 	var progress strings.Builder
-	res, err := RunAB(context.Background(), cfg, sides, 3, &progress)
+	res, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(log, " "); got != "A:base B:patched A:base B:patched A:base B:patched" {
+	if got := strings.Join(*log, " "); got != "A:base B:patched A:base B:patched A:base B:patched" {
 		t.Errorf("order = %s, want A B A B A B", got)
 	}
 	for i, r := range res {
-		if len(r.Samples) != 3 || len(r.Missing) != 1 || r.Kernel != sides[i].Label || r.Notes["rounds"] != "3" {
-			t.Errorf("%s: %d samples, %d missing, kernel %q, notes %v", sides[i].Label, len(r.Samples), len(r.Missing), r.Kernel, r.Notes)
+		if len(r.Samples) != 3 || len(r.Missing) != 1 || r.Kernel != sides[i].Label || r.Notes["rounds"] != "3" ||
+			r.Stop != StopFixed || len(r.Rounds) != 3 || r.Rounds[2].N != 3 {
+			t.Errorf("%s: %d samples, %d missing, kernel %q, notes %v, stop %q, %d round records",
+				sides[i].Label, len(r.Samples), len(r.Missing), r.Kernel, r.Notes, r.Stop, len(r.Rounds))
 		}
 	}
 	if n := strings.Count(progress.String(), "\n"); n != 6 {
 		t.Errorf("%d progress lines, want 6:\n%s", n, progress.String())
 	}
-	sides[1].Guest = fakeGuest{"B:", &log, 2}
-	if _, err := RunAB(context.Background(), cfg, sides, 3, nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {
+	sides[1].Guest = fakeGuest{"B:", log, 2}
+	if _, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {
 		t.Errorf("failing guest: %v, want an error naming round 2 on patched", err)
+	}
+	if _, err := RunAB(context.Background(), cfg, sides, Plan{Min: 4, Max: 3}, nil); err == nil {
+		t.Error("a plan with max below min was accepted")
+	}
+}
+
+// The plan's rule is asked after every round from Min on, sees every
+// side's results so far, and stops the rounds; without an answer of yes
+// they stop at Max.
+func TestRunABStopsWhenSettled(t *testing.T) {
+	tests := []struct {
+		name     string
+		settleAt int // rounds after which Settled says yes; 0 never
+		want     int
+		stop     string
+		asked    []int
+	}{
+		{"settled at the first look", 3, 3, StopSettled, []int{3}},
+		{"settled later", 5, 5, StopSettled, []int{3, 4, 5}},
+		{"never settled", 0, 6, StopMax, []int{3, 4, 5, 6}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, sides, log := abFixture(t)
+			var asked []int
+			plan := Plan{Min: 3, Max: 6, Rule: "min=3 max=6 alpha=0.05 interim=0.001", Settled: func(rs []*Result) bool {
+				if len(rs) != 2 || len(rs[0].Samples) != len(rs[1].Samples) {
+					t.Fatalf("Settled saw %d sides, unequal rounds", len(rs))
+				}
+				asked = append(asked, len(rs[0].Samples))
+				return len(rs[0].Samples) == tt.settleAt
+			}}
+			res, err := RunAB(context.Background(), cfg, sides, plan, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(*log) != 2*tt.want || len(res[0].Samples) != tt.want || res[0].Stop != tt.stop || res[1].Plan != plan.Rule {
+				t.Errorf("%d calls, %d samples, stop %q, plan %q; want %d rounds a side, stop %q",
+					len(*log), len(res[0].Samples), res[0].Stop, res[1].Plan, tt.want, tt.stop)
+			}
+			if fmt.Sprint(asked) != fmt.Sprint(tt.asked) {
+				t.Errorf("asked after rounds %v, want %v", asked, tt.asked)
+			}
+		})
+	}
+}
+
+// A round with the host busy before or after it is run again (its samples
+// dropped) on a host read afresh, up to Repeats; one beyond that is kept
+// and flagged.
+func TestRunABRepeatsBusyRounds(t *testing.T) {
+	tests := []struct {
+		name    string
+		busyAt  int // the reading (1-based) that shows a busy host
+		repeats int
+		order   string
+		side    int      // whose rounds records lists
+		records []string // rounds: n, b(usy), r(epeated)
+	}{
+		// Readings: 1 before A1, 2 after A1, 3 after B1 (busy), then 4
+		// afresh before B1 again, 5 after it, 6 after A2, 7 after B2.
+		{"busy after a round: repeated", 3, 0, "A:base B:patched B:patched A:base B:patched", 1, []string{"1br", "1", "2"}},
+		{"busy between two rounds: the first repeated", 2, 0, "A:base A:base B:patched A:base B:patched", 0, []string{"1br", "1", "2"}},
+		{"no repeats allowed: flagged", 3, -1, "A:base B:patched A:base B:patched", 1, []string{"1b", "2"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, sides, log := abFixture(t)
+			readings := 0
+			host := func() (HostLoad, error) {
+				readings++
+				l := HostLoad{Load1: 0.1, Busy: 0.02, Window: 0.25}
+				if readings == tt.busyAt {
+					l.Busy, l.Load1 = 0.9, 1.8
+				}
+				return l, nil
+			}
+			var progress strings.Builder
+			res, err := RunAB(context.Background(), cfg, sides, Plan{Min: 2, Max: 2, Host: host, Repeats: tt.repeats}, &progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(*log, " "); got != tt.order {
+				t.Errorf("order = %s, want %s", got, tt.order)
+			}
+			var recs []string
+			for _, r := range res[tt.side].Rounds {
+				s := strconv.Itoa(r.N)
+				if r.Busy {
+					s += "b"
+				}
+				if r.Repeated {
+					s += "r"
+				}
+				if r.Before == nil || r.After == nil {
+					t.Errorf("round %d has no host reading", r.N)
+				}
+				recs = append(recs, s)
+			}
+			if strings.Join(recs, " ") != strings.Join(tt.records, " ") || len(res[tt.side].Samples) != 2 {
+				t.Errorf("%s rounds %v with %d samples, want %v with 2", sides[tt.side].Label, recs, len(res[tt.side].Samples), tt.records)
+			}
+			if !strings.Contains(progress.String(), "host busy (CPU") {
+				t.Errorf("progress does not say the host was busy:\n%s", progress.String())
+			}
+		})
+	}
+}
+
+// With QuietWait, a round waits for a busy host to calm down instead of
+// running beside the other job.
+func TestRunABWaitsForQuiet(t *testing.T) {
+	defer func(p time.Duration) { quietPoll = p }(quietPoll)
+	quietPoll = time.Millisecond
+	cfg, sides, log := abFixture(t)
+	readings := 0
+	host := func() (HostLoad, error) {
+		readings++
+		if readings <= 3 { // busy for the first three readings
+			return HostLoad{Busy: 0.8}, nil
+		}
+		return HostLoad{Busy: 0.01}, nil
+	}
+	res, err := RunAB(context.Background(), cfg, sides, Plan{Min: 1, Max: 1, Host: host, QuietWait: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(*log) != 2 || res[0].Rounds[0].Busy || res[0].Rounds[0].Before.Busy != 0.01 {
+		t.Errorf("calls %v, base rounds %+v: want one quiet round a side after waiting", *log, res[0].Rounds)
+	}
+}
+
+func TestParseHostLoad(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("loadavg", "1.52 0.58 0.59 3/611 12345\n")
+	write("stat", "cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 50 0 25 400 25 0 0 0 0 0\n")
+	l, err := readHostLoad(dir, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Load1 != 1.52 || l.Runnable != 2 || l.Busy != 0 || l.Window != 0.001 {
+		t.Errorf("load = %+v, want load1 1.52, 2 runnable, busy 0 (the counters did not move)", l)
+	}
+	busy, total, err := readCPUTimes(filepath.Join(dir, "stat"))
+	if err != nil || busy != 150 || total != 1000 {
+		t.Errorf("cpu times = %d busy of %d, %v; want 150 of 1000", busy, total, err)
+	}
+	write("loadavg", "garbage\n")
+	if _, err := readHostLoad(dir, 0); err == nil {
+		t.Error("a bad loadavg was accepted")
+	}
+	if l, err := ReadHostLoad(10 * time.Millisecond)(); err != nil || l.Busy < 0 || l.Busy > 1 || l.Time.IsZero() {
+		t.Errorf("this host's load: %+v, %v", l, err)
 	}
 }

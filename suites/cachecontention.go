@@ -16,7 +16,11 @@ import (
 // runCacheContention runs the stat storm, the small-file read storm and the
 // mixed operations, each from cold caches, with T threads.
 func runCacheContention(r *round) error {
-	img, err := mountImage(r.params[ParamImage])
+	var img *mountedImage
+	err := r.timed(PhaseStage, func() (err error) {
+		img, err = mountImage(r.params[ParamImage])
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -33,7 +37,7 @@ func runCacheContention(r *round) error {
 		if err := r.ctx.Err(); err != nil {
 			return err
 		}
-		if err := dropCaches(); err != nil {
+		if err := r.timed(PhaseDropCaches, dropCaches); err != nil {
 			return err
 		}
 		var err error
@@ -64,16 +68,22 @@ func groupFiles(files []fsimage.File, group string) []fsimage.File {
 
 // statStorm: thread t stats files t, t+T, t+2T, ... (elbencho's stat phase,
 // each thread its own share), so every directory is hit by many threads.
+// Each lstat is timed: a herd shows in the tail.
 func (r *round) statStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
+	lat := make([]latencies, threads)
 	var elapsed time.Duration
 	err := r.measure("stat-storm", params, true, func() error {
 		var err error
 		elapsed, err = parallel(threads, func(t int) error {
+			l := make(latencies, 0, len(files)/threads+1)
 			for i := t; i < len(files); i += threads {
+				t0 := time.Now()
 				if _, err := os.Lstat(filepath.Join(root, files[i].Path)); err != nil {
 					return err
 				}
+				l = append(l, time.Since(t0))
 			}
+			lat[t] = l
 			return nil
 		})
 		return err
@@ -81,28 +91,45 @@ func (r *round) statStorm(root string, files []fsimage.File, threads int, params
 	if err != nil {
 		return err
 	}
+	all := joinLatencies(lat)
 	r.sample("stat-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
+	r.sample("stat-storm", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("stat-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }
 
-// readStorm: thread t reads its share of the small files whole.
+func joinLatencies(per []latencies) latencies {
+	var all latencies
+	for _, l := range per {
+		all = append(all, l...)
+	}
+	return all
+}
+
+// readStorm: thread t reads its share of the small files whole, each read
+// timed from open to close.
 func (r *round) readStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
+	lat := make([]latencies, threads)
 	var elapsed time.Duration
 	var bytes atomic.Int64
 	err := r.measure("read-storm", params, true, func() error {
 		var err error
 		elapsed, err = parallel(threads, func(t int) error {
 			buf := make([]byte, 128<<10)
+			l := make(latencies, 0, len(files)/threads+1)
 			for i := t; i < len(files); i += threads {
+				t0 := time.Now()
 				n, err := readWhole(filepath.Join(root, files[i].Path), buf)
 				if err != nil {
 					return err
 				}
+				l = append(l, time.Since(t0))
 				if n != files[i].Size {
 					return fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, files[i].Size)
 				}
 				bytes.Add(n)
 			}
+			lat[t] = l
 			return nil
 		})
 		return err
@@ -110,8 +137,11 @@ func (r *round) readStorm(root string, files []fsimage.File, threads int, params
 	if err != nil {
 		return err
 	}
+	all := joinLatencies(lat)
 	r.sample("read-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
 	r.sample("read-storm", params, mMiBPerS, float64(bytes.Load())/(1<<20)/elapsed.Seconds())
+	r.sample("read-storm", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("read-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }
 
@@ -156,10 +186,7 @@ func (r *round) mixed(root string, files []fsimage.File, threads int, params map
 	if err != nil {
 		return err
 	}
-	var all latencies
-	for _, l := range lat {
-		all = append(all, l...)
-	}
+	all := joinLatencies(lat)
 	r.sample("mixed", params, mOpsPerS, float64(len(all))/elapsed.Seconds())
 	r.sample("mixed", params, mLatMean, ms(all.mean()))
 	r.sample("mixed", params, mLatP50, ms(all.quantile(0.50)))

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -30,14 +31,22 @@ type counters struct {
 	release    *releaseTrace // squashfs release wake-ups (cache-contention)
 	releaseErr error
 	releaseOn  bool
+
+	// armRelease and armPerf are how long arming the release trace and the
+	// perf counter took: most of a round's fixed cost under TCG.
+	armRelease, armPerf time.Duration
 }
 
 func startCounters(release bool) *counters {
 	c := &counters{releaseOn: release}
+	t0 := time.Now()
 	if release {
 		c.release, c.releaseErr = startReleaseTrace()
 	}
+	t1 := time.Now()
+	c.armRelease = t1.Sub(t0)
 	c.wakeup, c.wakeupErr = openTracepointCounter("sched", "sched_wakeup")
+	c.armPerf = time.Since(t1)
 	c.ttwuErr = enableSchedstats()
 	if c.ttwuErr == nil {
 		c.ttwu0, c.ttwuErr = readTTWU()

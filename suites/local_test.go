@@ -89,6 +89,11 @@ func checkSamples(t *testing.T, res *Result, workloads []string, metrics ...stri
 		if s.Value < 0 {
 			t.Errorf("sample %+v is negative", s)
 		}
+		// The list the suite definitions are checked against must know
+		// every metric a workload measures.
+		if !contains(metricsOf(res.Suite, s.Workload), s.Metric) {
+			t.Errorf("%s/%s measures %s, which metricsOf does not list", res.Suite, s.Workload, s.Metric)
+		}
 	}
 	missing := map[string]bool{}
 	for _, m := range res.Missing {
@@ -111,7 +116,7 @@ func checkSamples(t *testing.T, res *Result, workloads []string, metrics ...stri
 func TestLocalCacheContention(t *testing.T) {
 	needLocal(t, "squashfs")
 	res := runLocal(t, "cache-contention")
-	checkSamples(t, res, []string{"stat-storm", "read-storm"}, "files_per_s")
+	checkSamples(t, res, []string{"stat-storm", "read-storm"}, "files_per_s", "latency_p50", "latency_p99")
 	checkSamples(t, res, []string{"read-storm"}, "mib_per_s")
 	checkSamples(t, res, []string{"mixed"}, "ops_per_s", "latency_mean", "latency_p50", "latency_p99")
 	for _, w := range []string{"stat-storm", "read-storm", "mixed"} {

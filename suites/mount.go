@@ -89,9 +89,11 @@ func stageImage(src string) (string, error) {
 	return dst, nil
 }
 
-// Release unmounts the staging tmpfs. The guest agent never needs it (the
-// VM goes away); --local and tests call it when done.
+// Release unmounts the staging tmpfs and removes the release trace's
+// instruments. The guest agent never needs it (the VM goes away); --local
+// and tests call it when done.
 func Release() error {
+	DisarmReleaseTrace()
 	staged.Lock()
 	defer staged.Unlock()
 	if staged.dir == "" {

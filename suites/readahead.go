@@ -12,7 +12,11 @@ import (
 // image group) and reader count, drop caches and read every file of the
 // bucket whole with that many parallel readers taking files from one queue.
 func runReadahead(r *round) error {
-	img, err := mountImage(r.params[ParamImage])
+	var img *mountedImage
+	err := r.timed(PhaseStage, func() (err error) {
+		img, err = mountImage(r.params[ParamImage])
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -24,7 +28,7 @@ func runReadahead(r *round) error {
 			if err := r.ctx.Err(); err != nil {
 				return err
 			}
-			if err := dropCaches(); err != nil {
+			if err := r.timed(PhaseDropCaches, dropCaches); err != nil {
 				return err
 			}
 			params := map[string]string{"bucket": g.Name, "readers": strconv.Itoa(readers)}

@@ -42,7 +42,21 @@ type Result struct {
 	Finished      time.Time `json:"finished"`
 	Samples       []Sample  `json:"samples"`
 	Missing       []Missing `json:"missing,omitempty"`
-	// Notes carries facts a reader of the report needs, e.g. the model's
-	// predicted wake-ups per release for the same shape.
+	// Notes carries facts a reader of the report needs, e.g. which probe
+	// counted releases.
 	Notes map[string]string `json:"notes,omitempty"`
+	// Model is the reference model's prediction for the run's shape
+	// (cache-contention only).
+	Model *Prediction `json:"model,omitempty"`
+	// Plan is the rule that decided the number of rounds (Plan.Rule, e.g.
+	// reports/stats.Rule's text), empty for a fixed number; Stop says why
+	// the rounds ended (StopFixed, StopSettled, StopMax).
+	Plan string `json:"plan,omitempty"`
+	Stop string `json:"stop,omitempty"`
+	// Rounds records every round run on this kernel, repeated ones too,
+	// with the host's load around it.
+	Rounds []Round `json:"rounds,omitempty"`
+	// Phases is the time in seconds each phase of the rounds took, summed
+	// over the rounds (PhaseStage, PhaseWorkload, ...).
+	Phases map[string]float64 `json:"phases,omitempty"`
 }

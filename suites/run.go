@@ -132,8 +132,11 @@ var (
 // the squashfs release tracing) read around it, and records the counters
 // as samples of workload with params.
 func (r *round) measure(workload string, params map[string]string, release bool, fn func() error) error {
+	t0 := time.Now()
 	c := startCounters(release)
+	t1 := time.Now()
 	err := fn()
+	t2 := time.Now()
 	c.stop()
 	if err != nil {
 		c.close()
@@ -141,7 +144,38 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 	}
 	c.record(r, workload, params)
 	c.close()
+	r.spent(PhaseArm, t1.Sub(t0))
+	r.spent(PhaseArm+"/release-trace", c.armRelease)
+	r.spent(PhaseArm+"/perf", c.armPerf)
+	r.spent(PhaseWorkload, t2.Sub(t1))
+	r.spent(PhaseCollect, time.Since(t2))
 	return nil
+}
+
+// Phases of a round whose time Result.Phases records, so that the fixed
+// costs of a round can be told from the workloads it measures.
+const (
+	PhaseStage      = "stage"       // copying the image into tmpfs and mounting it
+	PhaseDropCaches = "drop-caches" // sync and drop_caches before each workload
+	PhaseArm        = "arm"         // opening the counters, kprobes and hist triggers (of which arm/release-trace and arm/perf)
+	PhaseWorkload   = "workload"    // the measured workloads themselves
+	PhaseCollect    = "collect"     // reading counters and histograms, disarming
+)
+
+// spent adds d to the round's time in phase.
+func (r *round) spent(phase string, d time.Duration) {
+	if r.res.Phases == nil {
+		r.res.Phases = map[string]float64{}
+	}
+	r.res.Phases[phase] += d.Seconds()
+}
+
+// timed runs fn and adds its time to phase.
+func (r *round) timed(phase string, fn func() error) error {
+	t0 := time.Now()
+	err := fn()
+	r.spent(phase, time.Since(t0))
+	return err
 }
 
 func kernelRelease() string {

@@ -28,6 +28,9 @@ type Suite struct {
 	Workloads []string      `yaml:"workloads"`
 	Image     *fsimage.Spec `yaml:"image"` // nil when the suite reads no squashfs image
 	Params    Params        `yaml:"params"`
+	// Verdict says which metrics the suite exists for and what size of
+	// change matters: how reports/ judges its results.
+	Verdict Verdict `yaml:"verdict"`
 	// Profiles override Params and Image; "quick" is for CI, "full" for
 	// real runs. Kept as YAML so that each override decodes over a copy of
 	// the defaults with the same strictness as the file itself.
@@ -58,6 +61,124 @@ type Params struct {
 	MaxBytes      int   `yaml:"max_bytes"`
 	// Model shape for the wake-ups-per-release prediction (cache-contention).
 	CacheEntries int `yaml:"cache_entries"`
+	// ModelCheck is the shape the model checker explores exhaustively for
+	// the patched policy (cache-contention): small, since the state space
+	// grows fast with waiters.
+	ModelCheck ModelCheck `yaml:"model_check"`
+}
+
+// ModelCheck is a shape for suites/refcache's exhaustive checker.
+type ModelCheck struct {
+	Threads       int `yaml:"threads"`
+	Entries       int `yaml:"entries"`
+	Blocks        int `yaml:"blocks"`
+	GetsPerThread int `yaml:"gets_per_thread"`
+}
+
+// Verdict is how a suite's results are judged. The primary metrics are the
+// few the suite exists for (the throughput and latency of each workload,
+// and the seed's own metric where it has one): they are judged together as
+// one family, and the verdict's first sentence speaks of them alone. Every
+// other metric is a derived counter, judged as a second family.
+type Verdict struct {
+	Primary []MetricRef `yaml:"primary"`
+	// SmallestEffect is the smallest change worth knowing, as a fraction
+	// (0.1: 10%): runs go on until a primary metric is significant or its
+	// interval excludes a change this large.
+	SmallestEffect float64 `yaml:"smallest_effect"`
+	// NoiseFloor is the size of change (a fraction) below which nothing is
+	// called a change, significant or not: what two boots of the same
+	// kernel differ by.
+	NoiseFloor float64 `yaml:"noise_floor"`
+}
+
+// MetricRef names a metric of a workload, in every cell of the workload or
+// in the cells whose params match.
+type MetricRef struct {
+	Workload string            `yaml:"workload"`
+	Metric   string            `yaml:"metric"`
+	Params   map[string]string `yaml:"params"`
+}
+
+// IsPrimary reports whether a sample of workload, metric and params is one
+// of the suite's primary metrics.
+func (v *Verdict) IsPrimary(workload, metric string, params map[string]string) bool {
+	_, ok := v.Rank(workload, metric, params)
+	return ok
+}
+
+// Rank is the place of a primary metric in the suite's list, which names
+// them in the order a reader cares about (the verdict cites them so).
+func (v *Verdict) Rank(workload, metric string, params map[string]string) (int, bool) {
+	for i, p := range v.Primary {
+		if p.Workload != workload || p.Metric != metric {
+			continue
+		}
+		match := true
+		for k, want := range p.Params {
+			if params[k] != want {
+				match = false
+			}
+		}
+		if match {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+func (v *Verdict) validate(suite string, workloads []string) error {
+	if len(v.Primary) == 0 {
+		return fmt.Errorf("suite %q: verdict: no primary metrics", suite)
+	}
+	for _, p := range v.Primary {
+		if !contains(workloads, p.Workload) {
+			return fmt.Errorf("suite %q: verdict: primary metric %q of workload %q, which the suite does not run", suite, p.Metric, p.Workload)
+		}
+		if !contains(metricsOf(suite, p.Workload), p.Metric) {
+			return fmt.Errorf("suite %q: verdict: workload %q measures no metric %q (it measures %s)",
+				suite, p.Workload, p.Metric, strings.Join(metricsOf(suite, p.Workload), ", "))
+		}
+	}
+	if !(v.SmallestEffect > 0 && v.SmallestEffect < 10) {
+		return fmt.Errorf("suite %q: verdict: smallest_effect %v: want a positive fraction (0.1 for 10%%)", suite, v.SmallestEffect)
+	}
+	if v.NoiseFloor < 0 || v.NoiseFloor >= v.SmallestEffect {
+		return fmt.Errorf("suite %q: verdict: noise_floor %v: want at least 0 and below smallest_effect %v", suite, v.NoiseFloor, v.SmallestEffect)
+	}
+	return nil
+}
+
+// counterMetrics are read around every workload (counters.go); the
+// release counters only around cache-contention's (release.go).
+var (
+	counterMetrics = []string{"sched_wakeup", "context_switches", "ttwu"}
+	releaseMetrics = []string{"cache_puts", "release_wake_calls", "release_wakeups", "waking_events",
+		"cache_wakeups", "cache_wakeups_per_put", "wakeups_per_release"}
+)
+
+// metricsOf lists the metrics a workload of a suite measures.
+func metricsOf(suite, workload string) []string {
+	var own []string
+	switch suite + "/" + workload {
+	case "cache-contention/stat-storm":
+		own = []string{"files_per_s", "latency_p50", "latency_p99"}
+	case "cache-contention/read-storm":
+		own = []string{"files_per_s", "mib_per_s", "latency_p50", "latency_p99"}
+	case "cache-contention/mixed":
+		own = []string{"ops_per_s", "latency_mean", "latency_p50", "latency_p99"}
+	case "readahead/bucket-read":
+		own = []string{"elapsed", "mib_per_s"}
+	case "locks/posix", "locks/flock":
+		own = []string{"acquisitions_per_s"}
+	case "fuse-waitq/bonnie":
+		own = []string{"ops_per_s", "latency_mean", "latency_max"}
+	}
+	own = append(own, counterMetrics...)
+	if suite == "cache-contention" {
+		own = append(own, releaseMetrics...)
+	}
+	return own
 }
 
 // Duration is a time.Duration written as "2s" in YAML.
@@ -107,6 +228,26 @@ func All() ([]*Suite, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// Names lists the embedded suites' names, and every profile any of them
+// has, for help texts and refusals.
+func Names() (names, profiles []string) {
+	all, err := All()
+	if err != nil {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, s := range all {
+		names = append(names, s.Name)
+		for _, p := range s.ProfileNames() {
+			if !seen[p] {
+				seen[p] = true
+				profiles = append(profiles, p)
+			}
+		}
+	}
+	return names, profiles
 }
 
 // Lookup returns the embedded suite called name.
@@ -165,6 +306,9 @@ func (s *Suite) validate() error {
 		if !contains(known, w) {
 			return fmt.Errorf("suite %q: unknown workload %q (have %s)", s.Name, w, strings.Join(known, ", "))
 		}
+	}
+	if err := s.Verdict.validate(s.Name, s.Workloads); err != nil {
+		return err
 	}
 	if _, ok := s.Profiles["quick"]; !ok {
 		return fmt.Errorf("suite %q: no quick profile", s.Name)

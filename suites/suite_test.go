@@ -34,6 +34,10 @@ func TestDecodeStrict(t *testing.T) {
 paths: [fs/locks.c]
 workloads: [posix]
 params: {contenders: [1, 2], duration: 1s}
+verdict:
+  primary: [{workload: posix, metric: acquisitions_per_s}]
+  smallest_effect: 0.1
+  noise_floor: 0.05
 profiles:
   quick: {params: {contenders: [3]}}
 `
@@ -50,6 +54,11 @@ profiles:
 		{"unknown workload", strings.Replace(base, "[posix]", "[ofd]", 1), "unknown workload"},
 		{"no quick", strings.Replace(base, "quick:", "slow:", 1), "no quick profile"},
 		{"bad value", strings.Replace(base, "contenders: [3]", "contenders: [0]", 1), "want at least 1"},
+		{"no primary metric", strings.Replace(base, "primary: [{workload: posix, metric: acquisitions_per_s}]", "primary: []", 1), "no primary metrics"},
+		{"primary of a workload not run", strings.Replace(base, "{workload: posix,", "{workload: flock,", 1), "which the suite does not run"},
+		{"primary metric not measured", strings.Replace(base, "metric: acquisitions_per_s}", "metric: files_per_s}", 1), "measures no metric"},
+		{"unknown verdict key", strings.Replace(base, "noise_floor: 0.05", "noise_floor: 0.05\n  power: 0.8", 1), "field power not found"},
+		{"floor above smallest effect", strings.Replace(base, "noise_floor: 0.05", "noise_floor: 0.2", 1), "below smallest_effect"},
 		{"image on imageless", strings.Replace(base, "quick: {params", "quick: {image: {seed: 2}, params", 1), "reads no image"},
 	}
 	for _, tt := range tests {

@@ -1,31 +1,112 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/mailbox"
 )
 
 func init() {
-	register(command{
-		name:  "build",
-		usage: "build the base and patched kernels for a series: --mbox FILE [--tree DIR --base REF] [--config FRAGMENT] [--json]",
-		run:   runBuild,
+	register(&command{
+		name:    "build",
+		summary: "build the base and patched kernels of a series",
+		usage:   "build (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [--tree DIR] [--base REF] [--fragment FILE]... [--json]",
+		desc: `Builds the base kernel (Debian's linux-source-6.1 by default, or --tree/--base;
+a series' base-commit when the tree has it) and the patched kernel on top of it,
+incrementally, in the sandbox, both cached. Prints where the kernels are, the
+new compiler warnings, and the evidence when the series does not apply or build.
+
+Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
+		example: `patchbot build --mbox testdata/mbox/squashfs-thundering-herd.mbox --json`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			var src sourceFlags
+			src.declare(fs)
+			tree := fs.String("tree", "", "your own kernel git tree `dir` (default: Debian's linux-source-6.1, imported into the cache)")
+			base := fs.String("base", "", "base `ref` (in --tree, or a commit of the Debian import; default HEAD)")
+			asJSON := fs.Bool("json", false, "print the result as JSON (schema 1)")
+			version := fs.Int("v", 0, "build version `N` of the series (default: the newest complete one)")
+			timeout := fs.Duration("timeout", 2*time.Hour, "time limit of each kernel build")
+			var frags []string
+			fs.Func("fragment", "extra kernel config fragment `file` merged after the defaults (repeatable)", func(f string) error {
+				frags = append(frags, f)
+				return nil
+			})
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				sc, err := src.config()
+				if err != nil {
+					return err
+				}
+				if *timeout <= 0 {
+					return usagef("--timeout %v: want a positive duration", *timeout)
+				}
+				var fragments []images.Fragment
+				for _, f := range frags {
+					frag, err := images.LoadFragment(f)
+					if err != nil {
+						return usageError{err.Error()}
+					}
+					fragments = append(fragments, frag)
+				}
+				series, err := seriesToTest(ctx, sc, *version, stderr)
+				if err != nil {
+					return err
+				}
+				// Progress goes to stderr, so that --json output stays clean.
+				b, err := images.DefaultBuilder(stderr)
+				if err != nil {
+					return err
+				}
+				b.Timeout = *timeout
+				b.Config.Fragments = append(b.Config.Fragments, fragments...)
+				k := &images.Kernels{Builder: b, Tree: images.TreeConfig{Tree: *tree, Base: *base}, Progress: stderr}
+				report := buildReport{Schema: schemaVersion, Series: series.Subject}
+				choice, err := k.Choose(ctx, images.Want{BaseCommit: series.Base, Patches: series.Mails()})
+				if err == nil {
+					report.Base, err = k.Base(ctx, choice.Base)
+				}
+				if err != nil {
+					err = blame.On(blame.Base, err)
+				} else {
+					report.Patched, err = k.Patched(ctx, report.Base, series.Mails())
+					err = blame.On(blame.Patched, err)
+				}
+				if err != nil {
+					report.Error = failure(err)
+				}
+				if *asJSON {
+					if err := writeJSON(stdout, report); err != nil {
+						return err
+					}
+				} else {
+					printReport(stdout, report)
+				}
+				switch {
+				case err == nil:
+					return nil
+				case blame.IsPatch(err):
+					return exitError{exitPatchFault}
+				case *asJSON:
+					return exitError{exitInfra}
+				}
+				return err
+			}
+		},
 	})
 }
 
 // buildReport is what "patchbot build --json" prints.
 type buildReport struct {
+	Schema  int           `json:"schema"`
 	Series  string        `json:"series"`
 	Base    *images.Build `json:"base,omitempty"`
 	Patched *images.Build `json:"patched,omitempty"`
@@ -34,156 +115,27 @@ type buildReport struct {
 
 // buildFailure says whose fault a failure is and carries the evidence.
 type buildFailure struct {
-	Blame   string   `json:"blame"` // "patch" or "infrastructure"
-	Kind    string   `json:"kind"`  // "apply", "build", "config", "other"
-	Message string   `json:"message"`
-	Patch   int      `json:"patch,omitempty"` // failing patch, 1-based
-	Subject string   `json:"subject,omitempty"`
-	Hunk    string   `json:"hunk,omitempty"`
-	Lines   []string `json:"lines,omitempty"`
-	Log     string   `json:"log,omitempty"`
-}
-
-// exitPatchFault is the exit status when the series does not apply or
-// build: the run worked, the patch did not.
-const exitPatchFault = 3
-
-func runBuild(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	mbox := fs.String("mbox", "", "mbox file holding the series (required)")
-	tree := fs.String("tree", "", "your own kernel git tree (default: Debian's linux-source-6.1, imported into the cache)")
-	baseRef := fs.String("base", "HEAD", "base branch, tag or commit in --tree")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	timeout := fs.Duration("timeout", 2*time.Hour, "time limit for each kernel build")
-	var extra []string
-	fs.Func("config", "extra config fragment merged after the defaults (repeatable)", func(f string) error {
-		extra = append(extra, f)
-		return nil
-	})
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if *mbox == "" || fs.NArg() > 0 {
-		fs.Usage()
-		return exitError{2}
-	}
-	series, err := readSeries(*mbox)
-	if err != nil {
-		return err
-	}
-
-	// Progress goes to stderr, so that --json output stays clean.
-	progress := io.Writer(os.Stderr)
-	b, err := images.DefaultBuilder(progress)
-	if err != nil {
-		return err
-	}
-	b.Timeout = *timeout
-	for _, f := range extra {
-		frag, err := images.LoadFragment(f)
-		if err != nil {
-			return err
-		}
-		b.Config.Fragments = append(b.Config.Fragments, frag)
-	}
-	var base images.Base
-	if *tree != "" {
-		base, err = images.OpenBase(ctx, *tree, *baseRef)
-	} else {
-		base, err = images.ImportDebian(ctx, b.Cache, progress)
-	}
-	if err != nil {
-		return err
-	}
-	if series.Base != "" {
-		if nb, err := base.WithBaseCommit(ctx, series.Base); err == nil {
-			fmt.Fprintf(progress, "using the series' base-commit %s\n", series.Base)
-			base = nb
-		} else {
-			fmt.Fprintf(progress, "base-commit %s is not in the tree; using %s\n", series.Base, base.Commit)
-		}
-	}
-
-	report := buildReport{Series: series.Subject}
-	report.Base, err = b.Base(ctx, base)
-	if err == nil {
-		var raw [][]byte
-		for _, p := range series.Patches {
-			raw = append(raw, p.Raw)
-		}
-		report.Patched, err = b.Patched(ctx, report.Base, raw)
-	}
-	if err != nil {
-		report.Error = failure(err)
-	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			return err
-		}
-	} else {
-		printReport(os.Stdout, report)
-	}
-	switch {
-	case report.Error == nil:
-		return nil
-	case report.Error.Blame == "patch":
-		return exitError{exitPatchFault}
-	case *asJSON:
-		return exitError{1}
-	default:
-		return err
-	}
-}
-
-// readSeries reads the mbox and assembles the one series in it.
-func readSeries(file string) (*mailbox.Series, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("reading series: %w", err)
-	}
-	var msgs []*mailbox.Message
-	err = mailbox.ReadMbox(bytes.NewReader(data), func(raw []byte, _ int64) error {
-		m, err := mailbox.ParseBytes(raw)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, m)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", file, err)
-	}
-	var found []*mailbox.Series
-	for _, s := range mailbox.Assemble(msgs) {
-		if len(s.Patches) > 0 {
-			found = append(found, s)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return nil, fmt.Errorf("%s holds no patch", file)
-	case 1:
-	default:
-		return nil, fmt.Errorf("%s holds %d series; give one at a time", file, len(found))
-	}
-	if !found[0].Complete {
-		return nil, fmt.Errorf("series %q is incomplete: %s", found[0].Subject, found[0].Reason)
-	}
-	return found[0], nil
+	Blame   blame.Blame  `json:"blame"` // "patch" or "infra"
+	Kernel  blame.Kernel `json:"kernel,omitempty"`
+	Kind    string       `json:"kind"` // "apply", "build", "config", "other"
+	Message string       `json:"message"`
+	Patch   int          `json:"patch,omitempty"` // failing patch, 1-based
+	Subject string       `json:"subject,omitempty"`
+	Hunk    string       `json:"hunk,omitempty"`
+	Lines   []string     `json:"lines,omitempty"`
+	Log     string       `json:"log,omitempty"`
 }
 
 func failure(err error) *buildFailure {
-	f := &buildFailure{Blame: "infrastructure", Kind: "other", Message: err.Error()}
+	f := &buildFailure{Blame: blame.Of(err), Kernel: blame.KernelOf(err), Kind: "other", Message: err.Error()}
 	var ae *images.ApplyError
 	var be *images.BuildError
 	var ce *images.ConfigError
 	switch {
 	case errors.As(err, &ae):
-		f.Blame, f.Kind, f.Patch, f.Subject, f.Hunk = "patch", "apply", ae.Index, ae.Subject, ae.Hunk
+		f.Kind, f.Patch, f.Subject, f.Hunk = "apply", ae.Index, ae.Subject, ae.Hunk
 	case errors.As(err, &be):
-		f.Blame, f.Kind, f.Lines, f.Log = "patch", "build", be.Lines, be.Log
+		f.Kind, f.Lines, f.Log = "build", be.Lines, be.Log
 	case errors.As(err, &ce):
 		f.Kind = "config"
 	}
@@ -216,7 +168,11 @@ func printReport(w io.Writer, r buildReport) {
 		}
 	}
 	if f := r.Error; f != nil {
-		fmt.Fprintf(w, "FAILED (%s's fault): %s\n", f.Blame, f.Message)
+		who := "the infrastructure's fault"
+		if f.Blame == blame.Patch {
+			who = "the patch's fault"
+		}
+		fmt.Fprintf(w, "FAILED (%s): %s\n", who, f.Message)
 		if f.Hunk != "" {
 			fmt.Fprintf(w, "%s\n", indent(f.Hunk))
 		}

@@ -2,73 +2,63 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/stats"
 )
 
 func init() {
-	register(command{
-		name:  "compare",
-		usage: "BASE.json PATCHED.json [--json] [--alpha A] [--test welch|mann-whitney]: compare two result files",
-		run:   func(ctx context.Context, args []string) error { return runCompare(args, os.Stdout) },
+	register(&command{
+		name:    "compare",
+		summary: "compare two result files as a reply would",
+		usage:   "compare BASE.json PATCHED.json [--json] [--alpha A] [--test log-welch|welch|mann-whitney]",
+		desc: `Judges the samples of two result files (a run directory's base.json and
+patched.json, or 'patchbot suite run --json' output) with the test the
+pipeline uses, and prints the verdict and the table of the reply. Re-judging a
+run's files gives the reply's answer.`,
+		example: `patchbot compare runs/job-12/base.json runs/job-12/patched.json`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			asJSON := fs.Bool("json", false, "print the comparison as JSON (schema 1)")
+			alpha := fs.Float64("alpha", 0.05, "family-wise significance level, in (0, 0.5]")
+			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), welch or mann-whitney")
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 2 {
+					return usagef("want two result files, BASE.json and PATCHED.json; got %d arguments", len(args))
+				}
+				if *alpha <= 0 || *alpha > 0.5 {
+					return usagef("--alpha %g: want a level in (0, 0.5]", *alpha)
+				}
+				t, err := stats.ParseTest(*test)
+				if err != nil {
+					return usageError{err.Error()}
+				}
+				return runCompare(args[0], args[1], reports.Options{Alpha: *alpha, Test: t}, *asJSON, stdout)
+			}
+		},
 	})
 }
 
-// parseInterspersed parses flags that may come before, between or after the
-// positional arguments ("compare a.json b.json --json").
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		args = fs.Args()
-		if len(args) == 0 {
-			return pos, nil
-		}
-		pos = append(pos, args[0])
-		args = args[1:]
-	}
-}
-
-func runCompare(args []string, w io.Writer) error {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print the comparison as JSON")
-	alpha := fs.Float64("alpha", 0.05, "family-wise significance level")
-	test := fs.String("test", "welch", "significance test: welch or mann-whitney")
-	pos, err := parseInterspersed(fs, args)
+func runCompare(basePath, patchedPath string, opt reports.Options, asJSON bool, w io.Writer) error {
+	base, err := reports.ReadResults(basePath)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 2 {
-		return fmt.Errorf("want two result files, BASE.json and PATCHED.json; got %d arguments", len(pos))
-	}
-	t, err := stats.ParseTest(*test)
+	patched, err := reports.ReadResults(patchedPath)
 	if err != nil {
 		return err
 	}
-	base, err := reports.ReadResults(pos[0])
+	c, err := reports.Compare(base, patched, opt)
 	if err != nil {
 		return err
 	}
-	patched, err := reports.ReadResults(pos[1])
-	if err != nil {
-		return err
-	}
-	c, err := reports.Compare(base, patched, reports.Options{Alpha: *alpha, Test: t})
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(c)
+	if asJSON {
+		return writeJSON(w, struct {
+			Schema     int                 `json:"schema"`
+			Comparison *reports.Comparison `json:"comparison"`
+		}{schemaVersion, c})
 	}
 	fmt.Fprintln(w, reports.Wrap(reports.Verdict(c), 72))
 	fmt.Fprintln(w)

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,25 +12,27 @@ import (
 )
 
 func init() {
-	register(command{
-		name:  "model",
-		usage: "simulate the squashfs cache under a wake-up policy, or explore it exhaustively (model check)",
-		run:   runModel,
+	register(&command{
+		name:    "model",
+		summary: "simulate the squashfs cache under a wake-up policy",
+		usage:   "model [--policy P] [--threads T] [--entries E] [--blocks B] [--gets G] [--pattern uniform|zipf|fragments] [--json]",
+		desc: `Simulates the squashfs cache (suites/refcache, a reference model of
+fs/squashfs/cache.c) under a wake-up policy — wake-all (mainline 6.1),
+exclusive, keyed (the thundering-herd patch) or all — and prints wake-ups per
+release, spurious wake-ups, hand-offs and get latency per policy.`,
+		example: `patchbot model --policy all --threads 64 --entries 3 --pattern fragments`,
+		flags:   modelSimFlags,
 	})
-}
-
-const modelUsage = `usage:
-  patchbot model --policy P --threads T --entries E --blocks B --gets G [--pattern uniform|zipf|fragments] [--json]
-  patchbot model check --policy P --threads T --entries E --blocks B [--gets-per-thread N] [--traces] [--json]
-
-P is wake-all (mainline 6.1), exclusive, keyed (the thundering-herd patch) or all.
-"model check" exits 1 when it finds a violation.`
-
-func runModel(ctx context.Context, args []string) error {
-	if len(args) > 0 && args[0] == "check" {
-		return runModelCheck(ctx, os.Stdout, args[1:])
-	}
-	return runModelSim(os.Stdout, args)
+	register(&command{
+		name:    "model check",
+		summary: "explore the squashfs cache model exhaustively for deadlocks and lost wake-ups",
+		usage:   "model check [--policy P] [--threads T] [--entries E] [--blocks B] [--gets-per-thread N] [--traces] [--json]",
+		desc: `Explores every interleaving of a small shape of the cache model and reports
+deadlocks, lost wake-ups and waiters left asleep with a free entry, with a
+trace for each. Exits 1 when it finds a violation.`,
+		example: `patchbot model check --policy keyed --threads 3 --entries 1 --blocks 2 --gets-per-thread 2`,
+		flags:   modelCheckFlags,
+	})
 }
 
 // policies parses --policy, where "all" means every policy.
@@ -44,41 +42,37 @@ func policies(s string) ([]refcache.Policy, error) {
 	}
 	p, err := refcache.ParsePolicy(s)
 	if err != nil {
-		return nil, err
+		return nil, usageError{err.Error()}
 	}
 	return []refcache.Policy{p}, nil
 }
 
-// newModelFlags declares the flags both forms share, with defaults fit for
+// modelFlags declares the flags both forms share, with defaults fit for
 // each: a queuing workload for the simulation, a small shape for the check.
-func newModelFlags(name string, threads, entries, blocks int) (*flag.FlagSet, *string, *refcache.Config, *bool) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprintln(fs.Output(), modelUsage); fs.PrintDefaults() }
+func modelFlags(fs *flag.FlagSet, threads, entries, blocks int) (*string, *refcache.Config, *bool) {
 	cfg := &refcache.Config{}
 	policy := fs.String("policy", "all", "wake-up policy: wake-all, exclusive, keyed, or all")
 	fs.IntVar(&cfg.Threads, "threads", threads, "threads calling squashfs_cache_get/put")
 	fs.IntVar(&cfg.Entries, "entries", entries, "cache entries (8: metadata cache, 3: fragment cache)")
 	fs.IntVar(&cfg.Blocks, "blocks", blocks, "distinct blocks the gets draw from")
-	jsonOut := fs.Bool("json", false, "print JSON")
-	return fs, policy, cfg, jsonOut
+	jsonOut := fs.Bool("json", false, "print JSON (schema 1): {\"schema\": 1, \"results\": [one per policy]}")
+	return policy, cfg, jsonOut
 }
 
-func parseModelFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitError{0}
-		}
-		return exitError{2}
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(fs.Output(), "unexpected arguments: %s\n%s\n", strings.Join(fs.Args(), " "), modelUsage)
-		return exitError{2}
+func checkShape(cfg *refcache.Config) error {
+	switch {
+	case cfg.Threads < 1:
+		return usagef("--threads %d: want at least 1", cfg.Threads)
+	case cfg.Entries < 1:
+		return usagef("--entries %d: want at least 1", cfg.Entries)
+	case cfg.Blocks < 1:
+		return usagef("--blocks %d: want at least 1", cfg.Blocks)
 	}
 	return nil
 }
 
-func runModelSim(out io.Writer, args []string) error {
-	fs, policy, cfg, jsonOut := newModelFlags("model", 64, 8, 1024)
+func modelSimFlags(fs *flag.FlagSet) func(context.Context, []string) error {
+	policy, cfg, jsonOut := modelFlags(fs, 64, 8, 1024)
 	fs.IntVar(&cfg.Gets, "gets", 100000, "total squashfs_cache_get calls")
 	pattern := fs.String("pattern", string(refcache.Uniform), "block-access pattern: uniform, zipf, fragments")
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed of the access pattern")
@@ -88,14 +82,39 @@ func runModelSim(out io.Writer, args []string) error {
 	fs.DurationVar(&cfg.WakeLatency, "wake-latency", refcache.DefaultWakeLatency, "time from a wake to the wakee running")
 	fs.IntVar(&cfg.StallThread, "stall-thread", 0, "thread that runs late after each wake (with --stall-delay)")
 	fs.DurationVar(&cfg.StallDelay, "stall-delay", 0, "how late --stall-thread runs after a wake (the reviewer's priority inversion)")
-	if err := parseModelFlags(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		if err := checkShape(cfg); err != nil {
+			return err
+		}
+		if cfg.Gets < 1 {
+			return usagef("--gets %d: want at least 1", cfg.Gets)
+		}
+		switch refcache.Pattern(*pattern) {
+		case refcache.Uniform, refcache.Zipf, refcache.Fragments:
+		default:
+			return usagef("--pattern %q: want uniform, zipf or fragments", *pattern)
+		}
+		for _, d := range []time.Duration{cfg.ReadLatency, cfg.HoldTime, cfg.ThinkTime, cfg.WakeLatency, cfg.StallDelay} {
+			if d < 0 {
+				return usagef("negative duration %v", d)
+			}
+		}
+		if cfg.StallThread < 0 || cfg.StallThread >= cfg.Threads {
+			return usagef("--stall-thread %d: want 0..%d", cfg.StallThread, cfg.Threads-1)
+		}
+		cfg.Pattern = refcache.Pattern(*pattern)
+		ps, err := policies(*policy)
+		if err != nil {
+			return err
+		}
+		return runModelSim(stdout, cfg, ps, *jsonOut)
 	}
-	cfg.Pattern = refcache.Pattern(*pattern)
-	ps, err := policies(*policy)
-	if err != nil {
-		return err
-	}
+}
+
+func runModelSim(out io.Writer, cfg *refcache.Config, ps []refcache.Policy, jsonOut bool) error {
 	var all []refcache.Stats
 	for _, p := range ps {
 		c := *cfg
@@ -106,13 +125,11 @@ func runModelSim(out io.Writer, args []string) error {
 		}
 		all = append(all, st)
 	}
-	if *jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if len(all) == 1 {
-			return enc.Encode(all[0])
-		}
-		return enc.Encode(all)
+	if jsonOut {
+		return writeJSON(out, struct {
+			Schema  int              `json:"schema"`
+			Results []refcache.Stats `json:"results"`
+		}{schemaVersion, all})
 	}
 	fmt.Fprintf(out, "%d threads, %d entries, %d blocks (%s), %d gets, read %v, wake latency %v\n\n",
 		cfg.Threads, cfg.Entries, cfg.Blocks, cfg.Pattern, cfg.Gets, cfg.ReadLatency, cfg.WakeLatency)
@@ -138,18 +155,33 @@ func runModelSim(out io.Writer, args []string) error {
 	return tw.Flush()
 }
 
-func runModelCheck(ctx context.Context, out io.Writer, args []string) error {
-	fs, policy, cfg, jsonOut := newModelFlags("model check", 3, 2, 2)
+func modelCheckFlags(fs *flag.FlagSet) func(context.Context, []string) error {
+	policy, cfg, jsonOut := modelFlags(fs, 3, 2, 2)
 	fs.IntVar(&cfg.GetsPerThread, "gets-per-thread", 1, "gets each thread makes")
-	fs.IntVar(&cfg.MaxStates, "max-states", 20_000_000, "stop exploring after this many states")
+	fs.IntVar(&cfg.MaxStates, "max-states", 20_000_000, "stop exploring after this many states (at least 1)")
 	traces := fs.Bool("traces", false, "also print a trace for each observed distinguishing state")
-	if err := parseModelFlags(fs, args); err != nil {
-		return err
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
+			return err
+		}
+		if err := checkShape(cfg); err != nil {
+			return err
+		}
+		if cfg.GetsPerThread < 1 {
+			return usagef("--gets-per-thread %d: want at least 1", cfg.GetsPerThread)
+		}
+		if cfg.MaxStates < 1 {
+			return usagef("--max-states %d: want at least 1", cfg.MaxStates)
+		}
+		ps, err := policies(*policy)
+		if err != nil {
+			return err
+		}
+		return runModelCheck(ctx, stdout, cfg, ps, *jsonOut, *traces)
 	}
-	ps, err := policies(*policy)
-	if err != nil {
-		return err
-	}
+}
+
+func runModelCheck(ctx context.Context, out io.Writer, cfg *refcache.Config, ps []refcache.Policy, jsonOut, traces bool) error {
 	violated := false
 	var all []refcache.CheckResult
 	for _, p := range ps {
@@ -161,20 +193,15 @@ func runModelCheck(ctx context.Context, out io.Writer, args []string) error {
 		}
 		violated = violated || len(r.Violations) > 0
 		all = append(all, r)
-		if !*jsonOut {
-			writeCheck(out, r, *traces)
+		if !jsonOut {
+			writeCheck(out, r, traces)
 		}
 	}
-	if *jsonOut {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		var err error
-		if len(all) == 1 {
-			err = enc.Encode(all[0])
-		} else {
-			err = enc.Encode(all)
-		}
-		if err != nil {
+	if jsonOut {
+		if err := writeJSON(out, struct {
+			Schema  int                    `json:"schema"`
+			Results []refcache.CheckResult `json:"results"`
+		}{schemaVersion, all}); err != nil {
 			return err
 		}
 	}

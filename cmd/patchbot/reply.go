@@ -1,89 +1,54 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
-	"gopkg.in/yaml.v3"
-
-	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
-	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/service"
 )
 
 func init() {
-	register(command{
-		name:  "reply",
-		usage: "RUN_DIR [--config FILE] [--outbox DB]: render a finished run's reply, queue it (and send it if the config says so)",
-		run:   func(ctx context.Context, args []string) error { return runReply(ctx, args, os.Stdout) },
+	register(&command{
+		name:    "reply",
+		summary: "render a finished run's reply again, queue it, and send it if the config says so",
+		usage:   "reply RUN_DIR [--config FILE] [--state DIR]",
+		desc: `Renders the reply of a run directory (run.json, base.json, patched.json) with
+patchbot.yaml's reply options, publishes the directory first when the config
+has publish:, writes reply.eml, and queues the reply in the state directory's
+outbox: the same outbox 'patchbot watch' sends from. It is sent at once when
+smtp.enabled is on. A reply already in the outbox (same Message-ID) is not
+queued twice.`,
+		example: `patchbot reply /var/lib/patchbot/runs/job-12 --config /etc/patchbot/patchbot.yaml`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			var conf configFlags
+			conf.declare(fs)
+			return func(ctx context.Context, args []string) error {
+				if len(args) != 1 {
+					return usagef("want one run directory, got %d arguments", len(args))
+				}
+				cfg, err := conf.load()
+				if err != nil {
+					return err
+				}
+				return runReply(ctx, cfg, args[0])
+			}
+		},
 	})
 }
 
-// replyConfig is the part of the config file the reply command reads.
-type replyConfig struct {
-	Reply reports.ReplyOptions `yaml:"reply"`
-	// Outbox is the SQLite store the reply is queued in.
-	Outbox  string          `yaml:"outbox"`
-	Sender  sender.Config   `yaml:"sender"`
-	Publish *publish.Config `yaml:"publish"`
-}
-
-func defaultOutbox() string {
-	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
-		return filepath.Join(d, "patchbot", "patchbot.db")
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		return filepath.Join(home, ".local", "state", "patchbot", "patchbot.db")
-	}
-	return "patchbot.db"
-}
-
-func loadReplyConfig(path string) (*replyConfig, error) {
-	cfg := &replyConfig{Reply: reports.ReplyOptions{From: "patchbot <patchbot@localhost>"}}
-	if path == "" {
-		return cfg, nil
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true) // a misspelt key is an error, not a silent default
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
-func runReply(ctx context.Context, args []string, w io.Writer) error {
-	fs := flag.NewFlagSet("reply", flag.ContinueOnError)
-	configPath := fs.String("config", "", "config file (YAML: reply, outbox, sender, publish)")
-	outbox := fs.String("outbox", "", "outbox database (default: the config's, else "+defaultOutbox()+")")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return fmt.Errorf("want one run directory; got %d arguments", len(pos))
-	}
-	dir := pos[0]
-	cfg, err := loadReplyConfig(*configPath)
-	if err != nil {
-		return err
-	}
+func runReply(ctx context.Context, cfg service.Config, dir string) error {
 	run, err := reports.LoadRun(dir)
 	if err != nil {
 		return err
 	}
-
 	if cfg.Publish != nil && run.ResultsURL == "" {
 		p, err := publish.New(*cfg.Publish, nil)
 		if err != nil {
@@ -95,8 +60,10 @@ func runReply(ctx context.Context, args []string, w io.Writer) error {
 			return err
 		}
 		run.ResultsURL = url
+		if err := reports.SaveRun(dir, run); err != nil {
+			return err
+		}
 	}
-
 	reply, err := reports.Render(run, cfg.Reply)
 	if err != nil {
 		return err
@@ -105,54 +72,32 @@ func runReply(ctx context.Context, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, reports.ReplyFile), raw, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, reports.ReplyFile), raw, 0o600); err != nil {
 		return fmt.Errorf("keeping the reply in the run directory: %w", err)
 	}
-	w.Write(bytes.ReplaceAll(raw, []byte("\r\n"), []byte("\n")))
+	io.WriteString(stdout, strings.ReplaceAll(string(raw), "\r\n", "\n"))
 
-	dbPath := *outbox
-	if dbPath == "" {
-		dbPath = cfg.Outbox
-	}
-	if dbPath == "" {
-		dbPath = defaultOutbox()
-	}
-	if err := os.MkdirAll(filepath.Dir(dbPath), 0o755); err != nil {
-		return fmt.Errorf("creating the outbox directory: %w", err)
-	}
-	st, err := store.Open(dbPath)
+	st, err := service.OpenStore(cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-	rcpt, err := reply.Recipients()
+	ob, err := service.NewOutbox(cfg, st, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
 		return err
 	}
-	envelopeFrom := cfg.Sender.From
-	if envelopeFrom == "" {
-		envelopeFrom = "patchbot@localhost"
-	}
-	_, added, err := st.Enqueue(ctx, store.OutboxMessage{MessageID: reply.Header.MessageID,
-		From: envelopeFrom, Recipients: rcpt, Raw: raw})
+	added, err := service.PutReply(ctx, ob, cfg.Reply, reply)
 	if err != nil {
 		return err
 	}
+	db := filepath.Join(cfg.StateDir, "state.db")
 	if !added {
-		fmt.Fprintf(os.Stderr, "patchbot reply: %s was already in the outbox %s\n", reply.Header.MessageID, dbPath)
+		fmt.Fprintf(stderr, "patchbot reply: %s was already in the outbox %s\n", reply.Header.MessageID, db)
 	}
-	if !cfg.Sender.Enabled {
-		fmt.Fprintf(os.Stderr, "patchbot reply: queued in %s; sending is off (sender.enabled in the config)\n", dbPath)
+	if ob.Sender == nil {
+		fmt.Fprintf(stderr, "patchbot reply: queued in %s; sending is off (smtp.enabled in the config)\n", db)
 		return nil
 	}
-	if cfg.Sender.From == "" {
-		cfg.Sender.From = envelopeFrom
-	}
-	smtpc, err := sender.NewSMTP(cfg.Sender)
-	if err != nil {
-		return err
-	}
-	o := &sender.Outbox{Store: st, Transport: smtpc, Log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
-	_, err = o.Flush(ctx)
+	_, err = ob.Flush(ctx)
 	return err
 }

@@ -2,111 +2,154 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
-	"github.com/patchbot/patchbot/store"
 )
 
 func init() {
-	register(command{
-		name:  "run",
-		usage: "test one series now: build, boot, measure, and print the reply (--mbox, --maildir, --lore, --msgid)",
-		run:   runRun,
+	register(&command{
+		name:    "run",
+		summary: "test one series now: build, boot, measure, print the reply",
+		usage:   "run (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [flags]",
+		desc: `Reads the mail, chooses the series to test (the newest complete version, or -v N),
+chooses the base (--base; else the series' base-commit, a subject tag naming a
+configured tree, or the newest tree the whole series applies to: see 'patchbot
+trees'), builds the base and the series (patch by patch when it has more than
+one), boots both kernels in VMs of the same shape, runs the suites the touched
+files select (or --suites) with rounds interleaved, and prints the reply. When
+the series changed a metric, prefixes of it are measured to name the patch the
+change comes from. Everything is kept in a run directory under the state
+directory; the reply is queued in the state's outbox and sent only with --send
+(or smtp.enabled in the config).
+
+Exit status: 0 the series was tested (the reply may report a regression),
+1 it could not be tested (infrastructure, or no complete series in the mail),
+2 usage error, 3 the patch's fault (it does not apply, build or boot).`,
+		example: `patchbot run --mbox testdata/mbox/squashfs-thundering-herd.mbox
+patchbot run --msgid 20260724190556.1950693-1-usama.arif@linux.dev --suites cache-contention --runs 7
+patchbot run --mbox series.mbox --aa   # the base against itself: must find no change
+patchbot run --mbox series.mbox --base next --patches 2-3`,
+		flags: runFlags,
 	})
 }
 
-func runRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	mboxPath := fs.String("mbox", "", "read the series from an mbox `file`")
-	maildir := fs.String("maildir", "", "read the series from a Maildir `dir`")
-	imapURL := fs.String("imap", "", "read the series from an IMAP mailbox: imap://user:password@host:port")
-	imapBox := fs.String("mailbox", "INBOX", "IMAP mailbox `name`")
-	loreURL := fs.String("lore", "", "a public-inbox thread URL, or a list URL with --msgid")
-	msgid := fs.String("msgid", "", "Message-ID of the series' thread (with --lore LIST_URL; default list https://lore.kernel.org/all/)")
-	configPath := fs.String("config", "", "patchbot.yaml (default: the embedded defaults)")
-	suiteList := fs.String("suites", "", "comma-separated suites (default: those the touched files select)")
-	profile := fs.String("profile", "", "suite profile: quick or full (default from the config: quick)")
-	runs := fs.Int("runs", 0, "runs per kernel, interleaved (default from the config: 5)")
+func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
+	var src sourceFlags
+	var conf configFlags
+	var vm vmFlags
+	src.declare(fs)
+	conf.declare(fs)
+	vm.declare(fs)
+	var names suitesFlag
+	fs.Var(&names, "suites", "comma-separated `suites` (default: those the touched files select; see 'patchbot suite list')")
+	profile := fs.String("profile", "", "suite `profile`: quick or full (default from the config: quick)")
+	runs := fs.Int("runs", 0, "runs per kernel, interleaved, 1..100 (default from the config: as many as the evidence needs, 3 to 10)")
+	version := fs.Int("v", 0, "test version `N` of the series (default: the newest complete one)")
 	send := fs.Bool("send", false, "send the reply through the configured SMTP server")
-	tree := fs.String("tree", "", "kernel git tree (default: Debian's linux-source-6.1, imported once)")
-	base := fs.String("base", "", "base ref in --tree")
-	backend := fs.String("backend", "", "VM backend: qemu or libvirt (default from the config: qemu)")
-	stateDir := fs.String("state", "", "state directory (default from the config)")
-	cpus := fs.Int("cpus", 0, "vCPUs of each VM (default from the config: 2)")
-	mem := fs.Int("mem", 0, "memory of each VM in MiB (default from the config: 1024)")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return exitError{2}
-	}
-	cfg := service.DefaultConfig()
-	if *configPath != "" {
-		var err error
-		if cfg, err = service.LoadConfig(*configPath); err != nil {
+	tree := fs.String("tree", "", "kernel git tree `dir`, the default base (default: Debian's linux-source-6.1, imported once)")
+	base := fs.String("base", "", "test on this `base`: a configured tree's name, default, or a commit or ref (default: chosen; see 'patchbot trees')")
+	patches := fs.String("patches", "", "measure only patches `M-N` (or M), on top of the ones before")
+	aa := fs.Bool("aa", false, "A/A run: the base kernel on both sides (the series is not applied)")
+	return func(ctx context.Context, args []string) error {
+		if err := noArgs(args); err != nil {
 			return err
 		}
-	}
-	for _, o := range []struct {
-		dst *string
-		v   string
-	}{{&cfg.Suites.Profile, *profile}, {&cfg.Kernel.Tree, *tree}, {&cfg.Kernel.Base, *base},
-		{&cfg.VM.Backend, *backend}, {&cfg.StateDir, *stateDir}} {
-		if o.v != "" {
-			*o.dst = o.v
+		sc, err := src.config()
+		if err != nil {
+			return err
 		}
-	}
-	for _, o := range []struct {
-		dst *int
-		v   int
-	}{{&cfg.Suites.Runs, *runs}, {&cfg.VM.CPUs, *cpus}, {&cfg.VM.MemMiB, *mem}} {
-		if o.v > 0 {
-			*o.dst = o.v
+		cfg, err := conf.load()
+		if err != nil {
+			return err
 		}
-	}
-	if *send {
-		cfg.SMTP.Enabled = true
-	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if *msgid != "" {
-		list := *loreURL
-		if list == "" {
-			list = "https://lore.kernel.org/all/"
+		if err := vm.apply(fs, &cfg); err != nil {
+			return err
 		}
-		*loreURL = strings.TrimSuffix(list, "/") + "/" + strings.Trim(*msgid, "<>") + "/"
+		if err := checkRuns(fs, *runs); err != nil {
+			return err
+		}
+		if *runs > 0 {
+			cfg.Suites.Runs = *runs
+		}
+		if *profile != "" {
+			cfg.Suites.Profile = *profile
+		}
+		if *tree != "" {
+			cfg.Kernel.Tree = *tree
+		}
+		if *base != "" && !images.ValidRef(*base) {
+			return usagef("--base %q: want a tree's name, a commit or a ref", *base)
+		}
+		var first, last int
+		if *patches != "" {
+			var ok bool
+			if first, last, ok = mailbox.ParsePatchRange(*patches); !ok {
+				return usagef("--patches %q: want M-N or M, e.g. 2-3", *patches)
+			}
+		}
+		if *version < 0 {
+			return usagef("-v %d: want a version number", *version)
+		}
+		if err := service.CheckSuites(names, cfg.Suites.Profile); err != nil {
+			return usageError{err.Error()}
+		}
+		if err := service.CheckProfile(cfg.Suites.Profile); err != nil {
+			return usageError{err.Error()}
+		}
+		if *send {
+			cfg.SMTP.Enabled = true
+		}
+		if err := cfg.Validate(); err != nil {
+			return err
+		}
+		opts := testOptions{names: names, aa: *aa, base: *base, first: first, last: last}
+		return runSeriesTest(ctx, cfg, sc, *version, opts, stdout, stderr)
 	}
-	src, err := seriesSource(*mboxPath, *maildir, *imapURL, *imapBox, *loreURL)
-	if err != nil {
-		fs.Usage()
-		return err
-	}
-	series, err := pickSeries(ctx, src)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "series: %s (v%d, %d patch(es), files %s)\n",
-		series.Subject, series.Version, len(series.Patches), strings.Join(series.Files(), " "))
+}
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	p, err := service.NewPipeline(cfg, os.Stderr, log)
+// testOptions are what a run asks for beyond the config.
+type testOptions struct {
+	names       []string
+	aa          bool
+	base        string // --base: a tree, default, a commit or ref
+	first, last int    // --patches
+}
+
+func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceConfig, version int, o testOptions,
+	stdout, stderr io.Writer) error {
+	series, err := seriesToTest(ctx, sc, version, stderr)
 	if err != nil {
 		return err
 	}
-	replyTo := series.Patches[0].MessageID
-	if series.Cover != nil {
-		replyTo = series.Cover.MessageID
+	if o.last > len(series.Patches) {
+		return usagef("--patches %d-%d: the series has %d patch(es)", o.first, o.last, len(series.Patches))
 	}
-	req := service.NewRequest(series, cfg.Suites.Profile, cfg.Suites.Runs, replyTo)
-	if *suiteList != "" {
-		req.Suites = strings.Split(*suiteList, ",")
+	fmt.Fprintf(stderr, "series: %s (v%d, %d patch(es), files %s)\n",
+		series.Subject, series.Version, len(series.Patches), strings.Join(series.Files(), " "))
+	st, err := service.OpenStore(cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	p, err := service.NewPipeline(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	p.History = st
+	req := service.NewRequest(series, cfg.Suites, service.ReplyTarget(series))
+	req.Suites, req.AA, req.BaseOverride = o.names, o.aa, o.base
+	req.First, req.Last = o.first, o.last
+	if _, err := req.SuiteNames(); err != nil {
+		return usageError{err.Error()} // before any kernel is built
 	}
 	runDir := filepath.Join(cfg.StateDir, "runs", "run-"+time.Now().UTC().Format("20060102-150405"))
 	start := time.Now()
@@ -114,61 +157,24 @@ func runRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w (the infrastructure failed, not the patch; run directory %s)", err, runDir)
 	}
-	fmt.Fprintf(os.Stderr, "== done in %s; run directory %s\n", time.Since(start).Round(time.Second), runDir)
+	fmt.Fprintf(stderr, "== done in %s; run directory %s\n", time.Since(start).Round(time.Second), runDir)
 
-	st, err := service.OpenStore(cfg)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	ob, err := service.NewOutbox(cfg, st, log)
 	if err != nil {
 		return err
 	}
-	defer st.Close()
-	rcpt, err := out.Reply.Recipients()
-	if err != nil {
+	if _, err := service.PutReply(ctx, ob, cfg.Reply, out.Reply); err != nil {
 		return err
 	}
-	if _, _, err := st.Enqueue(ctx, store.OutboxMessage{MessageID: out.Reply.Header.MessageID,
-		From: mailbox.AddrOf(cfg.Reply.From), Recipients: rcpt, Raw: out.Raw}); err != nil {
+	stdout.Write([]byte(strings.ReplaceAll(string(out.Raw), "\r\n", "\n")))
+	if ob.Sender == nil {
+		fmt.Fprintln(stderr, "(not sent: the reply is in the outbox; --send or smtp.enabled sends it)")
+	} else if _, err := ob.Flush(ctx); err != nil {
 		return err
 	}
-	os.Stdout.Write(out.Raw)
-	flush, err := service.NewFlush(cfg, st, log)
-	if err != nil {
-		return err
+	if out.Run.Failure != nil {
+		return exitError{exitPatchFault}
 	}
-	if flush == nil {
-		fmt.Fprintln(os.Stderr, "(not sent: the reply is in the outbox; --send or smtp.enabled sends it)")
-		return nil
-	}
-	return flush(ctx)
-}
-
-// pickSeries reads every mail of src and returns the newest complete
-// series. An incomplete one is an error that says what is missing.
-func pickSeries(ctx context.Context, src mailbox.Source) (*mailbox.Series, error) {
-	var msgs []*mailbox.Message
-	if _, err := src.Poll(ctx, "", func(m *mailbox.Message, _ string) error {
-		msgs = append(msgs, m)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("reading mail: %w", err)
-	}
-	var best, incomplete *mailbox.Series
-	for _, s := range mailbox.Assemble(msgs) {
-		if len(s.Patches) == 0 {
-			continue
-		}
-		if !s.Complete {
-			incomplete = s
-			continue
-		}
-		if best == nil || s.Date.After(best.Date) {
-			best = s
-		}
-	}
-	switch {
-	case best != nil:
-		return best, nil
-	case incomplete != nil:
-		return nil, fmt.Errorf("series %q is incomplete (missing %v): %s", incomplete.Subject, incomplete.Missing, incomplete.Reason)
-	}
-	return nil, errors.New("no patch series found in the mail")
+	return nil
 }

@@ -3,108 +3,90 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/patchbot/patchbot/mailbox"
 )
 
 func init() {
-	register(command{
-		name:  "series",
-		usage: "print the patch series found in mail (--mbox, --maildir, --imap, --lore)",
-		run: func(ctx context.Context, args []string) error {
-			return runSeries(ctx, args, os.Stdout, os.Stderr)
+	register(&command{
+		name:    "series",
+		summary: "print the patch series found in mail, or write the one to test as an am-ready mbox",
+		usage:   "series (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [-v N] [-o DIR|-] [--json]",
+		desc: `Assembles patch series from the mail as b4 does (versions, cover letters,
+trailers from follow-ups, partial rerolls) and prints each, complete or not.
+With -o, writes the series that would be tested (the newest complete version,
+or -v N) as an mbox that git am applies, trailers included, as b4 am -o does.`,
+		example: `patchbot series --mbox testdata/mbox/squashfs-thundering-herd.mbox
+patchbot series --msgid 20260724190556.1950693-1-usama.arif@linux.dev -o - | git am -3`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			var src sourceFlags
+			src.declare(fs)
+			asJSON := fs.Bool("json", false, "print JSON (schema 1) instead of text")
+			version := fs.Int("v", 0, "with -o: the version `N` to write (default: the newest complete one)")
+			outDir := fs.String("o", "", "write the series to test as an am-ready mbox into `dir` (- for standard output)")
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				sc, err := src.config()
+				if err != nil {
+					return err
+				}
+				if *version < 0 {
+					return usagef("-v %d: want a version number", *version)
+				}
+				return runSeries(ctx, sc, *version, *outDir, *asJSON, stdout, stderr)
+			}
 		},
 	})
 }
 
-func runSeries(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("series", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	mboxPath := fs.String("mbox", "", "read an mbox `file` (- for stdin)")
-	maildir := fs.String("maildir", "", "read a Maildir `dir`")
-	imapURL := fs.String("imap", "", "read an IMAP mailbox: imap://user:password@host:port (imaps:// for TLS)")
-	imapBox := fs.String("mailbox", "INBOX", "IMAP mailbox `name`")
-	loreURL := fs.String("lore", "", "read a public-inbox thread (https://host/list/msgid/) or a list's new mail (https://host/list/)")
-	asJSON := fs.Bool("json", false, "print JSON instead of text")
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	src, err := seriesSourceLog(stderr, *mboxPath, *maildir, *imapURL, *imapBox, *loreURL)
-	if err != nil {
-		fmt.Fprintln(stderr, "patchbot series:", err)
-		fs.Usage()
-		return exitError{2}
-	}
-	var msgs []*mailbox.Message
-	if _, err := src.Poll(ctx, "", func(m *mailbox.Message, _ string) error {
-		msgs = append(msgs, m)
+func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir string, asJSON bool, stdout, stderr io.Writer) error {
+	if outDir != "" {
+		s, err := seriesToTest(ctx, sc, version, stderr)
+		if err != nil {
+			return err
+		}
+		if outDir == "-" {
+			return s.WriteMbox(stdout)
+		}
+		path, err := s.WriteAmFile(outDir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s (v%d, %d patch(es)); apply it with: git am -3 %s\n", path, s.Version, len(s.Patches), path)
 		return nil
-	}); err != nil {
-		return fmt.Errorf("reading mail: %w", err)
+	}
+	src, err := mailbox.Open(sc, slog.New(slog.NewTextHandler(stderr, nil)))
+	if err != nil {
+		return err
+	}
+	msgs, err := mailbox.Collect(ctx, src)
+	if err != nil {
+		return err
 	}
 	series := mailbox.Assemble(msgs)
-	if *asJSON {
-		return writeSeriesJSON(stdout, series)
+	if asJSON {
+		return writeJSON(stdout, struct {
+			Schema int               `json:"schema"`
+			Series []*mailbox.Series `json:"series"`
+		}{schemaVersion, append([]*mailbox.Series{}, series...)})
 	}
 	writeSeriesText(stdout, series)
 	return nil
 }
 
-// seriesSource makes the mail source the flags name (exactly one of them),
-// logging skipped mail to standard error. "patchbot run" shares it.
-func seriesSource(mboxPath, maildir, imapURL, imapBox, loreURL string) (mailbox.Source, error) {
-	return seriesSourceLog(os.Stderr, mboxPath, maildir, imapURL, imapBox, loreURL)
-}
-
-func seriesSourceLog(stderr io.Writer, mboxPath, maildir, imapURL, imapBox, loreURL string) (mailbox.Source, error) {
-	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	var srcs []mailbox.Source
-	if mboxPath != "" {
-		srcs = append(srcs, &mailbox.Mbox{Path: mboxPath, Logger: logger})
-	}
-	if maildir != "" {
-		srcs = append(srcs, &mailbox.Maildir{Dir: maildir, Logger: logger})
-	}
-	if imapURL != "" {
-		s, err := mailbox.NewIMAP(imapURL, imapBox)
-		if err != nil {
-			return nil, err
-		}
-		s.Logger = logger
-		srcs = append(srcs, s)
-	}
-	if loreURL != "" {
-		s, err := mailbox.NewLore(loreURL)
-		if err != nil {
-			return nil, err
-		}
-		s.Logger = logger
-		srcs = append(srcs, s)
-	}
-	switch len(srcs) {
-	case 0:
-		return nil, errors.New("give one of --mbox, --maildir, --imap, --lore")
-	case 1:
-		return srcs[0], nil
-	}
-	return nil, errors.New("give only one of --mbox, --maildir, --imap, --lore")
-}
-
-func writeSeriesJSON(w io.Writer, series []*mailbox.Series) error {
-	if series == nil {
-		series = []*mailbox.Series{}
-	}
+// writeJSON writes v indented, with "Name <addr>" kept readable.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(series)
+	return enc.Encode(v)
 }
 
 func writeSeriesText(w io.Writer, series []*mailbox.Series) {
@@ -122,6 +104,9 @@ func writeSeriesText(w io.Writer, series []*mailbox.Series) {
 		fmt.Fprintf(w, "v%d %d patch(es), %s: %s\n", s.Version, s.Total, state, s.Subject)
 		if s.Cover != nil {
 			fmt.Fprintf(w, "  cover <%s>\n", s.Cover.MessageID)
+		}
+		for _, t := range s.CoverTrailers {
+			fmt.Fprintf(w, "  cover trailer %s\n", t)
 		}
 		for _, p := range s.Patches {
 			fmt.Fprintf(w, "  %d/%d <%s> %s\n", p.Index, s.Total, p.MessageID, p.Subject)

@@ -4,11 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 )
+
+// run runs the CLI as a user would and returns its exit status and output.
+func run(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := runMain(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
 
 func TestSeriesCommand(t *testing.T) {
 	tests := []struct {
@@ -20,75 +29,74 @@ func TestSeriesCommand(t *testing.T) {
 		{"../../testdata/mbox/fuse-waitq-rfc.mbox", "RFC fuse waitq latency", []string{"fs/fuse/dev.c"}},
 	}
 	for _, tt := range tests {
-		var out, errOut bytes.Buffer
-		if err := runSeries(context.Background(), []string{"--mbox", tt.file, "--json"}, &out, &errOut); err != nil {
-			t.Fatalf("%s: %v\n%s", tt.file, err, errOut.String())
+		code, out, errOut := run(t, "series", "--mbox", tt.file, "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\n%s", tt.file, code, errOut)
 		}
-		var got []struct {
-			Subject  string `json:"subject"`
-			Version  int    `json:"version"`
-			Total    int    `json:"total"`
-			Complete bool   `json:"complete"`
-			Missing  []int  `json:"missing"`
-			Cover    string `json:"cover"`
-			Patches  []struct {
-				Index     int      `json:"index"`
-				Subject   string   `json:"subject"`
-				MessageID string   `json:"message_id"`
-				Author    string   `json:"author"`
-				Files     []string `json:"files"`
-				Trailers  []any    `json:"trailers"`
-			} `json:"patches"`
+		var got struct {
+			Schema int `json:"schema"`
+			Series []struct {
+				Subject  string `json:"subject"`
+				Version  int    `json:"version"`
+				Total    int    `json:"total"`
+				Complete bool   `json:"complete"`
+				Missing  []int  `json:"missing"`
+				Cover    string `json:"cover"`
+				Patches  []struct {
+					Index     int      `json:"index"`
+					Subject   string   `json:"subject"`
+					MessageID string   `json:"message_id"`
+					Author    string   `json:"author"`
+					Files     []string `json:"files"`
+					Trailers  []any    `json:"trailers"`
+				} `json:"patches"`
+			} `json:"series"`
 		}
-		if err := json.Unmarshal(out.Bytes(), &got); err != nil {
-			t.Fatalf("%s: output is not the documented JSON: %v\n%s", tt.file, err, out.String())
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("%s: output is not the documented JSON: %v\n%s", tt.file, err, out)
 		}
-		if len(got) != 1 || got[0].Subject != tt.subject || got[0].Version != 1 || got[0].Total != 1 ||
-			!got[0].Complete || got[0].Missing == nil || len(got[0].Patches) != 1 ||
-			!reflect.DeepEqual(got[0].Patches[0].Files, tt.files) || got[0].Patches[0].Trailers == nil {
+		s := got.Series
+		if got.Schema != 1 || len(s) != 1 || s[0].Subject != tt.subject || s[0].Version != 1 || s[0].Total != 1 ||
+			!s[0].Complete || s[0].Missing == nil || len(s[0].Patches) != 1 ||
+			!reflect.DeepEqual(s[0].Patches[0].Files, tt.files) || s[0].Patches[0].Trailers == nil {
 			t.Errorf("%s: got %+v", tt.file, got)
 		}
-		if !strings.Contains(out.String(), `"author": "`) || strings.Contains(out.String(), `\u003c`) {
-			t.Errorf("%s: addresses are escaped:\n%s", tt.file, out.String())
-		}
-		// Keys are spelled as documented.
-		for _, key := range []string{`"subject"`, `"version"`, `"total"`, `"complete"`, `"missing"`, `"cover"`,
-			`"patches"`, `"index"`, `"message_id"`, `"author"`, `"files"`, `"trailers"`} {
-			if !strings.Contains(out.String(), key) {
-				t.Errorf("%s: no %s in output", tt.file, key)
-			}
+		if !strings.Contains(out, `"author": "`) || strings.Contains(out, `\u003c`) {
+			t.Errorf("%s: addresses are escaped:\n%s", tt.file, out)
 		}
 	}
 
 	// A reply quoting a patch: an empty array, not null.
-	var out bytes.Buffer
-	if err := runSeries(context.Background(), []string{"--json", "--mbox", "../../testdata/seeds/003_33782ee12e9f287c.txt"}, &out, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
+	if _, out, _ := run(t, "series", "--json", "--mbox", "../../testdata/seeds/003_33782ee12e9f287c.txt"); !strings.Contains(out, `"series": []`) {
+		t.Errorf("seed 003: %s", out)
 	}
-	if strings.TrimSpace(out.String()) != "[]" {
-		t.Errorf("seed 003: %s", out.String())
-	}
-
 	// Text output names the patch and its files.
-	out.Reset()
-	if err := runSeries(context.Background(), []string{"--mbox", "../../testdata/mailbox/missing-part.mbox"}, &out, &bytes.Buffer{}); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out.String(), "incomplete: missing patch 2 of 3") {
-		t.Errorf("text output:\n%s", out.String())
-	}
-
-	// No source, or two: a usage error.
-	for _, args := range [][]string{{}, {"--mbox", "a", "--maildir", "b"}, {"--imap", "http://x"}} {
-		err := runSeries(context.Background(), args, &bytes.Buffer{}, &bytes.Buffer{})
-		var ee exitError
-		if !errors.As(err, &ee) || ee.code != 2 {
-			t.Errorf("args %q: error %v, want exit status 2", args, err)
-		}
+	if _, out, _ := run(t, "series", "--mbox", "../../testdata/mailbox/missing-part.mbox"); !strings.Contains(out, "incomplete: missing patch 2 of 3") {
+		t.Errorf("text output:\n%s", out)
 	}
 	// A missing file is an error that says what was being read.
-	err := runSeries(context.Background(), []string{"--mbox", "/nonexistent.mbox"}, &bytes.Buffer{}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "opening mbox") {
-		t.Errorf("missing file: %v", err)
+	if code, _, errOut := run(t, "series", "--mbox", "/nonexistent.mbox"); code != exitInfra || !strings.Contains(errOut, "opening mbox") {
+		t.Errorf("missing file: exit %d, %s", code, errOut)
+	}
+}
+
+// -o writes the series to test as an mbox git am takes, and -o - to stdout.
+func TestSeriesWritesAmMbox(t *testing.T) {
+	dir := t.TempDir()
+	code, _, errOut := run(t, "series", "--mbox", "../../testdata/mbox/squashfs-thundering-herd.mbox", "-o", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.mbx"))
+	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), "20260724_usama_arif_squashfs") {
+		t.Fatalf("-o wrote %v", files)
+	}
+	data, _ := os.ReadFile(files[0])
+	_, out, _ := run(t, "series", "--mbox", "../../testdata/mbox/squashfs-thundering-herd.mbox", "-o", "-")
+	if out != string(data) || !strings.Contains(out, "diff --git a/fs/squashfs/cache.c") {
+		t.Errorf("-o - differs from the file -o DIR wrote, or holds no diff")
+	}
+	if code, _, errOut := run(t, "series", "--mbox", "../../testdata/mbox/squashfs-thundering-herd.mbox", "-o", "-", "-v", "3"); code != exitInfra || !strings.Contains(errOut, "no v3") {
+		t.Errorf("-v 3 of a v1 series: exit %d, %s", code, errOut)
 	}
 }

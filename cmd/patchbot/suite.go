@@ -2,56 +2,123 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/images/fsimage"
+	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
-	"github.com/patchbot/patchbot/suites/vmrun"
-	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/suites/invm"
 )
 
 func init() {
-	register(command{
-		name:  "suite",
-		usage: "list the performance suites, or run one (--local, or in VMs with --kernel [--vs])",
-		run:   runSuiteCmd,
+	register(&command{
+		name:    "suite list",
+		summary: "list the performance suites, their profiles and what selects them",
+		usage:   "suite list [--json]",
+		desc:    `Lists the embedded suites: their profiles, the paths that select them for a series, and their workloads.`,
+		example: `patchbot suite list`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			asJSON := fs.Bool("json", false, "print JSON (schema 1)")
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				return suiteList(stdout, *asJSON)
+			}
+		},
+	})
+	register(&command{
+		name:    "suite run",
+		summary: "run suites on this machine, or in VMs on one or two kernels",
+		usage:   "suite run --suites NAME[,NAME...] (--local | --kernel BZIMAGE [--vs BZIMAGE2]) [flags]",
+		desc: `Runs the suites' rounds on this machine and its kernel (--local, as root), or in
+one VM per kernel with rounds interleaved between --kernel (the base) and --vs
+(the patched), and prints the mean of every metric per kernel. Statistics
+proper are 'patchbot compare' on the --json output.`,
+		example: `patchbot suite run --suites cache-contention --kernel base/bzImage --vs patched/bzImage --runs 3 --json > results.json`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			var names suitesFlag
+			fs.Var(&names, "suites", "comma-separated `suites` to run (required; see 'patchbot suite list')")
+			profile := fs.String("profile", "quick", "suite `profile`")
+			runs := fs.Int("runs", 1, "runs per kernel, interleaved across kernels, 1..100")
+			local := fs.Bool("local", false, "run on this machine and its kernel (root needed)")
+			kernel := fs.String("kernel", "", "bzImage to boot (the base)")
+			vs := fs.String("vs", "", "second bzImage to compare against --kernel (the patched)")
+			var vm vmFlags
+			vm.declare(fs)
+			asJSON := fs.Bool("json", false, "print the results as JSON (schema 1)")
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				if len(names) == 0 {
+					return usagef("--suites is required")
+				}
+				if *local == (*kernel != "") {
+					return usagef("give exactly one of --local and --kernel")
+				}
+				if *vs != "" && *kernel == "" {
+					return usagef("--vs needs --kernel")
+				}
+				if *runs < 1 || *runs > 100 {
+					return usagef("--runs %d: want 1..100", *runs)
+				}
+				cfg := service.DefaultConfig()
+				if err := vm.apply(fs, &cfg); err != nil {
+					return err
+				}
+				if err := service.CheckSuites(names, *profile); err != nil {
+					return usageError{err.Error()}
+				}
+				var results []*suites.Result
+				for _, name := range names {
+					rs, err := suiteRun(ctx, name, *profile, *runs, *local, *kernel, *vs, cfg.VM)
+					if err != nil {
+						return err
+					}
+					results = append(results, rs...)
+				}
+				if *asJSON {
+					return writeJSON(stdout, struct {
+						Schema  int              `json:"schema"`
+						Results []*suites.Result `json:"results"`
+					}{schemaVersion, results})
+				}
+				printResults(stdout, results)
+				return nil
+			}
+		},
 	})
 }
 
-const suiteUsage = `usage:
-  patchbot suite list
-  patchbot suite run NAME [--profile P] [--rounds N] --local [--json]
-  patchbot suite run NAME [--profile P] [--rounds N] --kernel BZIMAGE [--vs BZIMAGE2] [--cpus N] [--mem MiB] [--json]`
-
-func runSuiteCmd(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, suiteUsage)
-		return exitError{2}
-	}
-	switch args[0] {
-	case "list":
-		return suiteList(os.Stdout)
-	case "run":
-		return suiteRun(ctx, args[1:])
-	}
-	fmt.Fprintln(os.Stderr, suiteUsage)
-	return exitError{2}
-}
-
-func suiteList(w io.Writer) error {
+func suiteList(w io.Writer, asJSON bool) error {
 	all, err := suites.All()
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		type entry struct {
+			Name        string   `json:"name"`
+			Description string   `json:"description"`
+			Profiles    []string `json:"profiles"`
+			Paths       []string `json:"paths"`
+			Workloads   []string `json:"workloads"`
+		}
+		out := struct {
+			Schema int     `json:"schema"`
+			Suites []entry `json:"suites"`
+		}{Schema: schemaVersion}
+		for _, s := range all {
+			out.Suites = append(out.Suites, entry{s.Name, s.Description, s.ProfileNames(), s.Paths, s.Workloads})
+		}
+		return writeJSON(w, out)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SUITE\tPROFILES\tSELECTED BY\tWORKLOADS")
@@ -62,102 +129,31 @@ func suiteList(w io.Writer) error {
 	return tw.Flush()
 }
 
-func suiteRun(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("suite run", flag.ContinueOnError)
-	profile := fs.String("profile", "quick", "profile of the suite")
-	rounds := fs.Int("rounds", 1, "rounds per kernel (interleaved across kernels)")
-	local := fs.Bool("local", false, "run on this machine and its kernel (root needed)")
-	kernel := fs.String("kernel", "", "bzImage to boot (the base)")
-	vs := fs.String("vs", "", "second bzImage to compare against --kernel (the patched)")
-	cpus := fs.Int("cpus", vmrun.DefaultCPUs, "vCPUs of each VM")
-	mem := fs.Int("mem", vmrun.DefaultMemMiB, "memory of each VM in MiB")
-	asJSON := fs.Bool("json", false, "print the results as JSON")
-	// Flags may follow the suite name: patchbot suite run NAME --local.
-	var name string
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		name, args = args[0], args[1:]
-	}
-	if err := fs.Parse(args); err != nil {
-		return exitError{2}
-	}
-	if name == "" && fs.NArg() == 1 {
-		name = fs.Arg(0)
-	} else if fs.NArg() != 0 || name == "" {
-		fmt.Fprintln(os.Stderr, suiteUsage)
-		return exitError{2}
-	}
-	if *local == (*kernel != "") {
-		return errors.New("give exactly one of --local and --kernel")
-	}
-	if *vs != "" && *kernel == "" {
-		return errors.New("--vs needs --kernel")
-	}
-	var results []*suites.Result
-	var err error
-	if *local {
-		results, err = runLocal(ctx, name, *profile, *rounds)
-	} else {
-		ks := []vmrun.Kernel{{Label: "base", BzImage: *kernel}}
-		if *vs != "" {
-			ks = append(ks, vmrun.Kernel{Label: "patched", BzImage: *vs})
-		}
-		results, err = vmrun.Run(ctx, vmrun.Options{
-			Suite: name, Profile: *profile, Kernels: ks, Rounds: *rounds,
-			CPUs: *cpus, MemMiB: *mem, Progress: os.Stderr,
-		})
-	}
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(results)
-	}
-	printResults(os.Stdout, results)
-	return nil
-}
-
-func runLocal(ctx context.Context, name, profile string, rounds int) ([]*suites.Result, error) {
-	s, err := suites.Lookup(name)
+func suiteRun(ctx context.Context, name, profile string, runs int, local bool, kernel, vs string, vm invm.VMConfig) ([]*suites.Result, error) {
+	cache, err := images.CacheDir()
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := s.Resolve(profile)
-	if err != nil {
-		return nil, err
-	}
-	params := map[string]string{suites.ParamKernel: "local", suites.ParamAccel: "host"}
-	if cfg.Image != nil {
-		cache, err := images.CacheDir()
+	if local {
+		s, err := suites.Lookup(name)
 		if err != nil {
 			return nil, err
 		}
-		img, _, err := fsimage.Build(ctx, *cfg.Image, filepath.Join(cache, "fsimage"))
+		cfg, err := s.Resolve(profile)
 		if err != nil {
 			return nil, err
 		}
-		params[suites.ParamImage] = img
-		defer suites.Release()
-	}
-	var all []*suites.Result
-	for n := 1; n <= rounds; n++ {
-		res, err := suites.RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: name, Profile: cfg.Profile, Round: n, Params: params})
+		res, err := suites.RunLocal(ctx, cfg, runs, filepath.Join(cache, "fsimage"), stderr)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(os.Stderr, "%s round %d/%d local %6.1fs\n", name, n, rounds, res.Finished.Sub(res.Started).Seconds())
-		all = append(all, res)
+		return []*suites.Result{res}, nil
 	}
-	res := suites.Merge(all)
-	notes, err := suites.ModelNotes(cfg)
-	if err != nil {
-		return nil, err
+	ks := []invm.Kernel{{Side: blame.Base, BzImage: kernel}}
+	if vs != "" {
+		ks = append(ks, invm.Kernel{Side: blame.Patched, BzImage: vs})
 	}
-	for k, v := range notes {
-		res.Notes[k] = v
-	}
-	return []*suites.Result{res}, nil
+	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Runs: runs, VM: vm, Progress: stderr})
 }
 
 // printResults prints the mean over rounds of every metric per kernel, and
@@ -211,6 +207,13 @@ func printResults(w io.Writer, results []*suites.Result) {
 	for _, r := range results {
 		for _, m := range r.Missing {
 			fmt.Fprintf(w, "%s: missing %s/%s: %s\n", r.Kernel, m.Workload, m.Metric, m.Reason)
+		}
+		if m := r.Model; m != nil {
+			for _, p := range []string{m.BasePolicy, m.PatchedPolicy} {
+				if v, ok := m.WakeupsPerRelease[p]; ok {
+					fmt.Fprintf(w, "%s: model (%s) predicts %.2f wake-ups per release for %s\n", r.Kernel, p, v, m.Shape)
+				}
+			}
 		}
 		var notes []string
 		for k, v := range r.Notes {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -11,16 +9,69 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images/initramfs"
+	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
 func init() {
-	register(command{name: "vm", usage: "boot a kernel in a VM and wait for the guest agent (vm boot --kernel BZIMAGE)", run: runVM})
+	register(&command{
+		name:    "vm boot",
+		summary: "boot a kernel in a VM and wait for the guest agent",
+		usage:   "vm boot --kernel BZIMAGE [--backend qemu|libvirt] [--cpus N] [--mem MIB] [--json]",
+		desc: `Boots the kernel with an initramfs holding the guest agent as /init, waits
+until the agent reports ready, and powers the VM off: a check that a kernel
+boots, and how long it takes. The command line to reproduce the VM by hand is
+logged.`,
+		example: `patchbot vm boot --kernel /var/cache/patchbot/builds/base-*/bzImage --json`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			kernel := fs.String("kernel", "", "bzImage to boot (required)")
+			rd := fs.String("initramfs", "", "initramfs to boot with (default: built with the agent, and the kernel's modules if it has a tree in /lib/modules)")
+			backend := fs.String("backend", invm.DefaultBackend, "VM backend: qemu or libvirt")
+			uri := fs.String("uri", "", "libvirt URI (default "+vmrunner.DefaultURI+")")
+			accel := fs.String("accel", "", "qemu accelerator: kvm or tcg (default: try KVM, fall back to TCG)")
+			cpus := fs.Int("cpus", invm.DefaultCPUs, "vCPUs, 1..64")
+			mem := fs.Int("mem", invm.DefaultMemMiB, "memory in MiB, at least 256")
+			cmdline := fs.String("append", "", "extra kernel command line")
+			timeout := fs.Duration("timeout", vmrunner.DefaultBootTimeout, "boot deadline (launch to agent ready)")
+			asJSON := fs.Bool("json", false, "print the result as JSON (schema 1)")
+			return func(ctx context.Context, args []string) error {
+				switch {
+				case len(args) > 0:
+					return usagef("unexpected argument %q", args[0])
+				case *kernel == "":
+					return usagef("--kernel is required")
+				case *backend != "qemu" && *backend != "libvirt":
+					return usagef("--backend %q: want qemu or libvirt", *backend)
+				case *accel != "" && *accel != "kvm" && *accel != "tcg":
+					return usagef("--accel %q: want kvm or tcg", *accel)
+				case *cpus < 1 || *cpus > 64:
+					return usagef("--cpus %d: want 1..64", *cpus)
+				case *mem < 256:
+					return usagef("--mem %d: want at least 256 (MiB)", *mem)
+				case *timeout <= 0:
+					return usagef("--timeout %v: want a positive duration", *timeout)
+				}
+				if _, err := os.Stat(*kernel); err != nil {
+					return usageError{err.Error()}
+				}
+				return runVMBoot(ctx, vmBoot{kernel: *kernel, initramfs: *rd, backend: *backend, uri: *uri, accel: *accel,
+					cpus: *cpus, mem: *mem, cmdline: *cmdline, timeout: *timeout, json: *asJSON})
+			}
+		},
+	})
 }
 
-// vmBootResult is what "vm boot" prints.
+type vmBoot struct {
+	kernel, initramfs, backend, uri, accel, cmdline string
+	cpus, mem                                       int
+	timeout                                         time.Duration
+	json                                            bool
+}
+
+// vmBootResult is what "vm boot --json" prints.
 type vmBootResult struct {
+	Schema        int    `json:"schema"`
 	Backend       string `json:"backend"`
 	Accel         string `json:"accel"`
 	BootMillis    int64  `json:"boot_ms"`
@@ -28,49 +79,32 @@ type vmBootResult struct {
 	Repro         string `json:"repro,omitempty"`
 }
 
-func runVM(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "boot" {
-		return errors.New("usage: patchbot vm boot --kernel BZIMAGE [--backend qemu|libvirt] [--cpus N] [--mem MIB] [--json]")
-	}
-	fs := flag.NewFlagSet("vm boot", flag.ContinueOnError)
-	kernel := fs.String("kernel", "", "bzImage to boot (required)")
-	rd := fs.String("initramfs", "", "initramfs to boot with (default: built with the agent, and the kernel's modules if it has a tree in /lib/modules)")
-	backend := fs.String("backend", "qemu", "qemu or libvirt")
-	uri := fs.String("uri", "", "libvirt URI (default "+vmrunner.DefaultURI+")")
-	accel := fs.String("accel", "", "qemu accelerator: kvm or tcg (default: try KVM, fall back to TCG)")
-	cpus := fs.Int("cpus", 1, "virtual CPUs")
-	mem := fs.Int("mem", 512, "memory in MiB")
-	cmdline := fs.String("append", "", "extra kernel command line")
-	timeout := fs.Duration("timeout", vmrunner.DefaultBootTimeout, "boot deadline (launch to agent ready)")
-	asJSON := fs.Bool("json", false, "print the result as JSON")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitError{2}
-	}
-	if *kernel == "" {
-		fs.Usage()
-		return exitError{2}
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
-	if *rd == "" {
+func runVMBoot(ctx context.Context, o vmBoot) error {
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if o.initramfs == "" {
 		var err error
-		if *rd, err = initramfs.ForKernel(ctx, *kernel, initramfs.Options{}); err != nil {
+		if o.initramfs, err = initramfs.ForKernel(ctx, o.kernel, initramfs.Options{}); err != nil {
 			return err
 		}
 	}
-	pool, err := vmrunner.New(*backend, vmrunner.Config{URI: *uri, Accel: *accel, Log: log})
+	pool, err := vmrunner.New(o.backend, vmrunner.Config{URI: o.uri, Accel: o.accel, Log: log})
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	vm, err := pool.Create(ctx, vmrunner.Spec{Name: "vm-boot", Kernel: *kernel, Initramfs: *rd, Cmdline: *cmdline, CPUs: *cpus, MemMiB: *mem, BootTimeout: *timeout})
+	vm, err := pool.Create(ctx, vmrunner.Spec{Name: "vm-boot", Kernel: o.kernel, Initramfs: o.initramfs, Cmdline: o.cmdline,
+		CPUs: o.cpus, MemMiB: o.mem, BootTimeout: o.timeout})
 	if err != nil {
 		return err
 	}
 	defer vm.Close()
 	info, err := vm.Boot(ctx)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "to reproduce:\n%s\n", info.Repro)
+		fmt.Fprintf(stderr, "to reproduce:\n%s\n", info.Repro)
+		if vmrunner.IsBoot(err) {
+			fmt.Fprintf(stderr, "patchbot vm boot: %v\n", err)
+			return exitError{exitPatchFault}
+		}
 		return err
 	}
 	// Power off through the agent, as a real run ends; give it a moment.
@@ -79,13 +113,11 @@ func runVM(ctx context.Context, args []string) error {
 	if _, err := vm.Do(offCtx, proto.Request{Op: proto.OpPowerOff}, nil); err != nil {
 		log.Warn("poweroff", "err", err)
 	}
-
-	res := vmBootResult{Backend: info.Backend, Accel: info.Accel, BootMillis: info.BootDuration.Milliseconds(), KernelRelease: info.KernelRelease, Repro: info.Repro}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+	res := vmBootResult{Schema: schemaVersion, Backend: info.Backend, Accel: info.Accel,
+		BootMillis: info.BootDuration.Milliseconds(), KernelRelease: info.KernelRelease, Repro: info.Repro}
+	if o.json {
+		return writeJSON(stdout, res)
 	}
-	fmt.Printf("backend         %s\naccel           %s\nboot_ms         %d\nkernel_release  %s\n", res.Backend, res.Accel, res.BootMillis, res.KernelRelease)
+	fmt.Fprintf(stdout, "backend         %s\naccel           %s\nboot_ms         %d\nkernel_release  %s\n", res.Backend, res.Accel, res.BootMillis, res.KernelRelease)
 	return nil
 }

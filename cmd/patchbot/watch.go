@@ -3,93 +3,61 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"log/slog"
-	"os"
 
-	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
 )
 
 func init() {
-	register(command{
-		name:  "watch",
-		usage: "run the daemon: watch lists, test series, answer commands (--config patchbot.yaml)",
-		run:   runWatch,
+	register(&command{
+		name:    "watch",
+		summary: "run the daemon: watch lists, test series, answer commands",
+		usage:   "watch --config FILE",
+		desc: `Watches the config's sources (IMAP, lore, mbox, Maildir), tests every complete
+series that touches a watched path, answers email commands in the threads, and
+sends the replies from the outbox. All state is in the state directory, so a
+restart (or a kill -9) resumes where it was. Logs are JSON on standard error;
+with http: set it serves /healthz, /metrics and the dashboard. See
+patchbot.example.yaml.
+
+On one host watch runs the jobs itself, with its state in SQLite. For a fleet,
+the config names a PostgreSQL database and turns fleet.local_worker off: watch
+then coordinates (mail, queue, collected results, replies, dashboard) and
+'patchbot worker' on each test host runs the jobs.`,
+		example: `patchbot watch --config /etc/patchbot/patchbot.yaml`,
+		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
+			configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
+			return func(ctx context.Context, args []string) error {
+				if err := noArgs(args); err != nil {
+					return err
+				}
+				cfg, err := service.LoadConfig(*configPath)
+				if err != nil {
+					return err
+				}
+				// A daemon logs quietly and structured: no progress lines.
+				log := slog.New(slog.NewJSONHandler(stderr, nil))
+				slog.SetDefault(log)
+				d, err := service.NewDaemon(cfg, log)
+				if err != nil {
+					return err
+				}
+				defer d.Store.Close()
+				if cfg.HTTP != "" {
+					dash, err := service.NewDashboard(cfg, d.Store, &service.Submitter{Config: cfg, Store: d.Store, Wake: d.Wake}, d, log)
+					if err != nil {
+						return err
+					}
+					go func() {
+						if err := d.Metrics.Serve(ctx, cfg.HTTP, log, dash); err != nil {
+							log.Error("http", "err", err)
+						}
+					}()
+				}
+				log.Info("watching", "sources", len(d.Sources), "state", cfg.StateDir, "database", d.Store.Engine(),
+					"local_worker", cfg.Fleet.LocalWorker, "sending", d.Outbox.Sender != nil)
+				return d.Run(ctx)
+			}
+		},
 	})
-}
-
-func runWatch(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("watch", flag.ContinueOnError)
-	configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
-	if err := fs.Parse(args); err != nil || fs.NArg() > 0 {
-		return exitError{2}
-	}
-	cfg, err := service.LoadConfig(*configPath)
-	if err != nil {
-		return err
-	}
-	// A daemon logs quietly and structured: no progress lines.
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	slog.SetDefault(log)
-	st, err := service.OpenStore(cfg)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-	p, err := service.NewPipeline(cfg, nil, log)
-	if err != nil {
-		return err
-	}
-	srcs, err := sources(cfg, log)
-	if err != nil {
-		return err
-	}
-	flush, err := service.NewFlush(cfg, st, log)
-	if err != nil {
-		return err
-	}
-	d := &service.Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Flush: flush, Log: log,
-		Metrics: service.NewMetrics()}
-	if cfg.HTTP != "" {
-		go func() {
-			if err := d.Metrics.Serve(ctx, cfg.HTTP, log); err != nil {
-				log.Error("http", "err", err)
-			}
-		}()
-	}
-	log.Info("watching", "sources", len(srcs), "state", cfg.StateDir, "sending", flush != nil)
-	return d.Run(ctx)
-}
-
-// sources builds the configured sources, named for their stored cursors.
-func sources(cfg service.Config, log *slog.Logger) (map[string]mailbox.Source, error) {
-	out := map[string]mailbox.Source{}
-	for i, s := range cfg.Sources {
-		name := s.Name
-		if name == "" {
-			name = fmt.Sprintf("source-%d", i)
-		}
-		if _, dup := out[name]; dup {
-			return nil, fmt.Errorf("two sources are named %q", name)
-		}
-		switch {
-		case s.IMAP != nil:
-			src := &mailbox.IMAP{Addr: s.IMAP.Addr, TLS: s.IMAP.TLS, User: s.IMAP.User, Password: s.IMAP.Password,
-				Mailbox: s.IMAP.Mailbox, Logger: log, PollInterval: s.Poll}
-			out[name] = src
-		case s.Lore != "":
-			src, err := mailbox.NewLore(s.Lore)
-			if err != nil {
-				return nil, fmt.Errorf("source %s: %w", name, err)
-			}
-			src.Logger = log
-			out[name] = src
-		case s.Mbox != "":
-			out[name] = &mailbox.Mbox{Path: s.Mbox, Logger: log}
-		case s.Maildir != "":
-			out[name] = &mailbox.Maildir{Dir: s.Maildir, Logger: log}
-		}
-	}
-	return out, nil
 }

@@ -1,6 +1,8 @@
-// Package sender delivers replies: through the durable outbox (store) to an
-// SMTP server, using STARTTLS and AUTH when the server offers them. By
-// default nothing is sent; Config.Enabled switches sending on.
+// Package sender is a stateless mail transport: Send hands one mail to an
+// SMTP server, using STARTTLS and AUTH when the server offers them. It
+// keeps no state; durable delivery (claims, leases, retries, the record
+// of what was sent) is the outbox's (mailbox/outbox). By default nothing is
+// sent; Config.Enabled switches sending on.
 package sender
 
 import (
@@ -12,11 +14,12 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/emersion/go-sasl"
 	"github.com/emersion/go-smtp"
+
+	"github.com/patchbot/patchbot/mailbox"
 )
 
 // Config is the [sender] part of patchbot's config.
@@ -30,10 +33,12 @@ type Config struct {
 	From string `yaml:"from"`
 	// HeloName is the name given in EHLO (default "localhost").
 	HeloName string `yaml:"helo_name"`
-	// Username and Password are used with AUTH PLAIN when the server offers
-	// AUTH. PasswordFile, if set, is read for the password instead.
+	// Username and the password are used with AUTH PLAIN when the server
+	// offers AUTH. The password is read from PasswordFile (mode 0600): a
+	// config file or a command line never holds it. Password is for
+	// programs that got it elsewhere.
 	Username     string `yaml:"username"`
-	Password     string `yaml:"password"`
+	Password     string `yaml:"-"`
 	PasswordFile string `yaml:"password_file"`
 	// RequireTLS refuses to send when the server does not offer STARTTLS.
 	RequireTLS bool `yaml:"require_tls"`
@@ -72,11 +77,11 @@ func NewSMTP(cfg Config) (*SMTP, error) {
 	}
 	s := &SMTP{cfg: cfg, password: cfg.Password, host: host}
 	if cfg.PasswordFile != "" {
-		b, err := os.ReadFile(cfg.PasswordFile)
+		pw, err := mailbox.ReadSecret(cfg.PasswordFile)
 		if err != nil {
-			return nil, fmt.Errorf("sender: reading password: %w", err)
+			return nil, fmt.Errorf("sender: %w", err)
 		}
-		s.password = strings.TrimSpace(string(b))
+		s.password = pw
 	}
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
@@ -119,17 +124,23 @@ func classify(stage string, err error) error {
 	return fmt.Errorf("SMTP %s: %w", stage, err)
 }
 
-// Send delivers raw to the recipients. It is SendCommit without a commit
-// step.
-func (s *SMTP) Send(ctx context.Context, to []string, raw []byte) error {
-	return s.SendCommit(ctx, to, raw, nil)
+// Email is one mail to hand to the server.
+type Email struct {
+	// From is the envelope sender; empty means Config.From.
+	From string
+	To   []string // envelope recipients
+	Raw  []byte   // the whole RFC 5322 message
+	// BeforeEnd, if set, runs after the message has been written and
+	// before the final "." that asks the server to accept it. If it fails,
+	// the transaction is abandoned and the server delivers nothing: the
+	// outbox records there that delivery may have happened from now on.
+	BeforeEnd func() error
 }
 
-// SendCommit delivers raw. commit, if not nil, runs after the message has
-// been written and before the final "." that asks the server to accept it;
-// if commit fails, the transaction is abandoned and the server delivers
-// nothing. The outbox records "delivering" there.
-func (s *SMTP) SendCommit(ctx context.Context, to []string, raw []byte, commit func() error) error {
+// Send delivers e. A *RejectedError is a permanent refusal; other errors
+// are transient, except that an error after BeforeEnd succeeded leaves the
+// outcome unknown (the caller knows it ran).
+func (s *SMTP) Send(ctx context.Context, e *Email) error {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	defer cancel()
 	c, err := s.dial(ctx)
@@ -141,10 +152,14 @@ func (s *SMTP) SendCommit(ctx context.Context, to []string, raw []byte, commit f
 	stop := context.AfterFunc(ctx, func() { c.Close() })
 	defer stop()
 
-	if err := c.Mail(s.cfg.From, nil); err != nil {
+	from := e.From
+	if from == "" {
+		from = s.cfg.From
+	}
+	if err := c.Mail(from, nil); err != nil {
 		return classify("MAIL FROM", err)
 	}
-	for _, rcpt := range to {
+	for _, rcpt := range e.To {
 		if err := c.Rcpt(rcpt, nil); err != nil {
 			return classify("RCPT TO "+rcpt, err)
 		}
@@ -153,14 +168,11 @@ func (s *SMTP) SendCommit(ctx context.Context, to []string, raw []byte, commit f
 	if err != nil {
 		return classify("DATA", err)
 	}
-	if _, err := w.Write(bytes.ReplaceAll(bytes.ReplaceAll(raw, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))); err != nil {
+	if _, err := w.Write(bytes.ReplaceAll(bytes.ReplaceAll(e.Raw, []byte("\r\n"), []byte("\n")), []byte("\n"), []byte("\r\n"))); err != nil {
 		return fmt.Errorf("SMTP DATA: writing the message: %w", err)
 	}
-	if err := stepHook(StepBodyWritten); err != nil {
-		return err
-	}
-	if commit != nil {
-		if err := commit(); err != nil {
+	if e.BeforeEnd != nil {
+		if err := e.BeforeEnd(); err != nil {
 			return fmt.Errorf("SMTP DATA: %w", err)
 		}
 	}
@@ -225,10 +237,6 @@ func (s *SMTP) dial(ctx context.Context) (*smtp.Client, error) {
 			c.Close()
 			return nil, fmt.Errorf("SMTP AUTH: %w", err)
 		}
-	}
-	if err := stepHook(StepConnected); err != nil {
-		c.Close()
-		return nil, err
 	}
 	return c, nil
 }

@@ -24,8 +24,9 @@ type Config struct {
 	Owner  string `yaml:"owner"`
 	Repo   string `yaml:"repo"`
 	Branch string `yaml:"branch"` // default "main"
-	// Token (or TokenFile) is a token that may write the repository.
-	Token     string `yaml:"token"`
+	// TokenFile (mode 0600) holds a token that may write the repository;
+	// Token is for programs that got it elsewhere (never in a config).
+	Token     string `yaml:"-"`
 	TokenFile string `yaml:"token_file"`
 	// APIURL is the REST API root for GitHub Enterprise (or a test
 	// server); default api.github.com.

@@ -20,6 +20,15 @@ type Summary struct {
 	Stddev float64 `json:"stddev"` // sample standard deviation (n-1)
 	Min    float64 `json:"min"`
 	Max    float64 `json:"max"`
+	// Q1 and Q3 are the quartiles (R's type 7): the middle half of the
+	// runs lies between them.
+	Q1 float64 `json:"q1"`
+	Q3 float64 `json:"q3"`
+	// GeoMean is the geometric mean, 0 unless every sample is positive.
+	GeoMean float64 `json:"geomean,omitempty"`
+	// Modes is set when the runs form two clusters (see Modes): the mean
+	// then describes neither, and a reader must be told.
+	Modes []Mode `json:"modes,omitempty"`
 }
 
 // Summarize computes the summary of xs. An empty slice gives a zero Summary.
@@ -32,11 +41,12 @@ func Summarize(xs []float64) Summary {
 	sort.Float64s(sorted)
 	s.Min, s.Max = sorted[0], sorted[len(sorted)-1]
 	s.Mean = mean(xs)
-	if n := len(sorted); n%2 == 1 {
-		s.Median = sorted[n/2]
-	} else {
-		s.Median = (sorted[n/2-1] + sorted[n/2]) / 2
+	s.Median = quantile(sorted, 0.5)
+	s.Q1, s.Q3 = quantile(sorted, 0.25), quantile(sorted, 0.75)
+	if positive(xs) {
+		s.GeoMean = math.Exp(mean(logs(xs)))
 	}
+	s.Modes = Modes(xs)
 	if len(xs) > 1 {
 		s.Stddev = math.Sqrt(variance(xs, s.Mean))
 	}

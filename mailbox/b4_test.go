@@ -1,0 +1,356 @@
+package mailbox
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/b4/*.want from what Assemble gives (then read the diff)")
+
+// summary is what a case's .want file holds: for each series its version,
+// count, completeness and cover, the cover trailers, and each patch with
+// its Message-ID, whether it is corrupt, and its trailers.
+func summary(series []*Series) string {
+	var b strings.Builder
+	for _, s := range series {
+		cover := "-"
+		if s.Cover != nil {
+			cover = s.Cover.MessageID
+		}
+		fmt.Fprintf(&b, "series v%d %d/%d complete=%v cover=%s am=%s\n", s.Version, len(s.Patches), s.Total, s.Complete, cover, s.AmName())
+		for _, t := range s.CoverTrailers {
+			fmt.Fprintf(&b, "  cover-trailer %s\n", t)
+		}
+		for _, p := range s.Patches {
+			id := p.MessageID
+			if id == "" {
+				id = "(no Message-ID)"
+			}
+			fmt.Fprintf(&b, "  patch %d v%d %s\n", p.Index, p.Version, id)
+			if p.Corrupt != "" {
+				fmt.Fprintf(&b, "    corrupt: %s\n", p.Corrupt)
+			}
+			for _, t := range p.Trailers {
+				fmt.Fprintf(&b, "    %s\n", t)
+			}
+		}
+	}
+	return b.String()
+}
+
+// TestB4Cases: each case of testdata/b4 (made for patchbot, of the kinds
+// b4's own test suite has) assembles to its .want.
+func TestB4Cases(t *testing.T) {
+	files, _ := filepath.Glob("../testdata/b4/*.mbox")
+	if len(files) < 10 {
+		t.Fatalf("found %d cases", len(files))
+	}
+	for _, f := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".mbox"), func(t *testing.T) {
+			got := summary(Assemble(readFixture(t, f)))
+			wantFile := strings.TrimSuffix(f, ".mbox") + ".want"
+			if *update {
+				if err := os.WriteFile(wantFile, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(wantFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("got:\n%s\nwant:\n%s", got, want)
+			}
+		})
+	}
+}
+
+// b4Differs lists the cases where Debian's b4 0.12 is known to give
+// another answer than b4 0.17, whose rules Assemble follows.
+var b4Differs = map[string]string{
+	"mangled-address.mbox": "0.12 drops a trailer whose address a mail client mangled; 0.17 cleans it",
+	"no-message-id.mbox":   "b4 cannot use a mail without a Message-ID; patchbot keeps it in its series",
+	"naked-cover.mbox":     "0.12 takes no cover letter that has neither 0/n nor a diffstat; 0.17 takes the same sender's thread root, and its trailers",
+	"trailers-single.mbox": "0.12 takes no Link: or Closes: from a follow-up; 0.17 does",
+}
+
+// TestB4Compare runs Debian's b4 (b4 am -t, which also applies the cover
+// letter's trailers, as 0.17 does by default) on every case and fixture,
+// and compares the patches, their order and the trailers added to each.
+func TestB4Compare(t *testing.T) {
+	b4, err := exec.LookPath("b4")
+	if err != nil {
+		t.Skip("b4 is not installed (Debian package b4)")
+	}
+	var files []string
+	for _, pat := range []string{"../testdata/b4/*.mbox", "../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox"} {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	home := t.TempDir()
+	agree := map[string]int{}
+	total := map[string]int{}
+	for _, f := range files {
+		set := filepath.Base(filepath.Dir(f))
+		name := filepath.Base(f)
+		total[set]++
+		series := Assemble(readFixture(t, f))
+		ours := ourAdded(series)
+		theirs := b4Added(t, b4, home, f)
+		if name := b4AmName(t, b4, home, f); len(series) == 1 && name != series[0].AmName() && b4Differs[filepath.Base(f)] == "" {
+			t.Errorf("%s: b4 am -o names the mbox %s, AmName gives %s", f, name, series[0].AmName())
+		}
+		same := ours == theirs
+		if same {
+			agree[set]++
+		}
+		why, differs := b4Differs[name]
+		switch {
+		case !same && !differs:
+			t.Errorf("%s: b4 0.12 gives\n%s\npatchbot gives\n%s", f, theirs, ours)
+		case same && differs:
+			t.Errorf("%s: listed as differing (%s) but b4 agrees", f, why)
+		case !same:
+			t.Logf("%s: b4 0.12 differs, as expected: %s", name, why)
+		}
+	}
+	for _, set := range []string{"b4", "mbox", "mailbox"} {
+		t.Logf("testdata/%s: b4 0.12 agrees on %d of %d", set, agree[set], total[set])
+	}
+}
+
+// ourAdded is, per patch, the Message-ID and the trailers the am mail
+// gains (those not in the patch already), sorted.
+func ourAdded(series []*Series) string {
+	var b strings.Builder
+	for _, s := range series {
+		for _, p := range s.Patches {
+			var add []string
+			for _, t := range p.Trailers {
+				if !strings.Contains("\n"+p.Message.Body, "\n"+t.String()+"\n") {
+					add = append(add, t.String())
+				}
+			}
+			sort.Strings(add)
+			fmt.Fprintf(&b, "%s %s\n", p.MessageID, strings.Join(add, " | "))
+		}
+	}
+	return b.String()
+}
+
+var trailerShaped = regexp.MustCompile(`^[\w-]+: \S`)
+
+// b4Added runs b4 am -t on a file and gives what ourAdded gives.
+func b4Added(t *testing.T, b4, home, file string) string {
+	t.Helper()
+	orig := map[string]*Message{}
+	for _, m := range readFixture(t, file) {
+		orig[m.MessageID] = m
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(b4, "-n", "--offline-mode", "am", "-t", "-m", abs, "-o", "-")
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_CACHE_HOME="+home,
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=user.name", "GIT_CONFIG_VALUE_0=Test",
+		"GIT_CONFIG_KEY_1=user.email", "GIT_CONFIG_VALUE_1=test@example.org")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil && stdout.Len() == 0 {
+		t.Fatalf("b4 am -t %s: %v\n%s", file, err, stderr.String())
+	}
+	var b strings.Builder
+	err = ReadMbox(&stdout, func(raw []byte, _ int64) error {
+		m, err := ParseBytes(raw)
+		if err != nil {
+			return err
+		}
+		had := ""
+		if o := orig[m.MessageID]; o != nil {
+			had = "\n" + o.Body
+		}
+		msg, _, _ := strings.Cut(m.Body, "\n---\n")
+		msg, _, _ = strings.Cut(msg, "\ndiff --git ")
+		var add []string
+		for line := range strings.Lines(msg) {
+			line = strings.TrimRight(line, "\n")
+			if trailerShaped.MatchString(line) && !strings.Contains(had, "\n"+line+"\n") {
+				add = append(add, line)
+			}
+		}
+		sort.Strings(add)
+		fmt.Fprintf(&b, "%s %s\n", m.MessageID, strings.Join(add, " | "))
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("reading b4's output for %s: %v\n%s", file, err, stderr.String())
+	}
+	return b.String()
+}
+
+// b4AmName is the name b4 am -o DIR gives the mbox it writes.
+func b4AmName(t *testing.T, b4, home, file string) string {
+	abs, _ := filepath.Abs(file)
+	out := t.TempDir()
+	cmd := exec.Command(b4, "-n", "--offline-mode", "am", "-t", "-m", abs, "-o", out)
+	cmd.Dir = home
+	cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+home, "XDG_CACHE_HOME="+home,
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_COUNT=2",
+		"GIT_CONFIG_KEY_0=user.name", "GIT_CONFIG_VALUE_0=Test",
+		"GIT_CONFIG_KEY_1=user.email", "GIT_CONFIG_VALUE_1=test@example.org")
+	cmd.Run()
+	m, _ := filepath.Glob(filepath.Join(out, "*.mbx"))
+	if len(m) != 1 {
+		return ""
+	}
+	return filepath.Base(m[0])
+}
+
+// TestCoverTrailersApplied: the cover letter's trailers are in the JSON of
+// every patch and in the commits git am makes, and a corrupt patch is in
+// the JSON with its reason.
+func TestCoverTrailersApplied(t *testing.T) {
+	s := Assemble(readFixture(t, "../testdata/b4/cover-trailers.mbox"))[0]
+	data, err := s.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		CoverTrailers []Trailer `json:"cover_trailers"`
+		Patches       []struct {
+			Trailers []Trailer `json:"trailers"`
+		} `json:"patches"`
+	}
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := Trailer{Name: "Reviewed-by", Value: "Bob Reviewer <bob@example.org>", MessageID: "c-r0@demo.example"}
+	if len(got.CoverTrailers) != 1 || got.CoverTrailers[0] != want {
+		t.Fatalf("cover_trailers %+v in %s", got.CoverTrailers, data)
+	}
+	for i, p := range got.Patches {
+		if !slices.Contains(p.Trailers, want) {
+			t.Errorf("patch %d trailers %+v lack the cover's", i+1, p.Trailers)
+		}
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		dir := demoRepo(t)
+		var mbox bytes.Buffer
+		if err := s.WriteMbox(&mbox); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("git", "am", "-3")
+		cmd.Dir, cmd.Stdin, cmd.Env = dir, &mbox, gitEnv()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git am: %v\n%s", err, out)
+		}
+		log := git(t, dir, "log", "--format=%B%x00", "-n", "2")
+		if n := strings.Count(log, want.String()); n != 2 {
+			t.Errorf("the cover's trailer is in %d of 2 commits:\n%s", n, log)
+		}
+	}
+
+	path, err := s.WriteAmFile(filepath.Join(t.TempDir(), "out"))
+	if err != nil || filepath.Base(path) != "v2_20261103_ada_demo_two_changes.mbx" {
+		t.Fatalf("WriteAmFile: %s, %v", path, err)
+	}
+	if data, _ := os.ReadFile(path); strings.Count(string(data), want.String()) != 2 {
+		t.Errorf("%s lacks the cover trailers:\n%s", path, data)
+	}
+
+	c := Assemble(readFixture(t, "../testdata/b4/corrupt-hunk.mbox"))[0]
+	data, _ = c.MarshalJSON()
+	if !c.Complete || len(c.Patches) != 2 || !strings.Contains(string(data), `"corrupt":"malformed hunk header`) ||
+		!strings.Contains(c.Reason, "patch 2/2 does not apply: malformed hunk header") {
+		t.Errorf("corrupt series: complete %v, %d patches, reason %q\n%s", c.Complete, len(c.Patches), c.Reason, data)
+	}
+}
+
+// TestB4Samples compares Assemble with the answers in b4's own test
+// samples (b4 0.17's src/tests/samples, GPL-2.0, so not shipped here):
+// PATCHBOT_B4_SAMPLES=/path/to/b4/src/tests/samples go test -run B4Samples -v ./mailbox/
+// For each trailers-followup-NAME.mbox with a NAME-ref-defaults.txt (the
+// am mbox b4 writes), the patches and the trailers each gains must match;
+// the naked-cover samples must give b4's cover.
+func TestB4Samples(t *testing.T) {
+	dir := os.Getenv("PATCHBOT_B4_SAMPLES")
+	if dir == "" {
+		t.Skip("PATCHBOT_B4_SAMPLES is not set (a checkout of b4's src/tests/samples)")
+	}
+	refs, _ := filepath.Glob(filepath.Join(dir, "trailers-followup-*-ref-defaults.txt"))
+	if len(refs) == 0 {
+		t.Fatalf("no trailers-followup-*-ref-defaults.txt in %s", dir)
+	}
+	agree, total := 0, 0
+	for _, ref := range refs {
+		src := strings.TrimSuffix(ref, "-ref-defaults.txt") + ".mbox"
+		name := filepath.Base(src)
+		total++
+		msgs := readFixture(t, src)
+		ours := ourAdded(Assemble(msgs))
+		theirs := amAdded(t, msgs, ref)
+		if ours == theirs {
+			agree++
+			continue
+		}
+		t.Errorf("%s: b4 0.17 gives\n%s\npatchbot gives\n%s", name, theirs, ours)
+	}
+	for _, c := range []struct {
+		file, cover string
+	}{{"naked-cover-single.mbox", "do a thing to the widget subsystem"}, {"naked-cover-bugreport.mbox", ""}} {
+		total++
+		s := Assemble(readFixture(t, filepath.Join(dir, c.file)))
+		got := ""
+		if len(s) == 1 && s[0].Cover != nil {
+			got = ParseSubject(s[0].Cover.Subject).Title
+		}
+		if len(s) == 1 && got == c.cover {
+			agree++
+		} else {
+			t.Errorf("%s: cover %q, b4 0.17 gives %q", c.file, got, c.cover)
+		}
+	}
+	t.Logf("b4's own samples: patchbot agrees with b4 0.17 on %d of %d", agree, total)
+}
+
+// amAdded reads an am mbox b4 wrote and gives what ourAdded gives, less
+// the Signed-off-by b4's test identity adds (addmysob).
+func amAdded(t *testing.T, orig []*Message, ref string) string {
+	byID := map[string]*Message{}
+	for _, m := range orig {
+		byID[m.MessageID] = m
+	}
+	var b strings.Builder
+	for _, m := range readFixture(t, ref) {
+		had := ""
+		if o := byID[m.MessageID]; o != nil {
+			had = "\n" + o.Body
+		}
+		msg, _, _ := strings.Cut(m.Body, "\n---\n")
+		msg, _, _ = strings.Cut(msg, "\ndiff --git ")
+		var add []string
+		for line := range strings.Lines(msg) {
+			line = strings.TrimRight(line, "\n")
+			if trailerShaped.MatchString(line) && !strings.Contains(had, "\n"+line+"\n") &&
+				!strings.Contains(line, "test-override@example.com") {
+				add = append(add, line)
+			}
+		}
+		sort.Strings(add)
+		fmt.Fprintf(&b, "%s %s\n", m.MessageID, strings.Join(add, " | "))
+	}
+	return b.String()
+}

@@ -1,0 +1,250 @@
+// Package loretest starts a real public-inbox archive (the software
+// lore.kernel.org runs, Debian package public-inbox) on loopback for tests:
+// a v2 inbox in a temp dir, served by public-inbox-httpd on a free port.
+//
+//	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@example.org")
+//	srv.Deliver(t, raw)        // as the list's MTA would, through public-inbox-mda
+//	src, _ := mailbox.NewLore(srv.URL())
+//
+// Nothing outside the test's temp dir is touched: HOME points there, so
+// the public-inbox config is the test's own.
+package loretest
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"net/mail"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Server is a running public-inbox-httpd serving one inbox.
+type Server struct {
+	Name    string // the inbox name, the first path segment of its URLs
+	Address string // the list address mail is delivered to
+	Addr    string // 127.0.0.1:port
+
+	dir, home, inbox string
+	httpd            *exec.Cmd
+	httpdDone        chan struct{}
+
+	mu      sync.Mutex
+	watch   *exec.Cmd
+	maildir string
+	seq     int
+}
+
+// Start makes the inbox and serves it until the test ends. It skips the
+// test when public-inbox is not installed.
+func Start(t testing.TB, name, address string) *Server {
+	t.Helper()
+	for _, bin := range []string{"public-inbox-init", "public-inbox-mda", "public-inbox-httpd"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s is not installed (Debian package public-inbox)", bin)
+		}
+	}
+	dir := t.TempDir()
+	s := &Server{Name: name, Address: address, dir: dir,
+		home: filepath.Join(dir, "home"), inbox: filepath.Join(dir, "inbox")}
+	if err := os.MkdirAll(s.home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	s.Addr = "127.0.0.1:" + strconv.Itoa(freePort(t))
+	base := "http://" + s.Addr
+	s.run(t, nil, "public-inbox-init", "-V2", name, s.inbox, base+"/"+name, address)
+	// There is no spamc here; every test mail is ham.
+	s.run(t, nil, "git", "config", "-f", s.configPath(), "publicinboxmda.spamcheck", "none")
+	s.run(t, nil, "git", "config", "-f", s.configPath(), "publicinboxwatch.spamcheck", "none")
+
+	log, err := os.Create(filepath.Join(dir, "httpd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.httpd = exec.Command("public-inbox-httpd", "-l", base)
+	s.httpd.Env = s.env()
+	s.httpd.Stdout, s.httpd.Stderr = log, log
+	s.httpd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.httpd.Start(); err != nil {
+		t.Fatalf("starting public-inbox-httpd: %v", err)
+	}
+	s.httpdDone = make(chan struct{})
+	go func() { s.httpd.Wait(); log.Close(); close(s.httpdDone) }()
+	t.Cleanup(func() { s.stop() })
+
+	// Up when it answers at all (an empty inbox answers 404).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(base + "/" + name + "/new.atom")
+		if err == nil {
+			resp.Body.Close()
+			break
+		}
+		select {
+		case <-s.httpdDone:
+			t.Fatalf("public-inbox-httpd exited at start:\n%s", s.Logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("public-inbox-httpd did not answer on %s: %v\n%s", s.Addr, err, s.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return s
+}
+
+// URL is the inbox's list URL, e.g. http://127.0.0.1:PORT/linux-fsdevel/.
+func (s *Server) URL() string { return "http://" + s.Addr + "/" + s.Name + "/" }
+
+// MessageURL is the URL of one message (and, with t.mbox.gz, its thread).
+func (s *Server) MessageURL(msgid string) string {
+	return s.URL() + url.PathEscape(strings.Trim(msgid, "<>")) + "/"
+}
+
+// Deliver adds one mail to the inbox as the list's MTA would, through
+// public-inbox-mda; it is served when Deliver returns.
+func (s *Server) Deliver(t testing.TB, raw []byte) {
+	t.Helper()
+	s.run(t, raw, "public-inbox-mda", "--no-precheck")
+}
+
+// DeliverMany adds many mails at once, faster than one public-inbox-mda
+// per mail (about 0.4 s each): they are dropped into a Maildir that
+// public-inbox-watch imports, and DeliverMany returns when the archive
+// serves every one of them. Each mail needs a Message-ID.
+func (s *Server) DeliverMany(t testing.TB, raws [][]byte) {
+	t.Helper()
+	s.startWatch(t)
+	var ids []string
+	for _, raw := range raws {
+		m, err := mail.ReadMessage(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("DeliverMany: %v", err)
+		}
+		id := strings.Trim(strings.TrimSpace(m.Header.Get("Message-Id")), "<>")
+		if id == "" {
+			t.Fatal("DeliverMany: a mail without Message-ID cannot be waited for; use Deliver")
+		}
+		ids = append(ids, id)
+		s.mu.Lock()
+		s.seq++
+		name := fmt.Sprintf("%d.M%dP%d.loretest", time.Now().Unix(), s.seq, os.Getpid())
+		s.mu.Unlock()
+		tmp := filepath.Join(s.maildir, "tmp", name)
+		if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(s.maildir, "new", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for _, id := range ids {
+		for {
+			resp, err := http.Get(s.MessageURL(id) + "raw")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("public-inbox-watch did not import %s in time\n%s", id, s.Logs())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+func (s *Server) startWatch(t testing.TB) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.watch != nil {
+		return
+	}
+	s.maildir = filepath.Join(s.dir, "watch")
+	for _, d := range []string{"cur", "new", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(s.maildir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.run(t, nil, "git", "config", "-f", s.configPath(), "publicinbox."+s.Name+".watch", "maildir:"+s.maildir)
+	log, err := os.Create(filepath.Join(s.dir, "watch.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.watch = exec.Command("public-inbox-watch")
+	s.watch.Env = s.env()
+	s.watch.Stdout, s.watch.Stderr = log, log
+	s.watch.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.watch.Start(); err != nil {
+		t.Fatalf("starting public-inbox-watch: %v", err)
+	}
+	go func() { s.watch.Wait(); log.Close() }()
+}
+
+// Logs returns what public-inbox-httpd (and -watch) wrote, for failures.
+func (s *Server) Logs() string {
+	var b strings.Builder
+	for _, f := range []string{"httpd.log", "watch.log"} {
+		if data, err := os.ReadFile(filepath.Join(s.dir, f)); err == nil {
+			fmt.Fprintf(&b, "--- %s\n%s", f, data)
+		}
+	}
+	return b.String()
+}
+
+func (s *Server) stop() {
+	s.mu.Lock()
+	w := s.watch
+	s.mu.Unlock()
+	if w != nil && w.Process != nil {
+		syscall.Kill(-w.Process.Pid, syscall.SIGKILL)
+	}
+	if s.httpd.Process != nil {
+		syscall.Kill(-s.httpd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-s.httpdDone:
+		case <-time.After(5 * time.Second):
+			syscall.Kill(-s.httpd.Process.Pid, syscall.SIGKILL)
+			<-s.httpdDone
+		}
+	}
+}
+
+func (s *Server) configPath() string { return filepath.Join(s.home, ".public-inbox", "config") }
+
+func (s *Server) env() []string {
+	return append(os.Environ(), "HOME="+s.home, "ORIGINAL_RECIPIENT="+s.Address,
+		"GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_SYSTEM=/dev/null")
+}
+
+func (s *Server) run(t testing.TB, stdin []byte, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = s.env()
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,89 @@
+package reports
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/mail"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+)
+
+var answerTemplate = template.Must(template.New("answer.txt.tmpl").Funcs(template.FuncMap{
+	"wrap": func(s string) string { return wrap(s, 72) },
+	"join": strings.Join,
+}).ParseFS(templateFS, "templates/answer.txt.tmpl"))
+
+// AnswerKind is which short answer the daemon gives.
+type AnswerKind string
+
+const (
+	AnswerHelp          AnswerKind = "help"           // to "#patchbot help"
+	AnswerNotUnderstood AnswerKind = "not-understood" // a malformed command; Reason says why
+	AnswerNoSeries      AnswerKind = "no-series"      // a command in a thread with nothing to test
+	AnswerRefused       AnswerKind = "refused"        // a command patchbot will not run; Reason says why
+	AnswerIncomplete    AnswerKind = "incomplete"     // a series whose parts never arrived
+	AnswerInvalid       AnswerKind = "invalid"        // a test command naming a suite or profile that does not exist; Reason says which
+	AnswerStopped       AnswerKind = "stopped"        // to "#patchbot stop": Reason is the address that will not be mailed again
+)
+
+// Answer is a short reply with no comparison: the answer to an email
+// command, or the word that a series could not be tested.
+type Answer struct {
+	Kind AnswerKind
+	// Thread is the mail answered; the answer goes to its Author alone.
+	Thread    Thread
+	MessageID string    // the answer's Message-ID, without angle brackets
+	Date      time.Time // dates the answer (a pure function: no clock inside)
+	Command   string    // the command line answered, quoted at the top
+	Reason    string
+	// Missing lists the parts that never arrived ("2/3"), for incomplete.
+	Missing []string
+	// Waited is how long the series waited for them, in words.
+	Waited string
+	// Suites and Profiles are the valid names, listed in help and in the
+	// answer to an invalid command.
+	Suites, Profiles []string
+	// Ignored counts the commands of the mail past the per-mail limit or
+	// repeated, which get no answer.
+	Ignored int
+}
+
+// RenderAnswer composes a short answer. Like Render it is pure.
+func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
+	if a.Thread.MessageID == "" || a.Thread.Author == "" || a.MessageID == "" || a.Date.IsZero() {
+		return nil, errors.New("rendering answer: the message answered, its author, the answer's Message-ID and date are required")
+	}
+	from, err := mail.ParseAddress(opt.From)
+	if err != nil {
+		return nil, fmt.Errorf("rendering answer: From %q: %w", opt.From, err)
+	}
+	// The command is the sender's text: quoted, it must not push a line
+	// past the width (a render error would make the mail unanswerable).
+	if r := []rune(a.Command); len(r) > MaxColumns-2 {
+		a.Command = string(r[:MaxColumns-3]) + "…"
+	}
+	var body bytes.Buffer
+	if err := answerTemplate.Execute(&body, a); err != nil {
+		return nil, fmt.Errorf("rendering answer: %w", err)
+	}
+	text := tidy(body.String())
+	// The signature separator "-- " keeps its space.
+	text = strings.Replace(text, "\n--\npatchbot,", "\n-- \npatchbot,", 1)
+	for i, line := range strings.Split(text, "\n") {
+		if n := utf8.RuneCountInString(line); n > MaxColumns && !unbreakable(line) {
+			return nil, fmt.Errorf("rendering answer: line %d is %d columns wide: %q", i+1, n, line)
+		}
+	}
+	h := Header{From: from.String(), To: []string{a.Thread.Author}, Subject: ReplySubject(a.Thread.Subject),
+		Date: a.Date.UTC(), MessageID: trimID(a.MessageID), InReplyTo: trimID(a.Thread.MessageID)}
+	for _, id := range a.Thread.References {
+		h.References = append(h.References, trimID(id))
+	}
+	if len(h.References) == 0 || h.References[len(h.References)-1] != h.InReplyTo {
+		h.References = append(h.References, h.InReplyTo)
+	}
+	return &Reply{Header: h, Body: text}, nil
+}

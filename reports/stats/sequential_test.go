@@ -1,0 +1,340 @@
+package stats
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+func TestRuleLevels(t *testing.T) {
+	r := DefaultRule
+	if err := r.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for n := r.Min; n <= r.Max; n++ {
+		sum += r.Level(n)
+	}
+	if !near(sum, r.Alpha, 1e-12) {
+		t.Errorf("levels of the looks sum to %v, want alpha %v (the union bound)", sum, r.Alpha)
+	}
+	if got := r.Level(r.Max); !near(got, 0.043, 1e-12) {
+		t.Errorf("last look at %v, want 0.043", got)
+	}
+	if got := Fixed(0.05).Level(7); got != 0.05 {
+		t.Errorf("fixed design judges at %v, want 0.05", got)
+	}
+	back, err := ParseRule(r.String())
+	if err != nil || back != r {
+		t.Errorf("ParseRule(%q) = %+v, %v", r.String(), back, err)
+	}
+	if back, err := ParseRule(Fixed(0.05).String()); err != nil || back.Sequential() || back.Alpha != 0.05 {
+		t.Errorf("fixed rule round trip: %+v, %v", back, err)
+	}
+	for _, bad := range []string{"min=2 max=10 alpha=0.05 interim=0.001", "min=3 max=30 alpha=0.05 interim=0.002",
+		"min=3 max=10 alpha=0.05", "min=5 max=4 alpha=0.05 interim=0.001", "alpha=1", "min=3 max=10 alpha=0.05 interim=0.001 extra=1"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted a bad rule", bad)
+		}
+	}
+}
+
+func TestStudentQuantile(t *testing.T) {
+	// Any t table: 12.706 (1 df), 2.776 (4), 2.228 (10), 1.960 (infinite).
+	for _, tt := range []struct{ df, want float64 }{{1, 12.7062}, {4, 2.7764}, {10, 2.2281}, {1e9, 1.95996}} {
+		if got := StudentQuantile(0.975, tt.df); !near(got, tt.want, 5e-4) {
+			t.Errorf("t(0.975, %g) = %v, want %v", tt.df, got, tt.want)
+		}
+	}
+}
+
+// The interval of the log-scale test against R:
+//
+//	x <- c(20.5, 21.9, 23.7, 22.4); y <- c(10.8, 12.5, 11.6, 11.1)
+//	exp(t.test(log(y), log(x))$conf.int)  ->  0.4668208 0.5785088
+//	exp(mean(log(y)) - mean(log(x)))      ->  0.5196729
+func TestIntervalLogWelch(t *testing.T) {
+	base := []float64{20.5, 21.9, 23.7, 22.4}
+	patched := []float64{10.8, 12.5, 11.6, 11.1}
+	iv := LogWelch.Interval(base, patched, 0.95)
+	if !iv.Defined || !iv.Log || !near(iv.Ratio, 0.5196729, 5e-7) || !near(iv.Low, 0.4668208, 5e-7) || !near(iv.High, 0.5785088, 5e-7) {
+		t.Errorf("interval = %+v, want 0.5196729 [0.4668208, 0.5785088]", iv)
+	}
+	if !iv.Within(1.5) || iv.Within(0.1) {
+		t.Errorf("a halving is within ±150%% but not within ±10%%: %+v", iv)
+	}
+	// A zero sample: the interval of the difference, relative to the base mean.
+	raw := LogWelch.Interval([]float64{0, 10, 20}, []float64{10, 20, 30}, 0.95)
+	if raw.Log || !near(raw.Ratio, 2, 1e-12) || !(raw.Low < 1 && raw.High > 3) {
+		t.Errorf("raw interval = %+v, want ratio 2 with a wide interval", raw)
+	}
+	if iv := LogWelch.Interval([]float64{1}, []float64{1, 2}, 0.95); iv.Defined {
+		t.Errorf("one sample gave an interval: %+v", iv)
+	}
+	if iv := Welch.Interval([]float64{0, 0, 0}, []float64{1, 2, 3}, 0.95); iv.Defined {
+		t.Errorf("a zero base mean gave a ratio: %+v", iv)
+	}
+}
+
+// noise draws one run of a metric: log-normal around mu with the given
+// coefficient of variation, and with probability mix from a second mode at
+// mu*modeAt (the herd that did not form).
+type noise struct {
+	cv, mix, modeAt float64
+}
+
+func (n noise) draw(rng *rand.Rand, mu, shared float64) float64 {
+	s := math.Sqrt(math.Log1p(n.cv * n.cv))
+	z := 0.6*shared + 0.8*rng.NormFloat64() // metrics of one run are correlated
+	x := mu * math.Exp(s*z-s*s/2)
+	if n.mix > 0 && rng.Float64() < n.mix {
+		x *= n.modeAt
+	}
+	return x
+}
+
+// sim is one simulated sequential comparison of a family of metrics.
+type sim struct {
+	rule     Rule
+	level    func(n int) float64 // the level of each look
+	smallest float64             // the smallest effect of interest
+	noise    []noise             // one per metric
+	effect   []float64           // true patched/base ratio per metric; nil: an A/A run
+	// greedy stops at the first look where any metric is significant, as
+	// a person watching the numbers would: the control that shows what
+	// the rule's levels are for.
+	greedy bool
+}
+
+// run draws runs a side, interleaved, until the family is settled or the
+// rule's maximum, and returns the family's judgements at the last look and
+// the number of runs a side.
+func (s sim) run(rng *rand.Rand) ([]Judgement, int) {
+	js, _, n := s.runFamily(rng)
+	return js, n
+}
+
+// called counts the significant judgements that the guards let through
+// (noise floor floor).
+func called(js []Judgement, fam []Pair, floor float64) int {
+	n := 0
+	for i, j := range js {
+		if j.Significant && Guard(Summarize(fam[i].Base), Summarize(fam[i].Patched), j.Interval, floor) == "" {
+			n++
+		}
+	}
+	return n
+}
+
+func (s sim) runFamily(rng *rand.Rand) ([]Judgement, []Pair, int) {
+	fam := make([]Pair, len(s.noise))
+	for n := 1; ; n++ {
+		for side := 0; side < 2; side++ {
+			shared := rng.NormFloat64()
+			for m := range fam {
+				mu := 100.0
+				if side == 1 && s.effect != nil {
+					mu *= s.effect[m]
+				}
+				v := s.noise[m].draw(rng, mu, shared)
+				if side == 0 {
+					fam[m].Base = append(fam[m].Base, v)
+				} else {
+					fam[m].Patched = append(fam[m].Patched, v)
+				}
+			}
+		}
+		if n < s.rule.Min {
+			continue
+		}
+		js := JudgeFamily(LogWelch, s.level(n), s.smallest, fam)
+		if n >= s.rule.Max || Settled(js) || s.greedy && anySignificant(js) {
+			return js, fam, n
+		}
+	}
+}
+
+func anySignificant(js []Judgement) bool {
+	for _, j := range js {
+		if j.Significant {
+			return true
+		}
+	}
+	return false
+}
+
+// The sequential rule keeps the false-positive rate of A/A sequences at
+// alpha: 2,000 simulated A/A comparisons of a family of five primary
+// metrics (correlated within a run) for each kind of noise, runs going on
+// until the family is settled (significant, or the interval within ±10%)
+// or 10 a side. The controls: a person who stops as soon as anything looks
+// significant at plain alpha inflates the rate, which is what the rule's
+// levels prevent.
+func TestSequentialAAFalsePositives(t *testing.T) {
+	const sequences = 2000
+	rule := DefaultRule
+	quiet := []noise{{cv: 0.02}, {cv: 0.03}, {cv: 0.04}, {cv: 0.05}, {cv: 0.06}}
+	tcg := []noise{{cv: 0.05}, {cv: 0.10}, {cv: 0.20}, {cv: 0.35}, {cv: 0.10}}
+	var modal []noise
+	for _, n := range tcg {
+		modal = append(modal, noise{cv: n.cv, mix: 0.2, modeAt: 0.5})
+	}
+	// The log-scale spread of cache-contention's eight primary metrics in
+	// a measured A/A run (reports/testdata/known/aa-1): read-storm files/s,
+	// wake-ups per release, p99; mixed ops/s, p99, wake-ups per release;
+	// stat-storm files/s, p99.
+	measured := measuredNoise()
+	plain := func(int) float64 { return rule.Alpha }
+	// alpha*sequences = 100; binomial sd about 10.
+	limit := int(rule.Alpha*sequences + 3*math.Sqrt(rule.Alpha*(1-rule.Alpha)*sequences))
+	for _, sc := range []struct {
+		name     string
+		sim      sim
+		inflated bool // a control: must exceed alpha
+	}{
+		{"quiet host (noise 2-6%)", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: quiet}, false},
+		{"TCG (noise 5-35%)", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: tcg}, false},
+		{"TCG, one run in five in a second mode", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: modal}, false},
+		{"as measured: cache-contention's 8 primary metrics in aa-1", sim{rule: rule, level: rule.Level, smallest: 0.1, noise: measured}, false},
+		{"control: stop at the first significance, plain alpha", sim{rule: rule, level: plain, smallest: 0.1, noise: tcg, greedy: true}, true},
+	} {
+		rng := rand.New(rand.NewPCG(15, 1))
+		flagged, calls, runs := 0, 0, 0
+		for i := 0; i < sequences; i++ {
+			js, fam, n := sc.sim.runFamily(rng)
+			if anySignificant(js) {
+				flagged++
+			}
+			if called(js, fam, 0.05) > 0 {
+				calls++
+			}
+			runs += n
+		}
+		t.Logf("%s: %d of %d A/A sequences flagged a significant change (%.1f%%), %d called one past the guards (5%% floor), %.1f runs a side on average",
+			sc.name, flagged, sequences, 100*float64(flagged)/sequences, calls, float64(runs)/sequences)
+		switch {
+		case !sc.inflated && flagged > limit:
+			t.Errorf("%s: %d of %d A/A sequences flagged a change, want at most %d (alpha %g)", sc.name, flagged, sequences, limit, rule.Alpha)
+		case sc.inflated && flagged <= limit:
+			t.Errorf("%s: %d of %d flagged: the control should exceed alpha clearly, or the simulation proves nothing", sc.name, flagged, sequences)
+		}
+	}
+}
+
+// measuredSpread is the log-scale standard deviation of each primary
+// metric of cache-contention over the 20 runs of the measured A/A
+// (reports/testdata/known/aa-1; the mean of the two kernels' values).
+var measuredSpread = []float64{0.21, 0.06, 0.36, 0.23, 0.26, 0.10, 0.28, 0.35}
+
+// The rule's power, the control of the A/A test: the seed's shape (read
+// storm throughput 1.9x, wake-ups per release 20 to 1, three more primary
+// metrics unchanged) is found in nearly every sequence; with quiet noise the
+// runs stop well before the maximum.
+func TestSequentialFindsTheSeed(t *testing.T) {
+	const sequences = 500
+	effect := []float64{1.9, 0.05, 1, 1, 1}
+	for _, sc := range []struct {
+		name     string
+		noise    []noise
+		maxMean  float64 // runs a side on average, at most
+		minFound int     // of 500
+	}{
+		{"quiet host", []noise{{cv: 0.05}, {cv: 0.03}, {cv: 0.03}, {cv: 0.04}, {cv: 0.03}}, 6, 490},
+		{"TCG", []noise{{cv: 0.15}, {cv: 0.05}, {cv: 0.10}, {cv: 0.20}, {cv: 0.10}}, 10, 475},
+		{"as measured in aa-1 (8 primary metrics)", measuredNoise(), 10, 450},
+	} {
+		rng := rand.New(rand.NewPCG(15, 2))
+		eff := effect
+		if len(sc.noise) != len(eff) {
+			eff = []float64{1.9, 0.12, 1, 1, 1, 1, 1, 1}
+		}
+		s := sim{rule: DefaultRule, level: DefaultRule.Level, smallest: 0.1, noise: sc.noise, effect: eff}
+		found, runs := 0, 0
+		for i := 0; i < sequences; i++ {
+			js, n := s.run(rng)
+			runs += n
+			if js[0].Significant && js[1].Significant {
+				found++
+			}
+		}
+		mean := float64(runs) / sequences
+		t.Logf("seed shape, %s: both changes found in %d of %d sequences, %.1f runs a side on average",
+			sc.name, found, sequences, mean)
+		if found < sc.minFound || mean > sc.maxMean {
+			t.Errorf("%s: found in %d of %d sequences (want %d), %.1f runs a side (want at most %g)",
+				sc.name, found, sequences, sc.minFound, mean, sc.maxMean)
+		}
+	}
+}
+
+func measuredNoise() []noise {
+	var out []noise
+	for _, s := range measuredSpread {
+		out = append(out, noise{cv: math.Sqrt(math.Expm1(s * s))})
+	}
+	return out
+}
+
+func TestModesFalseFlags(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 3))
+	const samples = 20000
+	for n := 4; n <= 24; n++ {
+		flagged := 0
+		for i := 0; i < samples; i++ {
+			xs := make([]float64, n)
+			for k := range xs {
+				xs[k] = 100 * math.Exp(0.2*rng.NormFloat64())
+			}
+			if Modes(xs) != nil {
+				flagged++
+			}
+		}
+		// 1% nominal; binomial sd about 0.07% here.
+		if rate := float64(flagged) / samples; rate > 0.013 {
+			t.Errorf("%d runs of log-normal noise: %.2f%% flagged as two modes, want at most about 1%%", n, 100*rate)
+		}
+	}
+}
+
+func TestModes(t *testing.T) {
+	tests := []struct {
+		name string
+		xs   []float64
+		want []Mode
+	}{
+		// The base kernel: 4 boots with the herd, one without.
+		{"herd did not form once", []float64{21.9, 20.5, 7.9, 23.7, 22.4},
+			[]Mode{{N: 1, Min: 7.9, Max: 7.9, Median: 7.9}, {N: 4, Min: 20.5, Max: 23.7, Median: 22.15}}},
+		{"one mode", []float64{20.5, 21.9, 23.7, 22.4, 21.1}, nil},
+		{"three runs", []float64{7.9, 20.5, 23.7}, nil},
+		{"exact counter, one count apart", []float64{100, 100, 101, 100, 100}, nil},
+		{"two even modes", []float64{10, 10.3, 10.1, 20.2, 19.8, 20}, []Mode{{N: 3, Min: 10, Max: 10.3, Median: 10.1}, {N: 3, Min: 19.8, Max: 20.2, Median: 20}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Modes(tt.xs)
+			if len(got) != len(tt.want) {
+				t.Fatalf("Modes = %+v, want %+v", got, tt.want)
+			}
+			for i := range got {
+				if got[i].N != tt.want[i].N || got[i].Min != tt.want[i].Min || got[i].Max != tt.want[i].Max || !near(got[i].Median, tt.want[i].Median, 1e-9) {
+					t.Errorf("mode %d = %+v, want %+v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkJudgeFamily(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	fam := make([]Pair, 5)
+	for m := range fam {
+		for i := 0; i < 10; i++ {
+			fam[m].Base = append(fam[m].Base, 100+10*rng.NormFloat64())
+			fam[m].Patched = append(fam[m].Patched, 100+10*rng.NormFloat64())
+		}
+	}
+	for b.Loop() {
+		JudgeFamily(LogWelch, 0.05, 0.1, fam)
+	}
+}

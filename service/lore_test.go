@@ -1,0 +1,78 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/loretest"
+	"github.com/patchbot/patchbot/store"
+)
+
+// The daemon watches a list on a real public-inbox (what lore.kernel.org
+// runs): mail delivered to the list becomes a job, and read again later,
+// nothing new.
+func TestDaemonWatchesARealPublicInbox(t *testing.T) {
+	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@vger.kernel.org")
+	data, err := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws [][]byte
+	if err := mailbox.ReadMbox(bytes.NewReader(data), func(raw []byte, _ int64) error {
+		raws = append(raws, append([]byte(nil), raw...))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d := newTestDaemon(t, t.TempDir())
+	sc := mailbox.SourceConfig{Name: "lore-fsdevel", Lore: srv.URL(), Poll: 200 * time.Millisecond}
+	d.Config.Sources = []mailbox.SourceConfig{sc}
+	src, err := mailbox.Open(sc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Sources = map[string]mailbox.Source{sc.Name: src}
+	d.Poll = 200 * time.Millisecond
+	d.Pipeline.Tester = &fakeTester{}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	srv.Deliver(t, raws[0]) // the seed patch, as the list's MTA delivers it
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		jobs, _ := d.Store.Jobs(context.Background())
+		if len(jobs) == 1 && jobs[0].State == store.JobDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no job done from the public-inbox's mail after 60 s: %+v\n%s", jobs, srv.Logs())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The ping and the review come later: kept, no new job.
+	srv.Deliver(t, raws[1])
+	srv.Deliver(t, raws[2])
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		if ok, _ := d.Store.HasMessage(context.Background(), "20260803123958.414dd2ed@pumpkin"); ok || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	jobs, _ := d.Store.Jobs(context.Background())
+	if len(jobs) != 1 {
+		t.Errorf("%d jobs after the follow-ups, want 1", len(jobs))
+	}
+	if out := d.outbox(t); len(out) != 1 {
+		t.Errorf("%d replies, want the one to the seed patch", len(out))
+	}
+}

@@ -1,0 +1,147 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/store"
+)
+
+// A run's files come from a worker's run directory, where builds and
+// guests wrote: the coordinator writes only plain relative paths, inside
+// the run's own directory.
+func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"run.json", true},
+		{"logs/build-patched.log", true},
+		{"../escape", false},
+		{"/etc/passwd", false},
+		{"a/../../b", false},
+		{".hidden", false},
+		{"a//b", false},
+		{"", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			state := t.TempDir()
+			st, err := store.Open(filepath.Join(state, "state.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			id, _, _ := st.AddJob(ctx, store.Job{Dedupe: "a", Request: []byte("{}")})
+			j, err := st.ClaimJob(ctx, store.Claim{Worker: "w", Lease: time.Hour, At: time.Now()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = st.Update(ctx, func(tx *store.Tx) error {
+				j.State = store.JobDone
+				if err := tx.FinishJob(ctx, j); err != nil {
+					return err
+				}
+				return tx.PutRunFiles(ctx, id, []store.RunFile{{Name: "reply.eml", Data: []byte("mail")}, {Name: tc.name, Data: []byte("x")}})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			n, err := CollectRuns(ctx, Config{StateDir: state}, st, slog.New(slog.NewTextHandler(&logs, nil)))
+			run := filepath.Join(state, "runs", "job-1")
+			// The run is written either way, with its good files.
+			if err != nil || n != 1 {
+				t.Fatalf("CollectRuns = %d, %v", n, err)
+			}
+			if b, err := os.ReadFile(filepath.Join(run, "reply.eml")); err != nil || string(b) != "mail" {
+				t.Errorf("reply.eml: %q, %v", b, err)
+			}
+			if p, _ := st.PendingRuns(ctx, 10); len(p) != 0 {
+				t.Errorf("a collected run is still pending: %v", p)
+			}
+			if tc.ok {
+				if b, err := os.ReadFile(filepath.Join(run, filepath.FromSlash(tc.name))); err != nil || string(b) != "x" {
+					t.Errorf("%s: %q, %v", tc.name, b, err)
+				}
+				return
+			}
+			if !strings.Contains(logs.String(), "files of a run left out") {
+				t.Errorf("%q was not logged as left out:\n%s", tc.name, logs.String())
+			}
+			ents, _ := os.ReadDir(run)
+			if len(ents) != 1 {
+				t.Errorf("the run holds %d entries, want reply.eml alone", len(ents))
+			}
+			for _, p := range []string{filepath.Join(state, "escape"), filepath.Join(state, "b"), filepath.Join(state, "runs", "escape")} {
+				if _, err := os.Stat(p); err == nil {
+					t.Errorf("%s was written outside the run", p)
+				}
+			}
+		})
+	}
+}
+
+// A collected run replaces an earlier attempt's in one rename.
+func TestWriteRunReplaces(t *testing.T) {
+	runs := t.TempDir()
+	if _, err := writeRun(runs, "job-1", []store.RunFile{{Name: "old.log", Data: []byte("old")}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := writeRun(runs, "job-1", []store.RunFile{{Name: "run.json", Data: []byte("{}")}}); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(runs)
+	if len(ents) != 1 || ents[0].Name() != "job-1" {
+		t.Errorf("runs/ holds %v, want job-1 alone", ents)
+	}
+	if _, err := os.Stat(filepath.Join(runs, "job-1", "old.log")); err == nil {
+		t.Error("the earlier attempt's file is still there")
+	}
+}
+
+// What a worker stores of its run directory is bounded: links are not
+// followed, a huge log keeps its end.
+func TestReadRunIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "run.json"), []byte("{}"), 0o600)
+	os.MkdirAll(filepath.Join(dir, "logs"), 0o700)
+	big := bytes.Repeat([]byte("x"), maxRunFile+10)
+	copy(big[len(big)-4:], "LAST")
+	os.WriteFile(filepath.Join(dir, "logs", "build.log"), big, 0o600)
+	os.Symlink("/etc/passwd", filepath.Join(dir, "passwd"))
+	files, err := readRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]byte{}
+	for _, f := range files {
+		got[f.Name] = f.Data
+	}
+	if len(got) != 2 || got["run.json"] == nil {
+		t.Fatalf("read %d files: %v", len(got), len(files))
+	}
+	log := got["logs/build.log"]
+	if len(log) > maxRunFile+100 || !strings.HasPrefix(string(log), "[patchbot: the first 10 bytes were cut]") ||
+		!strings.HasSuffix(string(log), "LAST") {
+		t.Errorf("the big log was kept as %d bytes starting %q", len(log), log[:min(60, len(log))])
+	}
+}
+
+// The database's password comes from a file only patchbot can read.
+func TestOpenStoreRefusesAnOpenPasswordFile(t *testing.T) {
+	pw := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pw, []byte("secret\n"), 0o644)
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	cfg.Database, cfg.DatabasePasswordFile = "postgres://patchbot@127.0.0.1:1/patchbot", pw
+	if _, err := OpenStore(cfg); err == nil || !strings.Contains(err.Error(), "readable by others") {
+		t.Errorf("OpenStore with a 0644 password file: %v", err)
+	}
+}

@@ -1,0 +1,93 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// BeginIngest counts an attempt to act on a mail and returns how many
+// there have been, this one included. It commits on its own, before the
+// mail is acted on, so that a crash while acting leaves the count behind.
+func (s *Store) BeginIngest(ctx context.Context, messageID string) (int, error) {
+	var n int
+	err := s.r.QueryRowContext(ctx, `INSERT INTO ingests (message_id, attempts, updated) VALUES (?, 1, ?)
+		ON CONFLICT(message_id) DO UPDATE SET attempts = ingests.attempts + 1, updated = excluded.updated
+		RETURNING attempts`, messageID, now()).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("counting the ingest of %s: %w", messageID, err)
+	}
+	return n, nil
+}
+
+// EndIngest forgets a mail's count once acting on it committed.
+func (s *Store) EndIngest(ctx context.Context, messageID string) error {
+	if _, err := s.r.ExecContext(ctx, `DELETE FROM ingests WHERE message_id = ? AND aside = 0`, messageID); err != nil {
+		return fmt.Errorf("ending the ingest of %s: %w", messageID, err)
+	}
+	return nil
+}
+
+// SetAside marks a mail the daemon died on as not to be acted on, and
+// moves its source's cursor past it, in one transaction.
+func (t *Tx) SetAside(ctx context.Context, messageID, reason string) error {
+	if _, err := t.r.ExecContext(ctx, `UPDATE ingests SET aside = 1, reason = ?, updated = ? WHERE message_id = ?`,
+		reason, now(), messageID); err != nil {
+		return fmt.Errorf("setting %s aside: %w", messageID, err)
+	}
+	return nil
+}
+
+// Aside is a mail set aside and why.
+type Aside struct {
+	MessageID string
+	Attempts  int
+	Reason    string
+	Updated   string
+}
+
+// SetAsideMail lists the mails set aside, for the operator.
+func (s *Store) SetAsideMail(ctx context.Context) ([]Aside, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT message_id, attempts, reason, updated FROM ingests WHERE aside = 1 ORDER BY updated`)
+	if err != nil {
+		return nil, fmt.Errorf("listing mail set aside: %w", err)
+	}
+	defer rows.Close()
+	var out []Aside
+	for rows.Next() {
+		var a Aside
+		if err := rows.Scan(&a.MessageID, &a.Attempts, &a.Reason, &a.Updated); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// ThreadOf is the thread of the first of ids that is a kept mail, in the
+// order given (a reply's In-Reply-To first, then its References), or ""
+// when none is kept.
+func (t *Tx) ThreadOf(ctx context.Context, ids []string) (string, error) {
+	for _, id := range ids {
+		if id == "" {
+			continue
+		}
+		var th string
+		err := t.r.QueryRowContext(ctx, `SELECT thread_id FROM messages WHERE message_id = ?`, id).Scan(&th)
+		if err == nil && th != "" {
+			return th, nil
+		}
+	}
+	return "", nil
+}
+
+// Rehome moves the mails kept under thread from to thread to: a reply
+// that came before its parent was kept under the parent's Message-ID.
+func (t *Tx) Rehome(ctx context.Context, from, to string) error {
+	if from == to || from == "" {
+		return nil
+	}
+	if _, err := t.r.ExecContext(ctx, `UPDATE messages SET thread_id = ? WHERE thread_id = ?`, to, from); err != nil {
+		return fmt.Errorf("joining thread %s to %s: %w", from, to, err)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package invm
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/vmrunner"
+)
+
+// A kernel that panics at boot is the patch's fault only when it is the
+// patched kernel; the same panic on the base kernel is the
+// infrastructure's. The fake backend scripts the panic; the blame comes
+// from the types all the way up, not from wording.
+func TestBootFailureBlamesTheKernelThatFailed(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"base", "patched"} {
+		os.WriteFile(filepath.Join(dir, f), []byte("not a kernel"), 0o644)
+	}
+	spec := Spec{Suite: "locks", Profile: "quick", Runs: 1,
+		Base:    &images.Build{BzImage: filepath.Join(dir, "base")},
+		Patched: &images.Build{BzImage: filepath.Join(dir, "patched")}}
+	for _, tc := range []struct {
+		name        string
+		tester      Tester
+		wantKernel  blame.Kernel
+		wantBlame   blame.Blame
+		wantBootErr bool
+	}{
+		{"base panics", Tester{BaseCmdline: "fake.panic"}, blame.Base, blame.Infra, true},
+		{"patched panics", Tester{PatchedCmdline: "fake.panic"}, blame.Patched, blame.Patch, true},
+		{"patched VM does not start", Tester{PatchedCmdline: "fake.nostart"}, "", blame.Infra, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.tester.VM = VMConfig{Backend: "fake"}
+			_, err := tc.tester.Test(context.Background(), spec)
+			if err == nil {
+				t.Fatal("Test succeeded, want a boot failure")
+			}
+			if got := blame.Of(err); got != tc.wantBlame {
+				t.Errorf("blame.Of(%v) = %q, want %q", err, got, tc.wantBlame)
+			}
+			if tc.wantKernel != "" && blame.KernelOf(err) != tc.wantKernel {
+				t.Errorf("KernelOf = %q, want %q", blame.KernelOf(err), tc.wantKernel)
+			}
+			var be *vmrunner.BootError
+			if errors.As(err, &be) != tc.wantBootErr {
+				t.Errorf("BootError in the chain: %v, want %v (%v)", !tc.wantBootErr, tc.wantBootErr, err)
+			}
+		})
+	}
+}

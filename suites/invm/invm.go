@@ -1,0 +1,260 @@
+// Package invm measures a suite in VMs from the host, A against B: it
+// stages the suite's squashfs image, packs an initramfs with the guest agent
+// for each kernel, boots one VM per kernel with the same shape, and runs
+// rounds interleaved across them (suites.RunAB). It is apart from package
+// suites, which the guest agent links, so that the agent does not carry the
+// VM runner.
+//
+// Errors say which kernel failed (blame.On): a base kernel that does not
+// boot is the infrastructure's, the patched kernel's the patch's.
+package invm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/images/fsimage"
+	"github.com/patchbot/patchbot/images/initramfs"
+	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner"
+)
+
+// A booted vmrunner.Instance is what suites.RunAB drives.
+var _ suites.Guest = vmrunner.Instance(nil)
+
+// Kernel is one side of a comparison.
+type Kernel struct {
+	Side    blame.Kernel // base or patched: who is to blame when it fails
+	BzImage string
+	// Cmdline is added to the kernel command line (tests script the fake
+	// backend's failures with it).
+	Cmdline string
+}
+
+// Options of one run. Zero values take the defaults below.
+type Options struct {
+	Suite   string
+	Profile string // default "quick"
+	Kernels []Kernel
+	Runs    int // rounds per kernel, interleaved; default 1; a fixed number unless Plan is set
+	// Plan decides the number of rounds instead of Runs (for example
+	// reports.Plan's sequential rule).
+	Plan *suites.Plan
+	VM   VMConfig
+	// Progress gets a line per stage and per round; nil for none.
+	Progress io.Writer
+	// CacheDir holds the suite images; default images.CacheDir()/fsimage.
+	CacheDir string
+}
+
+// VMConfig is the VM shape and backend of a measurement (the `vm:` part of
+// patchbot.yaml).
+type VMConfig struct {
+	Backend string   `yaml:"backend"` // qemu, libvirt (or fake, in tests)
+	URIs    []string `yaml:"libvirt_uris"`
+	CPUs    int      `yaml:"cpus"`
+	MemMiB  int      `yaml:"mem_mib"`
+	// Concurrency bounds the VMs running at once.
+	Concurrency int `yaml:"concurrency"`
+}
+
+// Defaults: the shape the figures in docs/suites.md were measured in. Two
+// vCPUs: on a 2-core host under TCG a 4-vCPU guest made each
+// cache-contention round 2-5x slower, and two CPUs already make 64 threads
+// queue for the cache.
+const (
+	DefaultCPUs    = 2
+	DefaultMemMiB  = 1024
+	DefaultBackend = "qemu"
+)
+
+// DefaultVM is the embedded default shape.
+func DefaultVM() VMConfig {
+	return VMConfig{Backend: DefaultBackend, CPUs: DefaultCPUs, MemMiB: DefaultMemMiB, Concurrency: 1}
+}
+
+// Validate checks the shape's ranges.
+func (c VMConfig) Validate() error {
+	var errs []error
+	switch c.Backend {
+	case "qemu", "libvirt", "fake":
+	default:
+		errs = append(errs, fmt.Errorf("vm.backend %q: want qemu or libvirt", c.Backend))
+	}
+	if c.CPUs < 1 || c.CPUs > 64 {
+		errs = append(errs, fmt.Errorf("vm.cpus %d: want 1..64", c.CPUs))
+	}
+	if c.MemMiB < 256 {
+		errs = append(errs, fmt.Errorf("vm.mem_mib %d: want at least 256", c.MemMiB))
+	}
+	if c.Concurrency < 1 {
+		errs = append(errs, errors.New("vm.concurrency: want at least 1"))
+	}
+	return errors.Join(errs...)
+}
+
+func (c VMConfig) withDefaults() VMConfig {
+	d := DefaultVM()
+	if c.Backend == "" {
+		c.Backend = d.Backend
+	}
+	if c.CPUs == 0 {
+		c.CPUs = d.CPUs
+	}
+	if c.MemMiB == 0 {
+		c.MemMiB = d.MemMiB
+	}
+	return c
+}
+
+// Run boots every kernel and returns one Result per kernel, in order.
+func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
+	if len(o.Kernels) == 0 {
+		return nil, errors.New("no kernels given")
+	}
+	if o.Runs == 0 {
+		o.Runs = 1
+	}
+	vm := o.VM.withDefaults()
+	progress := o.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	s, err := suites.Lookup(o.Suite)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := s.Resolve(o.Profile)
+	if err != nil {
+		return nil, err
+	}
+
+	var disks []string
+	params := map[string]string{}
+	if cfg.Image != nil {
+		dir := o.CacheDir
+		if dir == "" {
+			cache, err := images.CacheDir()
+			if err != nil {
+				return nil, err
+			}
+			dir = filepath.Join(cache, "fsimage")
+		}
+		img, cached, err := fsimage.Build(ctx, *cfg.Image, dir)
+		if err != nil {
+			return nil, fmt.Errorf("staging the %s image: %w", cfg.Suite, err)
+		}
+		fmt.Fprintf(progress, "image %s (cached: %v)\n", img, cached)
+		disks = []string{img}
+		params[suites.ParamImage] = "/dev/vda"
+	}
+
+	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels))} // every side is up at once, for interleaving
+	if len(vm.URIs) > 0 {
+		pcfg.URI = vm.URIs[0]
+	}
+	pool, err := vmrunner.New(vm.Backend, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+
+	var sides []suites.Side
+	for _, k := range o.Kernels {
+		if _, err := os.Stat(k.BzImage); err != nil {
+			return nil, fmt.Errorf("kernel %s: %w", k.Side, err)
+		}
+		initrd := ""
+		if vm.Backend != "fake" { // the fake runs the agent in this process
+			if initrd, err = initramfs.ForKernel(ctx, k.BzImage, initramfs.Options{}); err != nil {
+				return nil, fmt.Errorf("initramfs for %s: %w", k.Side, err)
+			}
+		}
+		inst, err := pool.Create(ctx, vmrunner.Spec{
+			Name: string(k.Side), Kernel: k.BzImage, Initramfs: initrd, Cmdline: k.Cmdline,
+			CPUs: vm.CPUs, MemMiB: vm.MemMiB, Disks: disks,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("creating the %s VM: %w", k.Side, err)
+		}
+		defer inst.Close()
+		info, err := inst.Boot(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("booting: %w", blame.On(k.Side, err))
+		}
+		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
+			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: inst, Accel: info.Accel, Params: params})
+	}
+	plan := suites.FixedPlan(o.Runs)
+	if o.Plan != nil {
+		plan = *o.Plan
+	}
+	results, err := suites.RunAB(ctx, cfg, sides, plan, progress)
+	if err != nil {
+		return nil, err
+	}
+	pred, err := suites.Predict(cfg)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range results {
+		r.Model = pred
+	}
+	return results, nil
+}
+
+// Spec is one suite's A/B measurement of a base and a patched build.
+type Spec struct {
+	Suite   string
+	Profile string
+	Runs    int // a fixed number of rounds per kernel, unless Plan is set
+	Plan    *suites.Plan
+	Base    *images.Build
+	Patched *images.Build
+	// Progress gets a line per boot and round.
+	Progress io.Writer
+}
+
+// Outcome is what a Tester measured, and the VM it measured in.
+type Outcome struct {
+	Base, Patched *suites.Result
+	Backend       string
+	Accel         string
+	CPUs, MemMiB  int
+}
+
+// Tester measures suites in VMs of one shape: one VM per kernel, rounds
+// interleaved. It is what the pipeline's tests run through.
+type Tester struct {
+	VM VMConfig
+	// Cmdline is added to both kernels' command lines (tests).
+	BaseCmdline, PatchedCmdline string
+	CacheDir                    string
+}
+
+// Test runs one suite on the base and patched kernels.
+func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
+	res, err := Run(ctx, Options{
+		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir,
+		Kernels: []Kernel{
+			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
+			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 2 {
+		return nil, fmt.Errorf("suite %s: got %d results, want 2", s.Suite, len(res))
+	}
+	vm := t.VM.withDefaults()
+	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel,
+		CPUs: res[0].CPUs, MemMiB: res[0].MemMiB}, nil
+}
