@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // gitStat makes git trust whole-second mtimes and sizes only: the patched
@@ -38,7 +39,7 @@ func applySeries(ctx context.Context, tree string, patches [][]byte) error {
 	var files []string
 	for i, p := range patches {
 		f := filepath.Join(dir, fmt.Sprintf("%04d.patch", i+1))
-		if err := os.WriteFile(f, p, 0o644); err != nil {
+		if err := os.WriteFile(f, p, 0o600); err != nil {
 			return infra("writing series", err)
 		}
 		files = append(files, f)
@@ -52,7 +53,7 @@ func applySeries(ctx context.Context, tree string, patches [][]byte) error {
 	if !errors.As(err, &exit) || !amFailureRe.Match(out) {
 		return infra("running git am", err)
 	}
-	ae := &ApplyError{Output: out}
+	ae := &ApplyError{Output: capBytes(out, maxApplyOutput)}
 	if m := amFailedRe.FindSubmatch(out); m != nil {
 		ae.Index, _ = strconv.Atoi(string(m[1]))
 		ae.Subject = string(m[2])
@@ -67,7 +68,7 @@ func applySeries(ctx context.Context, tree string, patches [][]byte) error {
 		}
 	}
 	if ae.Index >= 1 && ae.Index <= len(files) {
-		ae.Hunk = failingHunk(ctx, tree, files[ae.Index-1])
+		ae.Hunk = capText(failingHunk(ctx, tree, files[ae.Index-1]), maxQuotedLines, maxQuotedBytes)
 	}
 	return ae
 }
@@ -81,4 +82,34 @@ func failingHunk(ctx context.Context, tree, patch string) string {
 	}
 	out, _ := git(ctx, tree, "apply", "--check", "-v", patch)
 	return string(bytes.TrimSpace(out))
+}
+
+// git am's output quotes the series (subjects, and the patch when a hunk
+// fails): a hostile series must not make the evidence unbounded.
+const maxApplyOutput = 64 << 10
+
+func capBytes(b []byte, max int) []byte {
+	if len(b) <= max {
+		return b
+	}
+	return append(b[:max:max], fmt.Sprintf("\n... %d more bytes of git's output", len(b)-max)...)
+}
+
+// capText keeps the first lines of s, within maxLines and maxBytes, and
+// says how many it left out.
+func capText(s string, maxLines, maxBytes int) string {
+	lines := strings.Split(s, "\n")
+	var b strings.Builder
+	for i, l := range lines {
+		l = quoteLine(l)
+		if i == maxLines || b.Len()+len(l)+1 > maxBytes {
+			fmt.Fprintf(&b, "... %d more lines", len(lines)-i)
+			break
+		}
+		b.WriteString(l)
+		if i < len(lines)-1 {
+			b.WriteByte('\n')
+		}
+	}
+	return b.String()
 }

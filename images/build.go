@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -44,20 +45,30 @@ type Build struct {
 	// build recompiles only what the series changed, so its log holds only
 	// those files' warnings.
 	Warnings []Warning
-	// NewWarnings are the warnings the series added (patched builds only).
-	NewWarnings []Warning
+	// NewWarnings are the warnings the series added (patched builds
+	// only), at most 50; MoreNewWarnings counts the rest.
+	NewWarnings     []Warning
+	MoreNewWarnings int `json:",omitempty"`
 	// Dropped are requested options a series' Kconfig change turned off
 	// (patched builds only; a base with any fails with a ConfigError).
 	Dropped []Dropped `json:",omitempty"`
 }
 
-// Builder builds kernels from a base and a config into the cache.
+// Builder builds kernels from a base and a config into the cache. Every
+// build runs in the sandbox (sandbox.go).
 type Builder struct {
 	Cache    string        // cache directory (see CacheDir)
 	Config   Config        // fragments and make variables
 	Jobs     int           // make -j; all CPUs when 0
 	Timeout  time.Duration // limit per build; 2 hours when 0
+	Limits   Limits        // the sandbox's limits; DefaultLimits for zero fields
 	Progress io.Writer     // a line per stage; nil for none
+
+	bare bool // benchmark: build without the sandbox (see sandbox.bare)
+	// mountObjects, when set, is called on a patched build's empty object
+	// tree before the base's objects are copied in: a test mounts a small
+	// file system there, so that filling the disk fills only that.
+	mountObjects func(dir string) error
 }
 
 // DefaultKernel returns the default base build: Debian's linux-source-6.1
@@ -87,6 +98,7 @@ func DefaultBuilder(progress io.Writer) (*Builder, error) {
 const (
 	treeDir   = "tree" // git worktree of the sources
 	outDir    = ".out" // O= object tree, inside the worktree (see below)
+	fragDir   = "fragments"
 	logFile   = "build.log"
 	infoFile  = "build.json" // written last: its presence means complete
 	imageFile = "bzImage"
@@ -97,7 +109,7 @@ const (
 // The object tree sits directly inside the source tree, so Kbuild uses the
 // relative srctree ".." and the kernel's own command lines hold no absolute
 // paths. Host tools (objtool) do record absolute paths, so a patched build
-// runs with its tree mounted at the base tree's path (see bind).
+// runs with its tree mounted at the base tree's path (see patchedView).
 
 func (b *Builder) jobs() int {
 	if b.Jobs > 0 {
@@ -144,7 +156,7 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 	}
 	bd.Key = hashKey([]byte("base"), []byte(bd.Commit), []byte(bd.ConfigHash), []byte(cc))
 	name := "base " + short(bd.Commit)
-	return b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *os.File) error {
+	return b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		err := st.run("checkout", func() error {
 			// A build directory removed by hand (or by a disk clean-up) leaves its
@@ -156,30 +168,45 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 		if err != nil {
 			return err
 		}
-		if err := st.run("configure", func() error { return b.configure(ctx, sb, log, tree) }); err != nil {
+		v := b.baseView(bd.Dir)
+		if err := st.run("configure", func() error { return b.configure(ctx, sb, log, v) }); err != nil {
 			return err
 		}
-		return st.run("make bzImage", func() error {
-			err := b.make(ctx, sb, log, tree, nil, "bzImage")
-			var be *BuildError
-			if errors.As(err, &be) {
-				// The base not building is not a patch's fault: no
-				// BuildError in the chain.
-				return infra("building base "+short(base.Commit),
-					fmt.Errorf("%s (log %s)", strings.Join(be.Lines, "; "), be.Log))
-			}
-			return err
-		})
+		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, v, "bzImage") })
 	})
 }
 
-// cached runs build under the key's lock unless the cache has it.
-func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time.Time,
-	build func(*stages, *sandbox, *os.File) error) (*Build, error) {
-	if err := reachable(b.Cache); err != nil {
-		return nil, err
+// baseView is what a base build's sandbox shows: its tree read-only, its
+// object tree, config fragments and ccache, all at their own paths. The
+// base's source is trusted (the Debian tarball, the operator's tree), so
+// it may fill ccache; its Makefiles still run sandboxed.
+func (b *Builder) baseView(dir string) view {
+	tree := filepath.Join(dir, treeDir)
+	return view{
+		mounts: []mount{
+			{src: tree, dst: tree},
+			{src: filepath.Join(tree, outDir), dst: filepath.Join(tree, outDir), rw: true},
+			{src: filepath.Join(dir, fragDir), dst: filepath.Join(dir, fragDir)},
+			{src: b.ccacheDir(), dst: b.ccacheDir(), rw: true},
+		},
+		dir: tree,
+		out: filepath.Join(tree, outDir),
 	}
+}
+
+func (b *Builder) ccacheDir() string { return filepath.Join(b.Cache, "ccache") }
+
+// cached runs build under the key's lock unless the cache has it, then
+// takes the artifacts out of the object tree. build gets the context that
+// carries the build's time limit: every step must use it, not the caller's.
+func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time.Time,
+	build func(context.Context, *stages, *sandbox, *buildLog) error) (*Build, error) {
 	kernels := filepath.Join(b.Cache, "kernels")
+	for _, d := range []string{b.Cache, kernels} {
+		if err := privateDir(d); err != nil {
+			return nil, err
+		}
+	}
 	bd.Dir = filepath.Join(kernels, bd.Key)
 	unlock, err := lockFile(ctx, bd.Dir+".lock", b.Progress)
 	if err != nil {
@@ -187,70 +214,118 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	}
 	defer unlock()
 	if done, err := loadBuild(bd.Dir); err == nil {
-		if done.Vmlinux == "" && addVmlinux(done) == nil {
-			saveBuild(done) // a build from before vmlinux was kept
+		if done.Vmlinux == "" {
+			// A build from before vmlinux was kept: take it from the
+			// object tree, checked as a new build's artifacts are.
+			if p, err := copyArtifact(filepath.Join(done.Dir, treeDir, outDir), vmlinuxArtifact, done.Dir); err == nil {
+				done.Vmlinux = p
+				saveBuild(done)
+			}
 		}
 		done.Cached = true
 		done.Duration = time.Since(start)
 		fmt.Fprintf(progressOr(b.Progress), "[%s] cached in %s (%.1fs)\n", name, done.Dir, done.Duration.Seconds())
 		return done, nil
 	}
-	sb, err := newSandbox()
+	sb, err := newSandbox(b.Limits, filepath.Join(b.Cache, "sandbox"))
 	if err != nil {
 		return nil, err
+	}
+	sb.bare = b.bare
+	if bd.Series > 0 && sb.userns != nil && !sb.bare {
+		return nil, infra("refusing an untrusted build", sb.userns)
 	}
 	// A partial build (killed, failed) is started again from scratch.
 	if err := b.removeBuild(ctx, bd); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(bd.Dir, 0o755); err != nil {
-		return nil, infra("creating build directory", err)
-	}
-	ccache := filepath.Join(b.Cache, "ccache")
-	if err := os.MkdirAll(ccache, 0o755); err != nil {
-		return nil, infra("creating ccache directory", err)
-	}
-	if err := sb.own(ccache); err != nil {
+	if err := privateDir(bd.Dir); err != nil {
 		return nil, err
 	}
+	if bd.Series == 0 {
+		if err := privateDir(b.ccacheDir()); err != nil {
+			return nil, err
+		}
+		if err := sb.own(b.ccacheDir()); err != nil {
+			return nil, err
+		}
+	}
 	bd.Log = filepath.Join(bd.Dir, logFile)
-	log, err := os.Create(bd.Log)
+	f, err := os.OpenFile(bd.Log, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, infra("creating build log", err)
 	}
-	defer log.Close()
+	defer f.Close()
+	log := newBuildLog(f, sb.limits.Log)
 
 	ctx, cancel := context.WithTimeout(ctx, b.timeout())
 	defer cancel()
 	st := newStages(b.Progress, name)
 	tree := filepath.Join(bd.Dir, treeDir)
-	if err := build(st, sb, log); err != nil {
+	err = build(ctx, st, sb, log)
+	var ie *InfraError
+	if errors.As(err, &ie) && !errors.Is(err, ErrTimeout) && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// A step outside make (copying the tree, git am) that the time
+		// limit stopped failed for that reason.
+		err = infra(name, fmt.Errorf("%w: %v", ErrTimeout, err))
+	}
+	if lerr := log.finish(); err == nil {
+		err = lerr
+	}
+	if err == nil {
+		err = b.collect(bd, filepath.Join(tree, outDir), log)
+	}
+	if err != nil {
 		// Keep the log (the evidence), not the 1.3 GB tree.
 		os.RemoveAll(tree)
 		git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
+		if bd.Series == 0 {
+			return nil, baseFailure(bd, err)
+		}
 		return nil, err
 	}
-	bd.BzImage = filepath.Join(bd.Dir, imageFile)
-	bd.Config = filepath.Join(bd.Dir, confFile)
-	if err := copyFile(filepath.Join(tree, outDir, "arch/x86/boot/bzImage"), bd.BzImage); err != nil {
-		return nil, err
-	}
-	if err := copyFile(filepath.Join(tree, outDir, ".config"), bd.Config); err != nil {
-		return nil, err
-	}
-	if err := addVmlinux(bd); err != nil {
-		return nil, err
-	}
-	logData, err := os.ReadFile(bd.Log)
-	if err != nil {
-		return nil, infra("reading build log", err)
-	}
-	bd.Warnings = parseWarnings(logData)
 	bd.Duration = time.Since(start) // kept in the record: how long the build took
 	if err := saveBuild(bd); err != nil {
 		return nil, err
 	}
 	return bd, nil
+}
+
+// collect copies the artifacts out of the object tree obj into the build
+// directory, checked (artifact.go), and keeps the log's warnings. An
+// artifact that is not what it should be is the build's fault.
+func (b *Builder) collect(bd *Build, obj string, log *buildLog) error {
+	for _, a := range []struct {
+		art artifact
+		dst *string
+	}{
+		{bzImageArtifact, &bd.BzImage},
+		{configArtifact, &bd.Config},
+		{vmlinuxArtifact, &bd.Vmlinux}, // for a PVH boot (vmrunner)
+	} {
+		p, err := copyArtifact(obj, a.art, bd.Dir)
+		var bad *badArtifact
+		if errors.As(err, &bad) {
+			return &BuildError{Lines: []string{"patchbot: " + bad.Error()}, Log: bd.Log}
+		}
+		if err != nil {
+			return err
+		}
+		*a.dst = p
+	}
+	bd.Warnings = log.warnings
+	return nil
+}
+
+// baseFailure makes any failure of a base build the machine's: the base is
+// patchbot's choice, so no BuildError stays in the chain.
+func baseFailure(bd *Build, err error) error {
+	var be *BuildError
+	if errors.As(err, &be) {
+		return infra("building base "+short(bd.Commit),
+			fmt.Errorf("%s (log %s)", strings.Join(be.Lines, "; "), be.Log))
+	}
+	return err
 }
 
 func progressOr(w io.Writer) io.Writer {
@@ -272,21 +347,31 @@ func (b *Builder) removeBuild(ctx context.Context, bd *Build) error {
 	return infra("pruning worktrees", err)
 }
 
-// env is the whole environment of sandboxed build commands.
-func (b *Builder) env() []string {
-	return []string{
+// env is the whole environment of sandboxed build commands. A base build
+// fills ccache; a patched build has none (CCACHE_DISABLE: ccache runs the
+// compiler and nothing else), so it can neither read nor poison it.
+// ccache reads no ccache.conf (CCACHE_CONFIGPATH): a file planted in the
+// cache directory by anyone changes nothing.
+func (b *Builder) env(untrusted bool) []string {
+	env := []string{
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/nonexistent",
+		"TMPDIR=/tmp",
 		"LC_ALL=C", // plain quotes in gcc messages ('expires' undeclared)
-		"CCACHE_DIR=" + filepath.Join(b.Cache, "ccache"),
+		"KBUILD_BUILD_USER=patchbot",
+		"KBUILD_BUILD_HOST=patchbot",
+		"CCACHE_CONFIGPATH=/dev/null",
+	}
+	if untrusted {
+		return append(env, "CCACHE_DISABLE=1")
+	}
+	return append(env,
+		"CCACHE_DIR="+b.ccacheDir(),
 		"CCACHE_MAXSIZE=10G",
 		// Builds of different commits sit in different directories; hash
 		// paths below the cache relative, so they share compiled objects.
-		"CCACHE_BASEDIR=" + filepath.Join(b.Cache, "kernels"),
-		"CCACHE_NOHASHDIR=1",
-		"KBUILD_BUILD_USER=patchbot",
-		"KBUILD_BUILD_HOST=patchbot",
-	}
+		"CCACHE_BASEDIR="+filepath.Join(b.Cache, "kernels"),
+		"CCACHE_NOHASHDIR=1")
 }
 
 // makeArgs are the arguments of every make call: the object tree, the
@@ -301,8 +386,8 @@ func (b *Builder) makeArgs(targets ...string) []string {
 // configure makes the .config: tinyconfig, the fragments merged with the
 // kernel's merge_config.sh, olddefconfig, then a check that every option
 // the fragments asked for survived.
-func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tree string) error {
-	out := filepath.Join(tree, outDir)
+func (b *Builder) configure(ctx context.Context, sb *sandbox, log *buildLog, v view) error {
+	out := filepath.Join(v.dir, outDir)
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return infra("creating object tree", err)
 	}
@@ -310,10 +395,15 @@ func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tre
 		return err
 	}
 	frags := []string{"../scripts/kconfig/merge_config.sh", "-m", "-O", ".", ".config"}
+	// Outside the object tree, read-only in the sandbox: the build must
+	// not change them. Readable by the build user (the directory above is
+	// closed).
+	dir := filepath.Join(filepath.Dir(v.dir), fragDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return infra("writing config fragments", err)
+	}
 	for i, f := range b.Config.Fragments {
-		// Written outside the object tree: the build user must not change them.
-		name := fmt.Sprintf("fragment-%d-%s", i, filepath.Base(f.Name))
-		p := filepath.Join(tree, "..", name)
+		p := filepath.Join(dir, fmt.Sprintf("%d-%s", i, filepath.Base(f.Name)))
 		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
 			return infra("writing config fragment", err)
 		}
@@ -323,17 +413,20 @@ func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tre
 		dir  string
 		argv []string
 	}{
-		{tree, b.makeArgs("tinyconfig")},
+		{v.dir, b.makeArgs("tinyconfig")},
 		// merge_config.sh writes temporary files in its working directory.
 		{out, frags},
-		{tree, b.makeArgs("olddefconfig")},
+		{v.dir, b.makeArgs("olddefconfig")},
 	}
 	for _, s := range steps {
-		if err := sb.run(ctx, log, s.dir, b.env(), nil, s.argv...); err != nil {
-			return infra("configuring: "+strings.Join(s.argv, " "), err)
+		sv := v
+		sv.dir = s.dir
+		o := sb.run(ctx, log, sv, b.env(false), s.argv...)
+		if err := rootCause(o, log.f.Name()); err != nil {
+			return fmt.Errorf("configuring (%s): %w", strings.Join(s.argv, " "), err)
 		}
 	}
-	final, err := os.ReadFile(filepath.Join(out, ".config"))
+	final, err := readArtifact(out, configArtifact)
 	if err != nil {
 		return infra("reading .config", err)
 	}
@@ -343,36 +436,11 @@ func (b *Builder) configure(ctx context.Context, sb *sandbox, log io.Writer, tre
 	return nil
 }
 
-// make runs make in the sandbox; a failure is a BuildError with the error
-// lines of the log, a timeout or a failure to start is the machine's.
-func (b *Builder) make(ctx context.Context, sb *sandbox, log *os.File, tree string, at *bind, targets ...string) error {
-	off, _ := log.Seek(0, io.SeekCurrent)
-	err := sb.run(ctx, log, tree, b.env(), at, b.makeArgs(targets...)...)
-	if err == nil {
-		return nil
-	}
-	var exit *exec.ExitError
-	if err == errTimeout || !errors.As(err, &exit) {
-		return infra("running make "+strings.Join(targets, " "), err)
-	}
-	data, rerr := os.ReadFile(log.Name())
-	if rerr != nil {
-		return infra("reading build log", rerr)
-	}
-	if off < int64(len(data)) {
-		data = data[off:]
-	}
-	return &BuildError{Lines: errorLines(data), Log: log.Name()}
-}
-
-// addVmlinux keeps the object tree's vmlinux beside the bzImage.
-func addVmlinux(bd *Build) error {
-	dst := filepath.Join(bd.Dir, elfFile)
-	if err := copyFile(filepath.Join(bd.Dir, treeDir, outDir, "vmlinux"), dst); err != nil {
-		return err
-	}
-	bd.Vmlinux = dst
-	return nil
+// make runs make in the sandbox; rootCause says whose fault a failure is.
+func (b *Builder) make(ctx context.Context, sb *sandbox, log *buildLog, v view, targets ...string) error {
+	o := sb.run(ctx, log, v, b.env(v.untrusted), b.makeArgs(targets...)...)
+	o.op = "make " + strings.Join(targets, " ")
+	return rootCause(o, log.f.Name())
 }
 
 func loadBuild(dir string) (*Build, error) {
@@ -396,18 +464,10 @@ func saveBuild(bd *Build) error {
 		return infra("encoding build record", err)
 	}
 	tmp := filepath.Join(bd.Dir, infoFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return infra("writing build record", err)
 	}
 	return infra("writing build record", os.Rename(tmp, filepath.Join(bd.Dir, infoFile)))
-}
-
-func copyFile(src, dst string) error {
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return infra("copying build output", err)
-	}
-	return infra("copying build output", os.WriteFile(dst, data, 0o644))
 }
 
 func short(commit string) string {

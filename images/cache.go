@@ -31,10 +31,10 @@ func CacheDir() (string, error) {
 // ctx ends. Several test binaries may ask for the same build at once: one
 // builds, the others wait here and then find the result in the cache.
 func lockFile(ctx context.Context, path string, progress io.Writer) (unlock func(), err error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, infra("creating lock directory", err)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, infra("opening lock file", err)
 	}
@@ -92,33 +92,4 @@ func (s *stages) run(stage string, f func() error) error {
 	fmt.Fprintf(s.w, "[%s] %s %s in %.1fs (total %.1fs)\n", s.name, stage, status,
 		time.Since(t).Seconds(), time.Since(s.start).Seconds())
 	return err
-}
-
-// reachable makes sure the unprivileged build user can reach the cache
-// directory dir. The cache is patchbot's own, so a directory made private
-// (mktemp -d makes 0700 ones) is opened to search and read; a private
-// directory above it is not ours to change, and is reported with what to do.
-func reachable(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return infra("creating the cache directory", err)
-	}
-	st, err := os.Stat(dir)
-	if err != nil {
-		return infra("checking the cache directory", err)
-	}
-	if perm := st.Mode().Perm(); perm&0o005 != 0o005 {
-		if err := os.Chmod(dir, perm|0o055); err != nil {
-			return infra("opening the cache directory to the build user", err)
-		}
-	}
-	for p := filepath.Dir(dir); ; p = filepath.Dir(p) {
-		if st, err := os.Stat(p); err == nil && st.Mode().Perm()&0o001 == 0 {
-			return infra("checking the cache directory", fmt.Errorf(
-				"the build user %s cannot reach %s through %s (mode %v): make it searchable (chmod o+x) or set PATCHBOT_CACHE elsewhere",
-				BuildUser, dir, p, st.Mode().Perm()))
-		}
-		if next := filepath.Dir(p); next == p {
-			return nil
-		}
-	}
 }

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -27,10 +28,16 @@ func (e *ApplyError) Error() string {
 	return fmt.Sprintf("patch %d (%q) does not apply", e.Index, e.Subject)
 }
 
-// BuildError says that a patched kernel does not build.
+// BuildError says that a patched kernel does not build: make failed on
+// its own (rootCause found no sign of the machine's failure), or the build
+// handed back an artifact that is not what it should be (a link, a
+// device, a file too large or of the wrong kind).
 type BuildError struct {
-	Lines []string // the compiler's and linker's error lines
-	Log   string   // path of the full build log
+	// Lines are the compiler's, linker's and make's error lines, at most
+	// 50 lines and 8 KiB, each cut at 1 KiB; when there were more, the last
+	// line says how many ("... N more lines in the build log").
+	Lines []string
+	Log   string // path of the full build log
 }
 
 // Blame: a kernel that does not build with the series is the patch's.
@@ -77,7 +84,13 @@ func (e *ConfigError) Error() string {
 	return "config options did not survive olddefconfig: " + strings.Join(s, ", ")
 }
 
-// InfraError is a failure of the build machinery, not of the patch.
+// InfraError is a failure of the build machinery, not of the patch. Err
+// wraps one of the sentinels below when rootCause found why a build
+// stopped.
+//
+// A hostile patch can make its own build reach a limit (fill the disk,
+// fork without end, allocate without bound, hang); that is reported here
+// too and retried, so a job's retries must be bounded.
 type InfraError struct {
 	Op  string // what was being done
 	Err error
@@ -86,6 +99,19 @@ type InfraError struct {
 func (e *InfraError) Error() string      { return e.Op + ": " + e.Err.Error() }
 func (e *InfraError) Unwrap() error      { return e.Err }
 func (e *InfraError) Blame() blame.Blame { return blame.Infra }
+
+// Why a build stopped, when it was the machine's doing: errors.Is on an
+// *InfraError's chain.
+var (
+	ErrTimeout     = errors.New("build time limit reached")
+	ErrNoSpace     = errors.New("no space left for the build")
+	ErrOutOfMemory = errors.New("build out of memory")
+	ErrLimit       = errors.New("build reached a sandbox limit")
+	ErrKilled      = errors.New("build killed")
+	// ErrNoSandbox: this host cannot sandbox an untrusted build (no
+	// unprivileged user namespaces); patched builds are refused.
+	ErrNoSandbox = errors.New("no sandbox for untrusted builds")
+)
 
 func infra(op string, err error) error {
 	if err == nil {

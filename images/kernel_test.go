@@ -12,14 +12,14 @@ import (
 	"time"
 )
 
-// These tests use the real tools: git, make, gcc, ccache, unshare, setpriv
-// and Debian's linux-source-6.1. The first run on a machine builds the
+// These tests use the real tools: git, make, gcc, ccache, bwrap, prlimit,
+// unshare, setpriv and Debian's linux-source-6.1. The first run on a machine builds the
 // default kernel (about 10 minutes on 2 cores); later runs take it from
 // PATCHBOT_CACHE.
 
 func needTools(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"git", "make", "gcc", "ccache", "unshare", "setpriv", "flex", "bison", "bc"} {
+	for _, tool := range []string{"git", "make", "gcc", "ccache", "bwrap", "prlimit", "unshare", "setpriv", "flex", "bison", "bc"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
 		}
@@ -279,27 +279,27 @@ func TestConfigReportsDroppedOption(t *testing.T) {
 	})
 	tree := filepath.Join(scratch, treeDir)
 	ctx := context.Background()
-	if err := copyTree(ctx, base, tree); err != nil {
-		t.Fatal(err)
-	}
 	b, err := DefaultBuilder(testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := b.copyTree(ctx, base, tree); err != nil {
+		t.Fatal(err)
+	}
 	// i915 needs DRM, which the fragments leave off: olddefconfig drops it.
 	b.Config.Fragments = append(b.Config.Fragments, Fragment{Name: "gpu.config", Data: []byte("CONFIG_DRM_I915=y\n")})
-	sb, err := newSandbox()
+	sb, err := newSandbox(b.Limits, filepath.Join(b.Cache, "sandbox"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := os.Create(filepath.Join(scratch, logFile))
+	f, err := os.Create(filepath.Join(scratch, logFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer log.Close()
+	defer f.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	err = b.configure(ctx, sb, log, tree)
+	err = b.configure(ctx, sb, newBuildLog(f, DefaultLimits.Log), b.baseView(scratch))
 	var ce *ConfigError
 	if !errors.As(err, &ce) {
 		t.Fatalf("configure error = %v, want *ConfigError", err)

@@ -28,9 +28,9 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	}
 	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
-	got, err := b.cached(ctx, bd, name, start, func(st *stages, sb *sandbox, log *os.File) error {
+	got, err := b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
-		if err := st.run("copy base tree", func() error { return copyTree(ctx, base, tree) }); err != nil {
+		if err := st.run("copy base tree", func() error { return b.copyTree(ctx, base, tree) }); err != nil {
 			return err
 		}
 		if err := st.run("git am -3", func() error { return applySeries(ctx, tree, patches) }); err != nil {
@@ -41,14 +41,21 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 			return infra("reading the patched commit", err)
 		}
 		bd.Head = strings.TrimSpace(string(head))
-		at := &bind{From: tree, To: filepath.Join(base.Dir, treeDir)}
-		if err := st.run("make bzImage", func() error { return b.make(ctx, sb, log, at.To, at, "bzImage") }); err != nil {
+		v := patchedView(base, tree)
+		if err := sb.own(v.out); err != nil {
+			return err
+		}
+		if err := st.run("make bzImage", func() error { return b.make(ctx, sb, log, v, "bzImage") }); err != nil {
 			return err
 		}
 		// make re-ran Kconfig if the series touched it: say what it lost.
-		final, err := os.ReadFile(filepath.Join(tree, outDir, ".config"))
+		final, err := readArtifact(v.out, configArtifact)
+		var bad *badArtifact
+		if errors.As(err, &bad) {
+			return &BuildError{Lines: []string{"patchbot: " + bad.Error()}, Log: log.f.Name()}
+		}
 		if err != nil {
-			return infra("reading .config", err)
+			return err
 		}
 		bd.Dropped = CheckConfig(b.Config.Fragments, final)
 		return nil
@@ -57,6 +64,9 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		return nil, err
 	}
 	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
+	if n := len(got.NewWarnings); n > maxNewWarnings {
+		got.NewWarnings, got.MoreNewWarnings = got.NewWarnings[:maxNewWarnings], n-maxNewWarnings
+	}
 	if !got.Cached {
 		if err := saveBuild(got); err != nil {
 			return nil, err
@@ -65,9 +75,29 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	return got, nil
 }
 
+// patchedView is what a patched build's sandbox shows: its own tree,
+// read-only, on the base tree's path (so that the absolute paths the
+// base's host tools recorded name the patched sources, and make rebuilds
+// only what the series changed), and its own object tree there, the only
+// thing it may write. Nothing of the base build, ccache or the cache.
+func patchedView(base *Build, tree string) view {
+	at := filepath.Join(base.Dir, treeDir)
+	return view{
+		mounts: []mount{
+			{src: tree, dst: at},
+			{src: filepath.Join(tree, outDir), dst: filepath.Join(at, outDir), rw: true},
+		},
+		dir:       at,
+		out:       filepath.Join(tree, outDir),
+		untrusted: true,
+	}
+}
+
 // patchedRecord is the start of a patched build's record, with its key.
 func patchedRecord(base *Build, patches [][]byte) *Build {
-	parts := [][]byte{[]byte("patched"), []byte(base.Key)}
+	// "sandbox 2": builds made before every build was sandboxed are not
+	// reused; their artifacts were copied following the build's links.
+	parts := [][]byte{[]byte("patched"), []byte("sandbox 2"), []byte(base.Key)}
 	bd := &Build{
 		Commit: base.Commit, Repo: base.Repo, Compiler: base.Compiler, ConfigHash: base.ConfigHash,
 		Series: len(patches),
@@ -76,12 +106,16 @@ func patchedRecord(base *Build, patches [][]byte) *Build {
 	return bd
 }
 
-// copyTree makes tree a worktree of base's commit whose files are hard
-// links of the base build's sources, with the same mtimes, and whose object
-// tree is a copy of the base's. make then rebuilds only what git am
-// changes: git replaces a file it patches (new inode, new mtime) rather
-// than writing through the link, so the base tree stays as it was.
-func copyTree(ctx context.Context, base *Build, tree string) error {
+// copyTree makes tree a worktree of base's commit whose source files are
+// hard links of the base build's, with the same mtimes, and whose object
+// tree is a real copy of the base's. make then rebuilds only what git am
+// changes. The links are safe because nothing writes through them: the
+// build sees its sources read-only, and git am, which runs outside the
+// sandbox, replaces a file it patches (new inode) rather than writing in
+// place. The object tree, the only thing the build writes, is its own
+// (cp --reflink=auto: a real copy on ext4, a copy-on-write clone where the
+// file system has them), never a link to the base's objects.
+func (b *Builder) copyTree(ctx context.Context, base *Build, tree string) error {
 	baseTree := filepath.Join(base.Dir, treeDir)
 	// A build directory removed by hand (or by a disk clean-up) leaves its
 	// worktree registered; forget such worktrees before adding this one.
@@ -110,8 +144,17 @@ func copyTree(ctx context.Context, base *Build, tree string) error {
 	if err := cp(append([]string{"-al", "-t", tree}, srcs...)...); err != nil {
 		return err
 	}
+	obj := filepath.Join(tree, outDir)
+	if err := os.Mkdir(obj, 0o755); err != nil {
+		return infra("creating object tree", err)
+	}
+	if b.mountObjects != nil {
+		if err := b.mountObjects(obj); err != nil {
+			return infra("mounting object tree", err)
+		}
+	}
 	// Objects are written in place (objtool edits .o files): a real copy.
-	if err := cp("-a", "--reflink=auto", filepath.Join(baseTree, outDir), filepath.Join(tree, outDir)); err != nil {
+	if err := cp("-a", "--reflink=auto", "-T", filepath.Join(baseTree, outDir), obj); err != nil {
 		return err
 	}
 	// The base's index already describes these files; copy it instead of

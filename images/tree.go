@@ -37,7 +37,7 @@ func ImportDebian(ctx context.Context, cache string, progress io.Writer) (Base, 
 	tag := "debian/" + version
 
 	if b, err := resolve(ctx, repo, "refs/tags/"+tag); err == nil {
-		return b, nil
+		return b, noAutoGC(ctx, repo)
 	}
 	unlock, err := lockFile(ctx, repo+".lock", progress)
 	if err != nil {
@@ -68,6 +68,9 @@ func importTarball(ctx context.Context, repo, tarball, version, tag string) erro
 			return infra("creating "+repo, err)
 		}
 	}
+	if err := noAutoGC(ctx, repo); err != nil {
+		return err
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(repo), "import.")
 	if err != nil {
 		return infra("creating import directory", err)
@@ -81,7 +84,7 @@ func importTarball(ctx context.Context, repo, tarball, version, tag string) erro
 	index := tmp + ".index"
 	defer os.Remove(index)
 	gitIn := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "git", args...)
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-c", "gc.auto=0", "-c", "maintenance.auto=false"}, args...)...)
 		cmd.Env = append(os.Environ(), "GIT_DIR="+repo, "GIT_WORK_TREE="+tmp, "GIT_INDEX_FILE="+index,
 			"GIT_AUTHOR_NAME=patchbot", "GIT_AUTHOR_EMAIL=patchbot@localhost",
 			"GIT_COMMITTER_NAME=patchbot", "GIT_COMMITTER_EMAIL=patchbot@localhost",
@@ -107,6 +110,18 @@ func importTarball(ctx context.Context, repo, tarball, version, tag string) erro
 	}
 	_, err = gitIn("tag", tag, commit)
 	return err
+}
+
+// noAutoGC turns git's automatic gc and maintenance off in patchbot's own
+// repository: git() does so for patchbot's calls, this for a person's
+// (issue 15: a "git gc --auto" ran beside a measurement).
+func noAutoGC(ctx context.Context, repo string) error {
+	for _, kv := range [][2]string{{"gc.auto", "0"}, {"maintenance.auto", "false"}} {
+		if _, err := git(ctx, "", "--git-dir="+repo, "config", kv[0], kv[1]); err != nil {
+			return infra("configuring "+repo, err)
+		}
+	}
+	return nil
 }
 
 // resolve finds the commit ref names in repo.

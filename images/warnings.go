@@ -1,8 +1,6 @@
 package images
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"regexp"
 	"strings"
@@ -44,26 +42,15 @@ func cleanPath(p string) string {
 	return strings.TrimPrefix(p, "./")
 }
 
-// parseWarnings finds the compiler warnings in a build log, each once.
-func parseWarnings(log []byte) []Warning {
-	var ws []Warning
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(log))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		m := warningRe.FindStringSubmatch(ansiRe.ReplaceAllString(sc.Text(), ""))
-		if m == nil {
-			continue
-		}
-		var line int
-		fmt.Sscan(m[2], &line)
-		w := Warning{File: cleanPath(m[1]), Line: line, Message: m[3], Flag: m[4]}
-		if k := w.String(); !seen[k] {
-			seen[k] = true
-			ws = append(ws, w)
-		}
+// parseWarning reads one log line (colours removed) as a warning.
+func parseWarning(line string) (Warning, bool) {
+	m := warningRe.FindStringSubmatch(line)
+	if m == nil {
+		return Warning{}, false
 	}
-	return ws
+	var n int
+	fmt.Sscan(m[2], &n)
+	return Warning{File: cleanPath(m[1]), Line: n, Message: quoteLine(m[3]), Flag: m[4]}, true
 }
 
 // newWarnings lists the warnings of patched that base does not have,
@@ -85,16 +72,6 @@ func newWarnings(base, patched []Warning) []Warning {
 	return added
 }
 
-// errorLines picks the compiler's, linker's and make's error lines out of
-// a failed build's log.
-func errorLines(log []byte) []string {
-	var lines []string
-	sc := bufio.NewScanner(bytes.NewReader(log))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		if l := ansiRe.ReplaceAllString(sc.Text(), ""); errorRe.MatchString(l) {
-			lines = append(lines, strings.TrimPrefix(l, "../"))
-		}
-	}
-	return lines
-}
+// isErrorLine reports whether a log line (colours removed) is one of the
+// compiler's, linker's or make's error lines.
+func isErrorLine(line string) bool { return errorRe.MatchString(line) }

@@ -8,6 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(
   # kernel builds
   build-essential bc flex bison libelf-dev libssl-dev ccache cpio kmod rsync xz-utils zstd
+  bubblewrap  # every build runs in bwrap (images/sandbox.go)
   linux-source-6.1
   # guest images and VMs
   squashfs-tools qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-clients

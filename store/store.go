@@ -18,7 +18,9 @@ import (
 	"database/sql"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
+	"syscall"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
 	_ "modernc.org/sqlite"             // registers the "sqlite" driver
@@ -212,7 +214,9 @@ func IsPostgres(name string) bool {
 
 // Open opens the database and brings its schema up to date: a PostgreSQL
 // server when name is a postgres:// URL, else the SQLite file at path
-// name (created if needed).
+// name (created if needed). The database holds mail, outbox rows and job
+// history: a SQLite file is made 0600, and an existing one (and its -wal
+// and -shm files) open to others is closed to them.
 func Open(name string) (*Store, error) { return openSteps(name, migrations) }
 
 // openSteps opens a database with its schema brought up to steps.
@@ -224,6 +228,9 @@ func openSteps(name string, steps []step) (*Store, error) {
 }
 
 func openSQLite(path string, steps []step) (*Store, error) {
+	if err := private(path); err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", path, err)
+	}
 	// WAL with synchronous=FULL: a committed state change survives a crash
 	// of the process or the machine, which the outbox depends on.
 	q := url.Values{}
@@ -248,6 +255,27 @@ func openSQLite(path string, steps []step) (*Store, error) {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// private creates the database file 0600 before SQLite does (SQLite would
+// make it 0644, and its -wal and -shm files after it), and takes group and
+// other access away from the files that exist.
+func private(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		fi, err := os.Lstat(p)
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o077 == 0 {
+			continue
+		}
+		if err := os.Chmod(p, fi.Mode().Perm()&0o700); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func openPostgres(dsn string, steps []step) (*Store, error) {

@@ -1,0 +1,151 @@
+package images
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// cgroup is one build command's cgroup v1 memory and pids groups: a limit
+// on the memory of the whole build (page cache and tmpfs included) and on
+// its number of tasks, and afterwards the facts of whether the kernel had
+// to kill for memory or refuse a fork. Used when patchbot runs as root on
+// a host that mounts the v1 controllers (this one mounts no v2 ones).
+type cgroup struct {
+	mem, pids string // the group directories
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+var (
+	cgroupOnce sync.Once
+	cgroupOK   bool
+	cgroupSeq  atomic.Int64
+)
+
+// cgroupsUsable reports whether patchbot can make v1 memory and pids
+// groups: it makes their parent "patchbot" groups once.
+func cgroupsUsable() bool {
+	cgroupOnce.Do(func() {
+		for _, c := range []string{"memory", "pids"} {
+			if err := os.MkdirAll(filepath.Join(cgroupRoot, c, "patchbot"), 0o755); err != nil {
+				return
+			}
+		}
+		_, err := os.Stat(filepath.Join(cgroupRoot, "memory", "patchbot", "memory.oom_control"))
+		cgroupOK = err == nil
+		if cgroupOK {
+			removeStaleCgroups()
+		}
+	})
+	return cgroupOK
+}
+
+// removeStaleCgroups removes the groups of patchbot processes that died
+// (killed before they could remove their own): their builds died with
+// them, and an empty group must not outlive its maker for ever.
+func removeStaleCgroups() {
+	seen := map[string]bool{}
+	for _, c := range []string{"memory", "pids"} {
+		dirs, _ := filepath.Glob(filepath.Join(cgroupRoot, c, "patchbot", "build-*"))
+		for _, d := range dirs {
+			name := filepath.Base(d)
+			var pid, seq int
+			if _, err := fmt.Sscanf(name, "build-%d-%d", &pid, &seq); err != nil || seen[name] {
+				continue
+			}
+			if err := syscall.Kill(pid, 0); err == syscall.ESRCH {
+				seen[name] = true
+				(&cgroup{mem: filepath.Join(cgroupRoot, "memory", "patchbot", name),
+					pids: filepath.Join(cgroupRoot, "pids", "patchbot", name)}).remove()
+			}
+		}
+	}
+}
+
+// newCgroup makes the groups of one command with the limits l.
+func newCgroup(l Limits) (*cgroup, error) {
+	name := fmt.Sprintf("build-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	c := &cgroup{
+		mem:  filepath.Join(cgroupRoot, "memory", "patchbot", name),
+		pids: filepath.Join(cgroupRoot, "pids", "patchbot", name),
+	}
+	for _, d := range []string{c.mem, c.pids} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			c.remove()
+			return nil, infra("creating cgroup", err)
+		}
+	}
+	set := func(dir, file, value string) error {
+		return os.WriteFile(filepath.Join(dir, file), []byte(value), 0o644)
+	}
+	mem := strconv.FormatInt(l.Memory, 10)
+	if err := set(c.mem, "memory.limit_in_bytes", mem); err != nil {
+		c.remove()
+		return nil, infra("setting the build's memory limit", err)
+	}
+	// Swap counts too where the kernel accounts it (memsw must not be
+	// below the memory limit, so it is set second).
+	set(c.mem, "memory.memsw.limit_in_bytes", mem)
+	if err := set(c.pids, "pids.max", strconv.Itoa(l.Processes)); err != nil {
+		c.remove()
+		return nil, infra("setting the build's process limit", err)
+	}
+	return c, nil
+}
+
+// procs are the files the command's first process writes its pid to.
+func (c *cgroup) procs() []string {
+	return []string{filepath.Join(c.mem, "cgroup.procs"), filepath.Join(c.pids, "cgroup.procs")}
+}
+
+// facts returns how many processes the kernel killed for want of memory
+// in the group, and how many forks the pids limit refused.
+func (c *cgroup) facts() (oomKills, pidsMax int) {
+	return counter(filepath.Join(c.mem, "memory.oom_control"), "oom_kill"),
+		counter(filepath.Join(c.pids, "pids.events"), "max")
+}
+
+// counter reads "name N" from a cgroup file of such lines.
+func counter(file, name string) int {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), " "); ok && k == name {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}
+
+// remove kills anything left in the groups (nothing should be: the PID
+// namespace ended with bwrap) and removes them.
+func (c *cgroup) remove() {
+	for _, d := range []string{c.mem, c.pids} {
+		for try := 0; try < 50; try++ {
+			if err := os.Remove(d); err == nil || os.IsNotExist(err) {
+				break
+			}
+			if data, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
+				for _, f := range strings.Fields(string(data)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
