@@ -459,15 +459,22 @@ func loadBuild(dir string) (*Build, error) {
 }
 
 func saveBuild(bd *Build) error {
-	data, err := json.MarshalIndent(bd, "", "  ")
+	return writeJSON(filepath.Join(bd.Dir, infoFile), bd, "writing build record")
+}
+
+// writeJSON replaces path with v as indented JSON, 0600, through a
+// temporary file and a rename: a reader sees the old record or the new,
+// never half of one.
+func writeJSON(path string, v any, what string) error {
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return infra("encoding build record", err)
+		return infra(what, err)
 	}
-	tmp := filepath.Join(bd.Dir, infoFile+".tmp")
+	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return infra("writing build record", err)
+		return infra(what, err)
 	}
-	return infra("writing build record", os.Rename(tmp, filepath.Join(bd.Dir, infoFile)))
+	return infra(what, os.Rename(tmp, path))
 }
 
 func short(commit string) string {

@@ -208,15 +208,7 @@ func (t *Trees) loadState() map[string]fetchState {
 }
 
 func (t *Trees) saveState(st map[string]fetchState) error {
-	data, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return infra("recording fetches", err)
-	}
-	tmp := filepath.Join(t.Dir, fetchStateFile+".tmp")
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return infra("recording fetches", err)
-	}
-	return infra("recording fetches", os.Rename(tmp, filepath.Join(t.Dir, fetchStateFile)))
+	return writeJSON(filepath.Join(t.Dir, fetchStateFile), st, "recording fetches")
 }
 
 // init makes the store and points one remote at each tree.
