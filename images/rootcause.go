@@ -63,7 +63,8 @@ func causeOf(line string) (cause, bool) {
 // memory, a refused fork, a signal, or a sandbox that did not start are an
 // *InfraError (wrapping ErrTimeout, ErrNoSpace, ErrOutOfMemory, ErrLimit,
 // ErrKilled); a command that ran and failed on its own is a *BuildError
-// with its error lines. log is the build log's path.
+// with its error lines, and one that failed without any error line is an
+// *InfraError too. log is the build log's path.
 func rootCause(o *outcome, log string) error {
 	switch {
 	case o.err != nil:
@@ -116,6 +117,14 @@ func rootCause(o *outcome, log string) error {
 		return infra(o.op, fmt.Errorf("%w: by signal %d (%v)", ErrKilled, int(sig), sig))
 	case hint(causeKilled) != nil:
 		return infra(o.op, fmt.Errorf("%w: %v", ErrKilled, hint(causeKilled)))
+	case len(o.scan.errors) == 0 && o.scan.more == 0 && o.scan.beyond == 0:
+		// Code that does not build says so: gcc, ld or make's "Error N"
+		// for the rule that failed. A make that stopped without any of
+		// them (an object tree it cannot enter, a tool missing) is not
+		// shown to be the patch's, and a reply would blame it with no
+		// evidence.
+		return infra(o.op, fmt.Errorf("it failed (%v) without a compiler, linker or make error line: %s",
+			o.wait, strings.Join(o.scan.head, " / ")))
 	}
 	return &BuildError{Lines: o.scan.excerpt(), Log: log}
 }

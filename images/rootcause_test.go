@@ -51,6 +51,8 @@ func TestRootCause(t *testing.T) {
 		{name: "fork failed", o: outcome{wait: exitErr(t, "2"), status: bwrapStatus{ran: true, exit: 2},
 			scan: withHint(causeLimit, "make: vfork: Resource temporarily unavailable")}, want: ErrLimit},
 		{name: "make killed", o: outcome{wait: exitErr(t, "137"), status: bwrapStatus{ran: true, exit: 137}, scan: compiler}, want: ErrKilled},
+		{name: "make stopped without an error line", o: outcome{wait: exitErr(t, "2"), status: bwrapStatus{ran: true, exit: 2},
+			scan: &scan{head: []string{"/bin/sh: 1: cd: can't cd to .out", `Makefile:199: *** failed to create output directory ".out".  Stop.`}}}},
 		{name: "file size", o: outcome{wait: exitErr(t, "153"), status: bwrapStatus{ran: true, exit: 153}, scan: compiler}, want: ErrLimit},
 	}
 	for _, tt := range tests {
