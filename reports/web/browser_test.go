@@ -364,7 +364,11 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("series", func(t *testing.T) {
-		step(t, ctx, "opening the series", chromedp.Navigate(srv.URL+"/runs/"+seedRun+"/"),
+		// Wait for the seed run's own page (its model section) before
+		// clicking: on a loaded machine the click could otherwise land on
+		// the readahead run still shown from the step before, and open
+		// that run's series.
+		step(t, ctx, "opening the series", chromedp.Navigate(srv.URL+"/runs/"+seedRun+"/"), chromedp.WaitVisible(chromedp.CSS("#model")),
 			chromedp.Click(chromedp.CSS(`a[href^="/series/"]`)), chromedp.WaitVisible(chromedp.CSS("#side-by-side")))
 		if n := eval[int](t, ctx, `document.querySelectorAll("table.sbs tbody tr").length`); n != len(cmp.Rows) {
 			t.Errorf("the series table has %d metrics, want %d", n, len(cmp.Rows))
