@@ -81,6 +81,24 @@ const xenNotePhys32Entry = 18
 // pvhKernel returns the ELF to boot at its PVH entry point for s: the
 // explicit Spec.Vmlinux, the Kernel itself if it is such an ELF, or the
 // "vmlinux" beside it. why says why there is none.
+// bootPath is the path a spec boots on under the config's Boot, and the
+// kernel file for it: PVH when asked, or in auto mode when the kernel has
+// a PVH-bootable ELF; legacy otherwise. Asking for PVH of a kernel without
+// one is an error.
+func bootPath(want string, s Spec) (boot, kernel string, err error) {
+	if want == BootLegacy {
+		return BootLegacy, s.Kernel, nil
+	}
+	vmlinux, why := pvhKernel(s)
+	switch {
+	case vmlinux != "":
+		return BootPVH, vmlinux, nil
+	case want == BootPVH:
+		return "", "", fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+	}
+	return BootLegacy, s.Kernel, nil
+}
+
 func pvhKernel(s Spec) (path, why string) {
 	candidates := []string{s.Kernel, filepath.Join(filepath.Dir(s.Kernel), "vmlinux")}
 	if s.Vmlinux != "" {

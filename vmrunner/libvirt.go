@@ -67,16 +67,11 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 		cfg.Log.Info("libvirt: remote host: console and agent through the libvirt connection; kernel, initramfs and disks must be at the same paths there", "uri", redactURI(u))
 	}
 	p := newPool("libvirt", cfg, func(s Spec, dir string) (hypervisor, error) {
-		v := &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: BootLegacy, kernel: s.Kernel}
-		vmlinux, why := pvhKernel(s)
-		switch {
-		case cfg.Boot == BootLegacy:
-		case vmlinux != "":
-			v.boot, v.kernel = BootPVH, vmlinux
-		case cfg.Boot == BootPVH:
-			return nil, fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+		boot, kernel, err := bootPath(cfg.Boot, s)
+		if err != nil {
+			return nil, err
 		}
-		return v, nil
+		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel}, nil
 	})
 	p.onClose = func() error {
 		stopWatching()

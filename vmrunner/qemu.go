@@ -136,16 +136,11 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		acc.dir = ""
 	}
 	return newPool("qemu", cfg, func(s Spec, dir string) (hypervisor, error) {
-		q := &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: BootLegacy, kernel: s.Kernel}
-		vmlinux, why := pvhKernel(s)
-		switch {
-		case cfg.Boot == BootLegacy:
-		case vmlinux != "":
-			q.boot, q.kernel = BootPVH, vmlinux
-		case cfg.Boot == BootPVH:
-			return nil, fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+		boot, kernel, err := bootPath(cfg.Boot, s)
+		if err != nil {
+			return nil, err
 		}
-		return q, nil
+		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel}, nil
 	}), nil
 }
 

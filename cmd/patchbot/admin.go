@@ -69,17 +69,7 @@ parked: the daemon died while running it twice, and it is not run again until
 		desc: `Puts a parked job (one the daemon died while running, twice) back in the queue
 with a fresh count of crashes. Do it once whatever killed the daemon is fixed.`,
 		example: `patchbot jobs unpark 12`,
-		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			var conf configFlags
-			conf.declare(fs)
-			return func(ctx context.Context, args []string) error {
-				id, err := oneID(args)
-				if err != nil {
-					return err
-				}
-				return withStore(conf, func(st *store.Store) error { return st.UnparkJob(ctx, id) })
-			}
-		},
+		flags:   byID((*store.Store).UnparkJob),
 	})
 	register(&command{
 		name:    "outbox",
@@ -151,17 +141,7 @@ the list's archive, then 'patchbot outbox requeue ID' if it never arrived.`,
 		desc: `Queues an uncertain reply again, once a person has checked that it never
 arrived; the next flush of the daemon (or 'patchbot reply') sends it.`,
 		example: `patchbot outbox requeue 7`,
-		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
-			var conf configFlags
-			conf.declare(fs)
-			return func(ctx context.Context, args []string) error {
-				id, err := oneID(args)
-				if err != nil {
-					return err
-				}
-				return withStore(conf, func(st *store.Store) error { return st.RequeueUncertain(ctx, id) })
-			}
-		},
+		flags:   byID((*store.Store).RequeueUncertain),
 	})
 }
 
@@ -172,6 +152,22 @@ func validJobState(s string) bool {
 		}
 	}
 	return false
+}
+
+// byID is the flags of a command that does one thing to one stored row,
+// named by the one argument: "jobs unpark ID", "outbox requeue ID".
+func byID(do func(*store.Store, context.Context, int64) error) func(fs *flag.FlagSet) func(context.Context, []string) error {
+	return func(fs *flag.FlagSet) func(context.Context, []string) error {
+		var conf configFlags
+		conf.declare(fs)
+		return func(ctx context.Context, args []string) error {
+			id, err := oneID(args)
+			if err != nil {
+				return err
+			}
+			return withStore(conf, func(st *store.Store) error { return do(st, ctx, id) })
+		}
+	}
 }
 
 func oneID(args []string) (int64, error) {
