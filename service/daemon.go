@@ -48,13 +48,9 @@ type Daemon struct {
 	// Poll is how often sources without a push mechanism are read; default
 	// 30 s. The queue is looked at every fleet.poll.
 	Poll time.Duration
-	// Backoff is the wait before an infrastructure failure is retried, per
-	// attempt; MaxAttempts gives up (compared at every claim).
-	Backoff     time.Duration
-	MaxAttempts int
-	// MaxCrashes parks a job whose worker died while running it this many
-	// times (a restart found it running, or its lease ran out); default 2.
-	MaxCrashes int
+	// Retry is how failed and crashed jobs are tried again; the local
+	// worker gets the same.
+	Retry
 	// FlushEvery is how often the outbox is flushed besides at start and
 	// when a reply is committed (a retry, a dead sender's claim that ran
 	// out); default one minute.
@@ -242,15 +238,7 @@ func (d *Daemon) defaults() {
 	if d.Poll == 0 {
 		d.Poll = 30 * time.Second
 	}
-	if d.Backoff == 0 {
-		d.Backoff = time.Minute
-	}
-	if d.MaxAttempts == 0 {
-		d.MaxAttempts = 5
-	}
-	if d.MaxCrashes == 0 {
-		d.MaxCrashes = 2
-	}
+	d.Retry.defaults()
 	if d.FlushEvery == 0 {
 		d.FlushEvery = time.Minute
 	}
@@ -281,7 +269,7 @@ func (d *Daemon) defaults() {
 	}
 	if d.Worker == nil && d.Config.Fleet.LocalWorker {
 		d.Worker = &Worker{Config: d.Config, Store: d.Store, Pipeline: d.Pipeline, Name: host + "/watch", Host: host,
-			Log: d.Log, Metrics: d.Metrics, Backoff: d.Backoff, MaxAttempts: d.MaxAttempts, MaxCrashes: d.MaxCrashes,
+			Log: d.Log, Metrics: d.Metrics, Retry: d.Retry,
 			OnStep: d.OnStep}
 	}
 	if d.Worker != nil && d.Worker.OnDone == nil {
@@ -889,13 +877,10 @@ func (d *Daemon) runCheck(ctx context.Context, j *store.Job) {
 // retry queues a check again after a failure of the store, with a growing
 // backoff, or fails it for good after MaxAttempts.
 func (d *Daemon) retry(j *store.Job, err error, log *slog.Logger) {
-	j.Blame, j.Error = blame.Of(err), err.Error()
-	if j.Attempts >= d.MaxAttempts {
-		j.State = store.JobFailed
+	if d.Retry.again(j, err) {
 		log.Error("check failed for good", "err", err)
 		return
 	}
-	j.State, j.NotBefore = store.JobQueued, time.Now().Add(d.Backoff*time.Duration(1<<(j.Attempts-1)))
 	log.Warn("check failed; retrying later", "err", err, "not_before", j.NotBefore)
 }
 

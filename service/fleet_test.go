@@ -110,7 +110,7 @@ func runFleetChild(role string) int {
 			p.Builder = &cachedFakeBuilder{dir: cache, delay: delay}
 			p.Tester = fakeVMTester{round: 50 * time.Millisecond}
 		}
-		w := &Worker{Config: cfg, Store: st, Pipeline: p, Name: os.Getenv(fleetNameEnv), Log: log, Backoff: time.Second}
+		w := &Worker{Config: cfg, Store: st, Pipeline: p, Name: os.Getenv(fleetNameEnv), Log: log, Retry: Retry{Backoff: time.Second}}
 		if err := w.Run(ctx); err != nil {
 			return fail(err)
 		}

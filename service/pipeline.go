@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -166,19 +167,7 @@ func CheckProfile(profile string) error {
 		}
 		names = append(names, s.ProfileNames()...)
 	}
-	return fmt.Errorf("no suite has a profile %q (profiles: %s)", profile, strings.Join(dedupe(names), ", "))
-}
-
-func dedupe(xs []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, x := range xs {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
-	}
-	return out
+	return fmt.Errorf("no suite has a profile %q (profiles: %s)", profile, strings.Join(slices.Compact(slices.Sorted(slices.Values(names))), ", "))
 }
 
 // Builder chooses the base and builds the kernels (images.Kernels):

@@ -47,12 +47,9 @@ type Worker struct {
 	// the lease is renewed every quarter of it.
 	Lease time.Duration
 	Poll  time.Duration
-	// Backoff is the wait before an infrastructure failure is retried, per
-	// attempt; MaxAttempts gives up (compared at every claim); MaxCrashes
-	// parks a job this worker was found holding after that many deaths.
-	Backoff     time.Duration
-	MaxAttempts int
-	MaxCrashes  int
+	// Retry is how failed jobs are tried again, and when a job this
+	// worker was found holding after its death is parked.
+	Retry
 	// WorkDir holds the runs while they run; default a temporary
 	// directory, removed by Run.
 	WorkDir string
@@ -95,15 +92,7 @@ func (w *Worker) defaults() {
 	if w.Poll == 0 {
 		w.Poll = 5 * time.Second
 	}
-	if w.Backoff == 0 {
-		w.Backoff = time.Minute
-	}
-	if w.MaxAttempts == 0 {
-		w.MaxAttempts = 5
-	}
-	if w.MaxCrashes == 0 {
-		w.MaxCrashes = 2
-	}
+	w.Retry.defaults()
 	if w.Host == "" {
 		w.Host, _ = os.Hostname()
 	}
@@ -428,14 +417,12 @@ func (w *Worker) heartbeat(ctx context.Context, j *store.Job, cancel context.Can
 // retry queues a job again after an infrastructure failure, with a
 // growing backoff, or fails it for good after MaxAttempts.
 func (w *Worker) retry(j *store.Job, err error, log *slog.Logger) {
-	j.Blame, j.Error = blame.Of(err), err.Error()
+	forGood := w.Retry.again(j, err)
 	w.Metrics.Failures.WithLabelValues(string(j.Blame)).Inc()
-	if j.Attempts >= w.MaxAttempts {
-		j.State = store.JobFailed
+	if forGood {
 		log.Error("job failed for good (infrastructure)", "err", err)
 		return
 	}
-	j.State, j.NotBefore = store.JobQueued, time.Now().Add(w.Backoff*time.Duration(1<<(j.Attempts-1)))
 	log.Warn("job failed (infrastructure); retrying later", "err", err, "not_before", j.NotBefore)
 }
 

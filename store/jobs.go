@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,24 +140,12 @@ func addJob(ctx context.Context, r runner, j Job) (int64, bool, error) {
 		err = r.QueryRowContext(ctx, `SELECT id FROM jobs WHERE dedupe = ?`, j.Dedupe).Scan(&id)
 		return id, false, err
 	}
-	for _, suite := range dedupeStrings(j.Needs.Suites) {
+	for _, suite := range slices.Compact(slices.Sorted(slices.Values(j.Needs.Suites))) {
 		if _, err := r.ExecContext(ctx, `INSERT INTO job_suites (job_id, suite) VALUES (?, ?)`, id, suite); err != nil {
 			return 0, false, fmt.Errorf("adding job %s: %w", j.Dedupe, err)
 		}
 	}
 	return id, true, nil
-}
-
-func dedupeStrings(xs []string) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, x := range xs {
-		if !seen[x] {
-			seen[x] = true
-			out = append(out, x)
-		}
-	}
-	return out
 }
 
 const jobColumns = `id, dedupe, kind, trigger, title, source, sender, need_kvm, need_cpus, need_mem_mib,
