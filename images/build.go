@@ -135,8 +135,21 @@ func compilerVersion(ctx context.Context) (string, error) {
 	return first, nil
 }
 
+// buildFormat is bumped when the way a kernel is built changes in a way
+// that a build's inputs (tree, commit, config, compiler, patches) do not
+// show: the make targets, the sandbox, the artifacts kept and checked. A
+// bump sends every later build past the cached ones. Format 1's keys are
+// the ones made before the number existed, so that it is a bump that
+// empties the cache, not the number's arrival.
+var buildFormat = 1
+
+// hashKey is a build's cache key: its inputs, length-prefixed, and the
+// build format.
 func hashKey(parts ...[]byte) string {
 	h := sha256.New()
+	if buildFormat > 1 {
+		fmt.Fprintf(h, "format %d\n", buildFormat)
+	}
 	for _, p := range parts {
 		fmt.Fprintf(h, "%d\n", len(p))
 		h.Write(p)
