@@ -229,41 +229,24 @@ func modelLines(m *Model, c *Comparison) string {
 	if m == nil {
 		return ""
 	}
-	metric := m.Metric
-	if metric == "" {
-		metric = "wakeups_per_release"
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-28s %10s %10s\n", "wake-ups per release", "measured", "model")
-	found := false
-	for _, r := range c.Rows {
-		if r.Metric != metric {
-			continue
+	rows := m.Rows(c)
+	for _, r := range rows {
+		pred := "-"
+		if r.Predicts {
+			pred = short3(r.Predicted)
 		}
-		found = true
-		name := r.Workload
-		if cell := r.Cell(); cell != "" {
-			name += " " + cell
+		label := fmt.Sprintf("%s, %s (%s)", r.Workload, r.Kernel, r.Policy)
+		if utf8.RuneCountInString(label) > 28 {
+			// A long label gets lines of its own above its numbers.
+			b.WriteString(wrap(label, MaxColumns) + "\n")
+			label = ""
 		}
-		for _, s := range []struct {
-			kernel, policy string
-			mean           float64
-		}{{"base", m.BasePolicy, r.Base.Mean}, {"patched", m.PatchedPolicy, r.Patched.Mean}} {
-			pred := "-"
-			if v, ok := m.Predicted[s.policy]; ok {
-				pred = short3(v)
-			}
-			label := fmt.Sprintf("%s, %s (%s)", name, s.kernel, s.policy)
-			if utf8.RuneCountInString(label) > 28 {
-				// A long label gets lines of its own above its numbers.
-				b.WriteString(wrap(label, MaxColumns) + "\n")
-				label = ""
-			}
-			fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(s.mean), pred)
-		}
+		fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(r.Measured), pred)
 	}
-	if !found {
-		fmt.Fprintf(&b, "(no workload measured %s)\n", metric)
+	if len(rows) == 0 {
+		fmt.Fprintf(&b, "(no workload measured %s)\n", m.MetricName())
 	}
 	if m.Check != "" {
 		b.WriteString("\n" + wrap("Model checker, "+m.PatchedPolicy+" policy: "+m.Check, 72) + "\n")

@@ -69,6 +69,50 @@ type Model struct {
 	Check string `json:"check,omitempty"`
 }
 
+// MetricName is the measured metric set beside the prediction.
+func (m *Model) MetricName() string {
+	if m.Metric != "" {
+		return m.Metric
+	}
+	return "wakeups_per_release"
+}
+
+// ModelRow is one kernel's measured mean of the model's metric in one
+// workload, beside the model's prediction for that kernel's policy.
+type ModelRow struct {
+	Workload  string // with its cell, e.g. "read-storm threads=64"
+	Kernel    string // "base" or "patched"
+	Policy    string
+	Measured  float64
+	Predicted float64
+	Predicts  bool // the model has a prediction for Policy
+}
+
+// Rows sets the model beside every row of c that measured its metric: a
+// row for the base and one for the patched kernel. The reply and the
+// dashboard both show these.
+func (m *Model) Rows(c *Comparison) []ModelRow {
+	var out []ModelRow
+	for _, r := range c.Rows {
+		if r.Metric != m.MetricName() {
+			continue
+		}
+		name := r.Workload
+		if cell := r.Cell(); cell != "" {
+			name += " " + cell
+		}
+		for _, side := range []struct {
+			kernel, policy string
+			mean           float64
+		}{{"base", m.BasePolicy, r.Base.Mean}, {"patched", m.PatchedPolicy, r.Patched.Mean}} {
+			p, ok := m.Predicted[side.policy]
+			out = append(out, ModelRow{Workload: name, Kernel: side.kernel, Policy: side.policy,
+				Measured: side.mean, Predicted: p, Predicts: ok})
+		}
+	}
+	return out
+}
+
 // Run describes a finished test of one series: what was built and how, and
 // what came of it. It is the input of the reply.
 type Run struct {

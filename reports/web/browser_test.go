@@ -291,7 +291,7 @@ func TestBrowser(t *testing.T) {
 			case "model":
 				var b, p, n int
 				for _, r := range cmp.Rows {
-					if r.Metric == modelMetric(run.Model) {
+					if r.Metric == run.Model.MetricName() {
 						w := stored[keyOfRow(r)]
 						b, p, n = b+w[0], p+w[1], n+1
 					}

@@ -273,7 +273,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 		add(id, g.kind, "", title, svg, marks)
 	}
 	if m := run.Model; m != nil {
-		metric := modelMetric(m)
+		metric := m.MetricName()
 		var rows []reports.Row
 		for _, r := range c.Rows {
 			if r.Metric == metric {
@@ -290,39 +290,20 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 	return t, append(overview, plots...), nil
 }
 
-func modelMetric(m *reports.Model) string {
-	if m.Metric != "" {
-		return m.Metric
-	}
-	return "wakeups_per_release"
-}
-
 // modelView sets the model's predictions beside the measured means, row
 // by row, as the reply's model lines do.
 func modelView(m *reports.Model, c *reports.Comparison) *ModelView {
 	if m == nil {
 		return nil
 	}
-	mv := &ModelView{BasePolicy: m.BasePolicy, PatchedPolicy: m.PatchedPolicy, Metric: modelMetric(m), Check: m.Check}
-	for _, r := range c.Rows {
-		if r.Metric != mv.Metric {
-			continue
+	mv := &ModelView{BasePolicy: m.BasePolicy, PatchedPolicy: m.PatchedPolicy, Metric: m.MetricName(), Check: m.Check}
+	for _, r := range m.Rows(c) {
+		pred := "-"
+		if r.Predicts {
+			pred = reports.Short(r.Predicted)
 		}
-		name := r.Workload
-		if cell := r.Cell(); cell != "" {
-			name += " " + cell
-		}
-		for _, side := range []struct {
-			kernel, policy string
-			mean           float64
-		}{{"base", m.BasePolicy, r.Base.Mean}, {"patched", m.PatchedPolicy, r.Patched.Mean}} {
-			pred := "-"
-			if p, ok := m.Predicted[side.policy]; ok {
-				pred = reports.Short(p)
-			}
-			mv.Lines = append(mv.Lines, ModelLine{Workload: name, Kernel: side.kernel, Policy: side.policy,
-				Measured: reports.Short(side.mean), Predicted: pred})
-		}
+		mv.Lines = append(mv.Lines, ModelLine{Workload: r.Workload, Kernel: r.Kernel, Policy: r.Policy,
+			Measured: reports.Short(r.Measured), Predicted: pred})
 	}
 	return mv
 }
