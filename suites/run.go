@@ -41,7 +41,14 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	if err := ensureMounts(); err != nil {
 		return nil, err
 	}
+	clock, err := checkClock()
+	if err != nil {
+		return nil, err
+	}
 	r := &round{ctx: ctx, cfg: cfg, n: req.Round, params: req.Params, res: newResult(cfg, req)}
+	if clock != "" {
+		r.res.Notes["clocksource"] = clock
+	}
 	var run func(*round) error
 	switch cfg.Suite {
 	case "cache-contention":

@@ -134,3 +134,16 @@ func TestSelect(t *testing.T) {
 		}
 	}
 }
+
+func TestClockTooCoarseIsRefused(t *testing.T) {
+	for name, ok := range map[string]bool{"tsc": true, "hpet": true, "kvm-clock": true, "acpi_pm": true,
+		"jiffies": false, "refined-jiffies": false} {
+		err := clockUsable(name)
+		if (err == nil) != ok {
+			t.Errorf("clocksource %s: %v, want usable=%v", name, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), name) {
+			t.Errorf("the refusal does not name the clocksource: %v", err)
+		}
+	}
+}

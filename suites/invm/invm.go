@@ -64,9 +64,10 @@ type VMConfig struct {
 	Concurrency int `yaml:"concurrency"`
 	// Boot is the guests' boot path: "legacy" (the default: the bzImage on
 	// the pc machine) or "pvh" (the kernel's ELF on microvm, about a
-	// second faster to boot). Measurements use legacy: on 2026-12-01 the
-	// end-to-end test's read-storm ran at 33 files/s on the PVH path
-	// against 75 on the legacy one (docs/vmrunner.md).
+	// second faster to boot). Measurements use legacy: under TCG microvm
+	// leaves the guest only a clock that ticks once a jiffy, and a suite
+	// round refuses to run on it (docs/vmrunner.md); under KVM the PVH
+	// guest has kvm-clock.
 	Boot string `yaml:"boot"`
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/vmrunner"
 )
 
 // TestGuestCacheContention boots the minimal kernel under QEMU (4 vCPUs)
@@ -91,6 +93,51 @@ func TestGuestCacheContention(t *testing.T) {
 	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %.2f)",
 		got["read-storm/files_per_s"], got["read-storm/sched_wakeup"], got["read-storm/wakeups_per_release"],
 		res.Model.WakeupsPerRelease["wake-all"])
+}
+
+// Under TCG the PVH path's microvm gives the guest no clock finer than
+// the timer tick: a round there must be refused, naming the clock, and
+// blamed on the set-up, not on the kernel.
+func TestPVHRoundUnderTCGIsRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: boots a VM")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "mksquashfs"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " not installed")
+		}
+	}
+	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
+		t.Skip("linux-source-6.1 not installed: no default kernel to boot")
+	}
+	ctx := context.Background()
+	k, err := images.DefaultKernel(ctx, testWriter{t})
+	if err != nil {
+		t.Fatalf("building the default kernel: %v", err)
+	}
+	if k.Vmlinux == "" {
+		t.Skip("the default kernel's build keeps no vmlinux to boot at its PVH entry")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	results, err := Run(ctx, Options{
+		Suite: "cache-contention", Profile: "quick",
+		Kernels:  []Kernel{{Side: blame.Base, BzImage: k.BzImage}},
+		VM:       VMConfig{Boot: vmrunner.BootPVH},
+		CacheDir: t.TempDir(), Progress: testWriter{t},
+	})
+	if err == nil {
+		if results[0].Accel == "kvm" {
+			t.Skip("KVM works here: the guest has kvm-clock")
+		}
+		t.Fatalf("a round on PVH under %s was measured (clocksource %q)", results[0].Accel, results[0].Notes["clocksource"])
+	}
+	if !strings.Contains(err.Error(), "jiffies") || !strings.Contains(err.Error(), "vm.boot: legacy") {
+		t.Errorf("the refusal does not name the clock and the way out: %v", err)
+	}
+	if b := blame.Of(err); b != blame.Infra {
+		t.Errorf("blamed on %q, want infra (the base kernel, the set-up's choice)", b)
+	}
 }
 
 type testWriter struct{ t *testing.T }
