@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 )
 
@@ -19,8 +18,7 @@ func TestRemoveStaleCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	groups := func(pid int) []string {
-		name := fmt.Sprintf("build-%d-999999", pid)
-		return []string{filepath.Join(cgroupRoot, "memory", "patchbot", name), filepath.Join(cgroupRoot, "pids", "patchbot", name)}
+		return groupOf(fmt.Sprintf("build-%d-999999", pid)).dirs()
 	}
 	stale, live := groups(dead.Process.Pid), groups(os.Getpid())
 	for _, d := range append(append([]string{}, stale...), live...) {

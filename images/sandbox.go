@@ -412,11 +412,20 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	o.wait = cmd.Wait()
 	log.flushLine()
 	if ps := cmd.ProcessState; ps != nil {
-		// The CPU time of the processes patchbot waited for. Bare, that is
-		// make's whole tree; through bwrap it is not (the build's own
-		// usage does not reach us: 0.02 s measured), a known gap.
-		log.note(fmt.Sprintf("patchbot: %s after %.1fs, cpu user %.2fs sys %.2fs", ps, time.Since(started).Seconds(),
-			ps.UserTime().Seconds(), ps.SystemTime().Seconds()))
+		// The CPU time of the command's whole tree. Bare, the processes
+		// patchbot waited for are that tree. Through bwrap they are not
+		// (bwrap exits without reaping its sandbox), so it is the build's
+		// cpuacct group that says, where there is one.
+		user, sys, how := ps.UserTime(), ps.SystemTime(), ""
+		if cg != nil {
+			if u, sy, ok := cg.cpuTime(); ok {
+				user, sys, how = u, sy, " (its cgroup)"
+			} else {
+				how = " (what bwrap reaped: not the build's)"
+			}
+		}
+		log.note(fmt.Sprintf("patchbot: %s after %.1fs, cpu user %.2fs sys %.2fs%s", ps, time.Since(started).Seconds(),
+			user.Seconds(), sys.Seconds(), how))
 	}
 	o.ctx = ctx.Err()
 	o.scan = scan

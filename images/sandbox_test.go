@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -321,4 +322,30 @@ func TestSandboxDiskFull(t *testing.T) {
 	if !errors.Is(err, ErrNoSpace) {
 		t.Errorf("error = %v, want ErrNoSpace\n%s", err, out)
 	}
+}
+
+// The CPU time a build spends in the sandbox reaches its log: a second of
+// busy shell must show as about a second, not as what bwrap itself used.
+func TestSandboxCountsTheBuildsCPU(t *testing.T) {
+	sb := testSandbox(t, Limits{})
+	if !sb.cgroups || !cpuacctOK {
+		t.Skip("no cgroup v1 cpuacct controller of ours here")
+	}
+	out, err := runIn(t, context.Background(), sb, newSandboxFixture(t),
+		`end=$(($(date +%s) + 2)); while [ "$(date +%s)" -lt "$end" ]; do :; done`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`cpu user ([0-9.]+)s sys ([0-9.]+)s \(its cgroup\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("the log gives no CPU time from the build's cgroup:\n%s", out)
+	}
+	user, _ := strconv.ParseFloat(m[1], 64)
+	sys, _ := strconv.ParseFloat(m[2], 64)
+	// Between 1 and 2 s of wall time busy (the loop starts within its first
+	// second), on a host that may be lending the core to others.
+	if user+sys < 0.3 {
+		t.Errorf("a busy loop of 1-2 s counted %.2fs user + %.2fs sys", user, sys)
+	}
+	t.Logf("a busy loop of 1-2 s: %.2fs user + %.2fs sys, from the build's cgroup", user, sys)
 }
