@@ -327,9 +327,11 @@ func (s *sandbox) limitArgs() []string {
 }
 
 // bareCommand is the benchmark's baseline: the bind mounts a patched build
-// needs (its tree on the base's path) and nothing else.
+// needs (its tree on the base's path) and a /tmp like the sandbox's.
 func (s *sandbox) bareCommand(ctx context.Context, v view, env []string, argv []string) *exec.Cmd {
-	script := `while [ "$1" != -- ]; do mount --bind "$1" "$2"; shift 2; done; shift; cd "$1"; shift; exec "$@"`
+	// A tmpfs on /tmp, as the sandbox gives the build, so that gcc's
+	// temporary files do not go to the host's disk in the baseline alone.
+	script := `while [ "$1" != -- ]; do mount --bind "$1" "$2"; shift 2; done; shift; mount -t tmpfs patchbot-bare-tmp /tmp; cd "$1"; shift; exec "$@"`
 	full := []string{"unshare", "--mount", "--", "/bin/sh", "-euc", script, "sh"}
 	for _, m := range v.mounts {
 		if m.src != m.dst {
