@@ -512,7 +512,18 @@ func TestFleetSurvivesAWorkerKilledMidJob(t *testing.T) {
 			}
 		}
 		ms, _ := w.st.OutboxIn(context.Background(), store.Sent)
-		return len(ms) == len(posted)
+		if len(ms) != len(posted) {
+			return false
+		}
+		// A worker's run reaches the coordinator's runs directory when the
+		// coordinator collects it, after the job is done and its reply
+		// queued: wait for that too.
+		for _, j := range jobs {
+			if _, err := os.Stat(filepath.Join(w.state, "runs", fmt.Sprintf("job-%d", j.ID), "run.json")); err != nil {
+				return false
+			}
+		}
+		return true
 	})
 	ctx := context.Background()
 	sent, _ := w.st.OutboxIn(ctx, store.Sent)
