@@ -17,24 +17,8 @@ import (
 // and runs one round of the quick cache-contention profile in it: the
 // whole guest path, from the staged image on /dev/vda to the counters.
 func TestGuestCacheContention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: boots a VM")
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed")
-	}
-	if _, err := exec.LookPath("mksquashfs"); err != nil {
-		t.Skip("mksquashfs not installed (squashfs-tools)")
-	}
-	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
-		t.Skip("linux-source-6.1 not installed: no default kernel to boot")
-	}
 	ctx := context.Background()
-	// The kernel build is shared (cached) with the other packages' tests.
-	k, err := images.DefaultKernel(ctx, testWriter{t})
-	if err != nil {
-		t.Fatalf("building the default kernel: %v", err)
-	}
+	k := guestKernel(t)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute) // about 1 min alone; more when CI runs two test binaries at once
 	defer cancel()
 	results, err := Run(ctx, Options{
@@ -99,22 +83,8 @@ func TestGuestCacheContention(t *testing.T) {
 // the timer tick: a round there must be refused, naming the clock, and
 // blamed on the set-up, not on the kernel.
 func TestPVHRoundUnderTCGIsRefused(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: boots a VM")
-	}
-	for _, tool := range []string{"qemu-system-x86_64", "mksquashfs"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skip(tool + " not installed")
-		}
-	}
-	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
-		t.Skip("linux-source-6.1 not installed: no default kernel to boot")
-	}
 	ctx := context.Background()
-	k, err := images.DefaultKernel(ctx, testWriter{t})
-	if err != nil {
-		t.Fatalf("building the default kernel: %v", err)
-	}
+	k := guestKernel(t)
 	if k.Vmlinux == "" {
 		t.Skip("the default kernel's build keeps no vmlinux to boot at its PVH entry")
 	}
@@ -138,6 +108,30 @@ func TestPVHRoundUnderTCGIsRefused(t *testing.T) {
 	if b := blame.Of(err); b != blame.Infra {
 		t.Errorf("blamed on %q, want infra (the base kernel, the set-up's choice)", b)
 	}
+}
+
+// guestKernel skips the test where a VM cannot be booted here, and
+// returns the default kernel, whose build is shared (cached) with the
+// other packages' tests.
+func guestKernel(t *testing.T) *images.Build {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: boots a VM")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		t.Skip("qemu-system-x86_64 not installed")
+	}
+	if _, err := exec.LookPath("mksquashfs"); err != nil {
+		t.Skip("mksquashfs not installed (squashfs-tools)")
+	}
+	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
+		t.Skip("linux-source-6.1 not installed: no default kernel to boot")
+	}
+	k, err := images.DefaultKernel(context.Background(), testWriter{t})
+	if err != nil {
+		t.Fatalf("building the default kernel: %v", err)
+	}
+	return k
 }
 
 type testWriter struct{ t *testing.T }
