@@ -233,17 +233,13 @@ func modelLines(m *Model, c *Comparison) string {
 	fmt.Fprintf(&b, "%-28s %10s %10s\n", "wake-ups per release", "measured", "model")
 	rows := m.Rows(c)
 	for _, r := range rows {
-		pred := "-"
-		if r.Predicts {
-			pred = short3(r.Predicted)
-		}
 		label := fmt.Sprintf("%s, %s (%s)", r.Workload, r.Kernel, r.Policy)
 		if utf8.RuneCountInString(label) > 28 {
 			// A long label gets lines of its own above its numbers.
 			b.WriteString(wrap(label, MaxColumns) + "\n")
 			label = ""
 		}
-		fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(r.Measured), pred)
+		fmt.Fprintf(&b, "%-28s %10s %10s\n", label, short3(r.Measured), r.PredictedText())
 	}
 	if len(rows) == 0 {
 		fmt.Fprintf(&b, "(no workload measured %s)\n", m.MetricName())

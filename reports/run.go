@@ -88,6 +88,15 @@ type ModelRow struct {
 	Predicts  bool // the model has a prediction for Policy
 }
 
+// PredictedText is the prediction as the reply and the dashboard print
+// it, or "-" where the model has none for the policy.
+func (r ModelRow) PredictedText() string {
+	if !r.Predicts {
+		return "-"
+	}
+	return short3(r.Predicted)
+}
+
 // Rows sets the model beside every row of c that measured its metric: a
 // row for the base and one for the patched kernel. The reply and the
 // dashboard both show these.

@@ -78,9 +78,6 @@ func sealedCopy(path string) (*os.File, error) {
 // 32-bit PVH entry point, which QEMU looks for to boot an ELF as PVH.
 const xenNotePhys32Entry = 18
 
-// pvhKernel returns the ELF to boot at its PVH entry point for s: the
-// explicit Spec.Vmlinux, the Kernel itself if it is such an ELF, or the
-// "vmlinux" beside it. why says why there is none.
 // bootPath is the path a spec boots on under the config's Boot, and the
 // kernel file for it: PVH when asked, or in auto mode when the kernel has
 // a PVH-bootable ELF; legacy otherwise. Asking for PVH of a kernel without
@@ -99,6 +96,9 @@ func bootPath(want string, s Spec) (boot, kernel string, err error) {
 	return BootLegacy, s.Kernel, nil
 }
 
+// pvhKernel returns the ELF to boot at its PVH entry point for s: the
+// explicit Spec.Vmlinux, the Kernel itself if it is such an ELF, or the
+// "vmlinux" beside it. why says why there is none.
 func pvhKernel(s Spec) (path, why string) {
 	candidates := []string{s.Kernel, filepath.Join(filepath.Dir(s.Kernel), "vmlinux")}
 	if s.Vmlinux != "" {

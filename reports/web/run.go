@@ -298,12 +298,8 @@ func modelView(m *reports.Model, c *reports.Comparison) *ModelView {
 	}
 	mv := &ModelView{BasePolicy: m.BasePolicy, PatchedPolicy: m.PatchedPolicy, Metric: m.MetricName(), Check: m.Check}
 	for _, r := range m.Rows(c) {
-		pred := "-"
-		if r.Predicts {
-			pred = reports.Short(r.Predicted)
-		}
 		mv.Lines = append(mv.Lines, ModelLine{Workload: r.Workload, Kernel: r.Kernel, Policy: r.Policy,
-			Measured: reports.Short(r.Measured), Predicted: pred})
+			Measured: reports.Short(r.Measured), Predicted: r.PredictedText()})
 	}
 	return mv
 }
