@@ -367,11 +367,35 @@ func SaveRun(dir string, run *Run) error {
 		if err != nil {
 			return fmt.Errorf("encoding %s: %w", f.name, err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f.name), append(data, '\n'), 0o644); err != nil {
+		if err := replaceFile(filepath.Join(dir, f.name), append(data, '\n')); err != nil {
 			return fmt.Errorf("writing run directory: %w", err)
 		}
 	}
 	return nil
+}
+
+// replaceFile writes data to path through a temporary file beside it and
+// a rename, so that a reader (the dashboard, while a run is saved or saved
+// again) sees the old file or the new one, never half of one.
+func replaceFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // ReadResults reads a results file: a JSON array of suites.Result, or a
