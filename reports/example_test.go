@@ -44,8 +44,7 @@ func ExampleCompare() {
 	//              \          |                \
 	// primary metrics:
 	// cache-contention / read-storm
-	//         9.70         -88.7%            1.10 ±  6%
-	//     wakeups_per_release (wakeups/release)
+	//         9.70         -88.7%            1.10 ±  6%  wakeups_per_release
 	//
 	// %change: patched vs base mean. Judged by Welch's t-test on log values,
 	// two-sided, Holm-Bonferroni within each family (the 1 primary metric) at alpha

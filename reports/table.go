@@ -204,7 +204,12 @@ func (t *lineWriter) row(r Row, noise float64) {
 		pad(change, 8, true) + pad(mark, 3, false) + " " +
 		pad(side(r.Patched), 12, true) + " " + pad(spread(r.Patched, noise), 5, false) + "  "
 	if utf8.RuneCountInString(prefix+name) > MaxColumns {
-		// A long name goes on lines of its own below the numbers.
+		// Drop the unit before breaking the row: a name on a line of its
+		// own sits between two rows' numbers, and reads as the next row's.
+		name = r.Metric
+	}
+	if utf8.RuneCountInString(prefix+name) > MaxColumns {
+		// A name too long even alone goes on lines of its own below the numbers.
 		t.line("%s", prefix)
 		for _, l := range strings.Split(wrap(name, MaxColumns-4), "\n") {
 			t.line("    %s", l)
