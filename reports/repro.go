@@ -15,6 +15,7 @@ type Repro struct {
 	Runs      int
 	CPUs      int
 	MemMiB    int
+	Boot      string // the VMs' boot path, when not the default (legacy)
 	Tree      string // the operator's tree, if not the default (said, not given: it is a path on the bot's disk)
 	Base      string // the base it was tested on (a tree or commit), unless the default
 	Patches   string // "2-3": the patches measured, when not the whole series
@@ -38,6 +39,9 @@ func (r Repro) Commands() []string {
 	}
 	if r.MemMiB > 0 {
 		args = append(args, "--mem", strconv.Itoa(r.MemMiB))
+	}
+	if r.Boot != "" && r.Boot != "legacy" {
+		args = append(args, "--boot", r.Boot)
 	}
 	if r.Base != "" {
 		args = append(args, "--base", r.Base)

@@ -69,3 +69,13 @@ func TestShellLinesKeepQuotedArgumentsWhole(t *testing.T) {
 		t.Errorf("the shell read the continued lines' Message-ID as %q (%v)", out, err)
 	}
 }
+
+// The boot path is said only when it is not the default, as --base is.
+func TestReproSaysANonDefaultBootPath(t *testing.T) {
+	for boot, want := range map[string]bool{"": false, "legacy": false, "pvh": true} {
+		line := Repro{MessageID: "<a@b>", CPUs: 2, MemMiB: 1024, Boot: boot}.Commands()[0]
+		if got := strings.Contains(line, " --boot pvh"); got != want {
+			t.Errorf("boot %q: %s", boot, line)
+		}
+	}
+}

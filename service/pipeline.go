@@ -392,7 +392,7 @@ func reblame(err error, aPatched bool) error {
 // unless it was the default, and the patches measured.
 func (p *Pipeline) repro(req *Request, c *images.Choice, commit string) reports.Repro {
 	r := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Tree: p.Tree.Tree, AA: req.AA}
+		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Boot: p.VM.Boot, Tree: p.Tree.Tree, AA: req.AA}
 	switch {
 	case req.BaseOverride != "":
 		r.Base = req.BaseOverride

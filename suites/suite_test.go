@@ -3,6 +3,7 @@ package suites
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestEmbeddedSuites(t *testing.T) {
@@ -138,12 +139,18 @@ func TestSelect(t *testing.T) {
 func TestClockTooCoarseIsRefused(t *testing.T) {
 	for name, ok := range map[string]bool{"tsc": true, "hpet": true, "kvm-clock": true, "acpi_pm": true,
 		"jiffies": false, "refined-jiffies": false} {
-		err := clockUsable(name)
+		err := clockUsable(name, time.Nanosecond)
 		if (err == nil) != ok {
 			t.Errorf("clocksource %s: %v, want usable=%v", name, err, ok)
 		}
 		if err != nil && !strings.Contains(err.Error(), name) {
 			t.Errorf("the refusal does not name the clocksource: %v", err)
 		}
+	}
+	// A fine clocksource without high-resolution timers: the workloads'
+	// sleeps would still run on the tick.
+	err := clockUsable("tsc", 4*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "4ms") || !strings.Contains(err.Error(), "vm.boot: legacy") {
+		t.Errorf("tsc at a 4 ms resolution: %v, want a refusal naming the resolution and the way out", err)
 	}
 }

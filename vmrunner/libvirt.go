@@ -288,6 +288,13 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 		machine, features = "microvm", nil
 		addr = &libvirtxml.DomainAddress{VirtioMMIO: &libvirtxml.DomainAddressVirtioMMIO{}}
 		cmdline += " " + pvhCmdline
+		if !v.remote {
+			// The domain runs under TCG on this host: give it this
+			// host's TSC rate (see TCGClockCmdline). A remote host's
+			// TSC cannot be measured from here; its PVH guest keeps a
+			// jiffy clock, and suites refuse to time workloads on it.
+			cmdline = strings.TrimSpace(cmdline + " " + TCGClockCmdline())
+		}
 	}
 	d := &libvirtxml.Domain{
 		Type:   "qemu",

@@ -74,11 +74,17 @@ func TestLibvirtDomainXML(t *testing.T) {
 		name: "pvh",
 		vm:   &libvirtVM{spec: spec, dir: "/w", label: dacID{64055, 107}, boot: BootPVH, kernel: "/w/kernel", initrd: "/w/initramfs", disks: []string{"/w/disk0.img", "/w/disk1.img"}},
 		want: []string{
-			`machine="microvm"`, `<cmdline>console=ttyS0 panic=-1 reboot=t quiet</cmdline>`,
+			`machine="microvm"`, `<cmdline>` + strings.TrimSpace("console=ttyS0 panic=-1 reboot=t "+TCGClockCmdline()) + ` quiet</cmdline>`,
 			`<controller type="virtio-serial"><address type="virtio-mmio"></address>`, `<address type="virtio-mmio"></address></disk>`,
 			`<seclabel type="static" model="dac" relabel="no"><label>+64055:+107</label>`,
 		},
 		wantNone: []string{"<interface", "+0:+0", "<acpi>"},
+	}, {
+		// A remote host's TSC rate cannot be measured from here.
+		name:     "remote pvh",
+		vm:       &libvirtVM{spec: spec, dir: "/w", remote: true, label: dacID{64055, 107}, boot: BootPVH, kernel: "/k"},
+		want:     []string{`<cmdline>console=ttyS0 panic=-1 reboot=t patchbot.agent=hvc0 quiet</cmdline>`},
+		wantNone: []string{"tsc_early_khz", "tsc=reliable"},
 	}, {
 		name: "remote",
 		vm:   &libvirtVM{spec: spec, dir: "/w", remote: true, label: dacID{64055, 107}, boot: BootLegacy, kernel: "/k"},

@@ -199,6 +199,11 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
 		cmdline += " " + pvhCmdline
+		if accel != "kvm" {
+			// Under KVM the guest has kvm-clock; under TCG, without
+			// this, only a jiffy clock (see TCGClockCmdline).
+			cmdline = strings.TrimSpace(cmdline + " " + TCGClockCmdline())
+		}
 	}
 	a := append([]string{}, f.pre...)
 	a = append(a,

@@ -56,6 +56,7 @@ func TestUsageErrorsExit2WithOneLine(t *testing.T) {
 		{[]string{"run"}, "give one of --mbox"},
 		{[]string{"run", "--mbox", seed, "--maildir", "x"}, "give only one of"},
 		{[]string{"run", "--mbox", seed, "--cpus", "-3"}, "--cpus -3: want 1..64"},
+		{[]string{"run", "--mbox", seed, "--boot", "uefi"}, `--boot "uefi": want legacy or pvh`},
 		{[]string{"run", "--mbox", seed, "--mem", "12"}, "--mem 12"},
 		{[]string{"run", "--mbox", seed, "--runs", "0"}, "--runs 0: want 1..100"},
 		{[]string{"run", "--mbox", seed, "--suites", "nosuch"}, `no suite "nosuch"`},

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
+	"github.com/patchbot/patchbot/vmrunner"
 )
 
 // sourceFlags are the flags that name where mail comes from, shared by
@@ -136,14 +137,15 @@ func (c *configFlags) load() (service.Config, error) {
 
 // vmFlags choose the VM shape, over the config's.
 type vmFlags struct {
-	backend   string
-	cpus, mem int
+	backend, boot string
+	cpus, mem     int
 }
 
 func (v *vmFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&v.backend, "backend", "", "VM backend: qemu or libvirt (default from the config: qemu)")
 	fs.IntVar(&v.cpus, "cpus", 0, "vCPUs of each VM, 1..64 (default from the config: 2)")
 	fs.IntVar(&v.mem, "mem", 0, "memory of each VM in MiB, at least 256 (default from the config: 1024)")
+	fs.StringVar(&v.boot, "boot", "", "the VMs' boot path: legacy (bzImage on the pc machine) or pvh (the kernel's ELF on microvm) (default from the config: legacy)")
 }
 
 // apply checks the flags that were given and sets them over cfg.
@@ -168,6 +170,13 @@ func (v *vmFlags) apply(fs *flag.FlagSet, cfg *service.Config) error {
 				err = usagef("--mem %d: want at least 256 (MiB)", v.mem)
 			}
 			cfg.VM.MemMiB = v.mem
+		case "boot":
+			switch v.boot {
+			case vmrunner.BootLegacy, vmrunner.BootPVH:
+				cfg.VM.Boot = v.boot
+			default:
+				err = usagef("--boot %q: want %s or %s", v.boot, vmrunner.BootLegacy, vmrunner.BootPVH)
+			}
 		}
 	})
 	return err

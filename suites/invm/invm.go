@@ -64,10 +64,12 @@ type VMConfig struct {
 	Concurrency int `yaml:"concurrency"`
 	// Boot is the guests' boot path: "legacy" (the default: the bzImage on
 	// the pc machine) or "pvh" (the kernel's ELF on microvm, about a
-	// second faster to boot). Measurements use legacy: under TCG microvm
-	// leaves the guest only a clock that ticks once a jiffy, and a suite
-	// round refuses to run on it (docs/vmrunner.md); under KVM the PVH
-	// guest has kvm-clock.
+	// second faster to boot). Measurements use legacy: every recorded
+	// A/A and known answer was taken on it. Under TCG microvm has no
+	// HPET, so the PVH guest has a fine clock only when vmrunner can give
+	// it the host's TSC rate (vmrunner.TCGClockCmdline); where it cannot,
+	// a suite round refuses the guest's jiffy clock (docs/vmrunner.md).
+	// Under KVM the PVH guest has kvm-clock.
 	Boot string `yaml:"boot"`
 }
 

@@ -1,0 +1,6 @@
+package vmrunner
+
+// rdtsc reads this CPU's time-stamp counter.
+func rdtsc() uint64
+
+const haveTSC = true
