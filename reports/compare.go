@@ -208,6 +208,18 @@ type Comparison struct {
 	Busy []BusyRound `json:"busy,omitempty"`
 	// Repeated counts the rounds run again because the host was busy.
 	Repeated int `json:"repeated,omitempty"`
+	// AA: both sides are the base kernel (an A/A run). Prose names the
+	// second side "the second base", not "the patched kernel".
+	AA bool `json:"aa,omitempty"`
+}
+
+// sideName is how prose names a side's kernel: "base", "patched", or in
+// an A/A run "second base" for the second.
+func (c *Comparison) sideName(kernel string) string {
+	if c.AA && kernel == "patched" {
+		return "second base"
+	}
+	return kernel
 }
 
 // Judged counts the rows that have enough runs to be tested.

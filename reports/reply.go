@@ -101,6 +101,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		if err != nil {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
+		c.AA = run.PatchedCommit == run.BaseCommit
 		data.Verdict = Verdict(c)
 		data.Headline = Headline(c)
 		data.Notes = Notes(c)
@@ -116,7 +117,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		buf.Reset()
 		commits := Commits{Base: run.BaseCommit, BaseTitle: run.BaseTitle,
 			Patched: run.PatchedCommit, PatchedTitle: stripTags(run.Thread.Subject)}
-		if run.PatchedCommit == run.BaseCommit {
+		if c.AA {
 			commits.PatchedTitle = "the base again: an A/A run"
 		}
 		if err := WriteTable(&buf, c, commits); err != nil {

@@ -472,7 +472,7 @@ func Notes(c *Comparison) []string {
 			after = b.Round.After.Busy
 		}
 		out = append(out, fmt.Sprintf("%s round %d on %s ran while the host was busy (%s and %s of its CPU time before and after).",
-			b.Suite, b.Round.N, b.Kernel, pct(before), pct(after)))
+			b.Suite, b.Round.N, c.sideName(b.Kernel), pct(before), pct(after)))
 	}
 	for _, r := range c.Rows {
 		for _, side := range []struct {
@@ -484,7 +484,7 @@ func Notes(c *Comparison) []string {
 			}
 			lo, hi := side.s.Modes[0], side.s.Modes[1]
 			out = append(out, fmt.Sprintf("The %s kernel's %s fell in two modes: %s at %s and %s at %s; its mean describes neither.",
-				side.kernel, describe(r), plural(lo.N, "run"), span(lo, r.Unit), plural(hi.N, "run"), span(hi, r.Unit)))
+				c.sideName(side.kernel), describe(r), plural(lo.N, "run"), span(lo, r.Unit), plural(hi.N, "run"), span(hi, r.Unit)))
 		}
 	}
 	if n := modalDerived(c); n > 0 {

@@ -332,6 +332,17 @@ func TestBimodalBaseIsFlagged(t *testing.T) {
 	if !strings.Contains(notes, "The base kernel's read-storm throughput fell in two modes: 4 runs at 169-195 files/s and 1 run at 506 files/s") {
 		t.Errorf("notes:\n%s", notes)
 	}
+	// In an A/A run the second side is the base again: no "patched
+	// kernel" in prose about a run that has none.
+	c, err = Compare(p, b, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AA = true
+	notes = strings.Join(Notes(c), "\n")
+	if !strings.Contains(notes, "The second base kernel's read-storm throughput fell in two modes") || strings.Contains(notes, "patched") {
+		t.Errorf("A/A notes:\n%s", notes)
+	}
 }
 
 // The sequential rule recorded in the results decides the level: an
