@@ -287,14 +287,10 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 		// come from the MP table.
 		machine, features = "microvm", nil
 		addr = &libvirtxml.DomainAddress{VirtioMMIO: &libvirtxml.DomainAddressVirtioMMIO{}}
-		cmdline += " " + pvhCmdline
-		if !v.remote {
-			// The domain runs under TCG on this host: give it this
-			// host's TSC rate (see TCGClockCmdline). A remote host's
-			// TSC cannot be measured from here; its PVH guest keeps a
-			// jiffy clock, and suites refuse to time workloads on it.
-			cmdline = strings.TrimSpace(cmdline + " " + TCGClockCmdline())
-		}
+		// Domains run under TCG (type "qemu"); a remote host's PVH
+		// guest keeps a jiffy clock, and suites refuse to time
+		// workloads on it.
+		cmdline += " " + pvhCmdline(!v.remote)
 	}
 	d := &libvirtxml.Domain{
 		Type:   "qemu",

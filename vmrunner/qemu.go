@@ -34,8 +34,16 @@ const baseCmdline = "console=ttyS0 panic=-1"
 
 // pvhCmdline is added on microvm: it has no keyboard controller or ACPI
 // reset, so the kernel's reboot (the agent's power-off, a panic) must go
-// straight to the triple fault that ends QEMU under -no-reboot.
-const pvhCmdline = "reboot=t"
+// straight to the triple fault that ends QEMU under -no-reboot. A guest
+// that runs under TCG on this host is also given this host's TSC rate
+// (see TCGClockCmdline); under KVM it has kvm-clock, and a remote host's
+// TSC cannot be measured from here.
+func pvhCmdline(tcgHere bool) string {
+	if !tcgHere {
+		return "reboot=t"
+	}
+	return strings.TrimSpace("reboot=t " + TCGClockCmdline())
+}
 
 // maxConsole bounds the console log: a guest printing without end must
 // not fill the disk or patchbot's memory.
@@ -198,12 +206,7 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		// for the wall clock.
 		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
-		cmdline += " " + pvhCmdline
-		if accel != "kvm" {
-			// Under KVM the guest has kvm-clock; under TCG, without
-			// this, only a jiffy clock (see TCGClockCmdline).
-			cmdline = strings.TrimSpace(cmdline + " " + TCGClockCmdline())
-		}
+		cmdline += " " + pvhCmdline(accel != "kvm")
 	}
 	a := append([]string{}, f.pre...)
 	a = append(a,

@@ -24,7 +24,7 @@ import (
 // on: constant rate, not stopping in idle states, and the host kernel's
 // own clocksource (so synchronised across the host's CPUs).
 func TCGClockCmdline() string {
-	hostTSC.once.Do(func() { hostTSC.khz, hostTSC.why = hostTSCkHz() })
+	hostTSC.once.Do(func() { hostTSC.khz, _ = hostTSCkHz() })
 	if hostTSC.khz == 0 {
 		return ""
 	}
@@ -34,7 +34,6 @@ func TCGClockCmdline() string {
 var hostTSC struct {
 	once sync.Once
 	khz  int64
-	why  string // why there is no rate, for the logs and tests
 }
 
 // hostTSCkHz measures the host TSC's rate against the monotonic clock, or
