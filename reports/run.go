@@ -367,9 +367,20 @@ func SaveRun(dir string, run *Run) error {
 		if err != nil {
 			return fmt.Errorf("encoding %s: %w", f.name, err)
 		}
-		if err := replaceFile(filepath.Join(dir, f.name), append(data, '\n')); err != nil {
+		if err := replaceFile(filepath.Join(dir, f.name), append(data, '\n'), 0o644); err != nil {
 			return fmt.Errorf("writing run directory: %w", err)
 		}
+	}
+	return nil
+}
+
+// SaveReply keeps the rendered reply as dir's ReplyFile, replacing any
+// earlier one whole: the dashboard reads its Message-ID while a re-render
+// (patchbot reply) writes it, and must never see half a mail. Readable by
+// the bot only, as the outbox's copies are.
+func SaveReply(dir string, raw []byte) error {
+	if err := replaceFile(filepath.Join(dir, ReplyFile), raw, 0o600); err != nil {
+		return fmt.Errorf("keeping the reply in the run directory: %w", err)
 	}
 	return nil
 }
@@ -377,7 +388,7 @@ func SaveRun(dir string, run *Run) error {
 // replaceFile writes data to path through a temporary file beside it and
 // a rename, so that a reader (the dashboard, while a run is saved or saved
 // again) sees the old file or the new one, never half of one.
-func replaceFile(path string, data []byte) error {
+func replaceFile(path string, data []byte, mode os.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return err
@@ -387,7 +398,7 @@ func replaceFile(path string, data []byte) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Chmod(tmp.Name(), 0o644)
+		err = os.Chmod(tmp.Name(), mode)
 	}
 	if err == nil {
 		err = os.Rename(tmp.Name(), path)

@@ -4,9 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A daemon started here outlives the tests, so it must not keep what this
+# script inherited: run under flock, virtlogd would hold the lock for good.
+daemon() {
+  (
+    for fd in /proc/self/fd/*; do
+      n=${fd##*/}
+      if ((n > 2)); then eval "exec $n>&-"; fi
+    done
+    exec "$@"
+  )
+}
 if command -v libvirtd >/dev/null; then
-  pgrep -x virtlogd >/dev/null || virtlogd -d
-  pgrep -x libvirtd >/dev/null || libvirtd -d
+  pgrep -x virtlogd >/dev/null || daemon virtlogd -d
+  pgrep -x libvirtd >/dev/null || daemon libvirtd -d
 fi
 
 # Kernel builds are cached across runs here (and by ccache).

@@ -462,7 +462,7 @@ func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, r
 	if err != nil {
 		return nil, fmt.Errorf("rendering the reply: %w", err)
 	}
-	if err := writeArtifact(runDir, reports.ReplyFile, raw); err != nil {
+	if err := reports.SaveReply(runDir, raw); err != nil {
 		return nil, err
 	}
 	return &Outcome{Run: run, Reply: reply, Raw: raw}, nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -72,8 +71,8 @@ func runReply(ctx context.Context, cfg service.Config, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, reports.ReplyFile), raw, 0o600); err != nil {
-		return fmt.Errorf("keeping the reply in the run directory: %w", err)
+	if err := reports.SaveReply(dir, raw); err != nil {
+		return err
 	}
 	io.WriteString(stdout, strings.ReplaceAll(string(raw), "\r\n", "\n"))
 
