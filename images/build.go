@@ -52,6 +52,9 @@ type Build struct {
 	// Dropped are requested options a series' Kconfig change turned off
 	// (patched builds only; a base with any fails with a ConfigError).
 	Dropped []Dropped `json:",omitempty"`
+	// Steps counts kbuild's step lines in the log ("  CC  file.o"): the
+	// next cold build of the same config reports its progress against it.
+	Steps int `json:",omitempty"`
 }
 
 // Builder builds kernels from a base and a config into the cache. Every
@@ -185,7 +188,12 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 		if err := st.run("configure", func() error { return b.configure(ctx, sb, log, v) }); err != nil {
 			return err
 		}
-		return st.run("make bzImage", func() error { return b.make(ctx, sb, log, v, "bzImage") })
+		expected := lastSteps(filepath.Join(b.Cache, "kernels"), bd.ConfigHash)
+		return st.run("make bzImage", func() error {
+			stop := reportMake(b.Progress, name, log, expected, makeProgressEvery)
+			defer stop()
+			return b.make(ctx, sb, log, v, "bzImage")
+		})
 	})
 }
 
@@ -298,6 +306,7 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 		return nil, err
 	}
 	bd.Duration = time.Since(start) // kept in the record: how long the build took
+	bd.Steps = log.stepCount()
 	if err := saveBuild(bd); err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ type buildLog struct {
 	seen     map[string]bool
 	moreWarn int   // warnings beyond maxWarnings
 	cur      *scan // the command now running
+	steps    int   // kbuild's step lines (makeprogress.go)
 }
 
 // scan is what one command's output showed.
@@ -131,6 +132,9 @@ func (l *buildLog) endLine() {
 	sc := l.cur
 	if len(sc.head) < maxHead {
 		sc.head = append(sc.head, quoteLine(s))
+	}
+	if isKbuildStep(s) {
+		l.steps++
 	}
 	if c, ok := causeOf(s); ok && sc.hints[c] == "" {
 		sc.hints[c] = quoteLine(s)
