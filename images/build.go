@@ -188,7 +188,7 @@ func (b *Builder) Base(ctx context.Context, base Base) (*Build, error) {
 		if err := st.run("configure", func() error { return b.configure(ctx, sb, log, v) }); err != nil {
 			return err
 		}
-		expected := lastSteps(filepath.Join(b.Cache, "kernels"), bd.ConfigHash)
+		expected := expectedSteps(filepath.Join(b.Cache, "kernels"), bd.ConfigHash)
 		return st.run("make bzImage", func() error {
 			stop := reportMake(b.Progress, name, log, expected, makeProgressEvery)
 			defer stop()

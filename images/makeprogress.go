@@ -51,6 +51,26 @@ func (l *buildLog) stepCount() int {
 	return l.steps
 }
 
+// defaultConfigSteps is how many kbuild steps a cold build of the default
+// config takes (1,686 on 2026-12-02, Debian's 6.1.192): what the first
+// build on a fresh machine, with no earlier build of its own, estimates
+// from. TestDefaultKernel fails when the default config changes the count
+// by more than a tenth and this is not updated.
+const defaultConfigSteps = 1686
+
+// expectedSteps is what a base build of the config hash is expected to
+// take: the newest earlier build of it in the cache, else, for the default
+// config, defaultConfigSteps, else 0 (unknown).
+func expectedSteps(kernels, configHash string) int {
+	if n := lastSteps(kernels, configHash); n > 0 {
+		return n
+	}
+	if configHash == DefaultConfig().Hash() {
+		return defaultConfigSteps
+	}
+	return 0
+}
+
 // lastSteps is the number of kbuild steps of the newest complete base
 // build of the config hash in the cache's kernels directory, or 0 when
 // there is none.

@@ -82,10 +82,16 @@ func TestLastSteps(t *testing.T) {
 	if n := lastSteps(kernels, "cfg"); n != 0 {
 		t.Fatalf("empty cache: %d steps, want 0", n)
 	}
+	if n := expectedSteps(kernels, "cfg"); n != 0 {
+		t.Errorf("empty cache, another config: expected %d steps, want 0 (unknown)", n)
+	}
+	if n := expectedSteps(kernels, DefaultConfig().Hash()); n != defaultConfigSteps {
+		t.Errorf("empty cache, the default config: expected %d steps, want defaultConfigSteps (%d)", n, defaultConfigSteps)
+	}
 	write("old", Build{ConfigHash: "cfg", Steps: 900}, "", 2*time.Hour)
 	write("other-config", Build{ConfigHash: "other", Steps: 5}, "", time.Minute)
 	write("patched", Build{ConfigHash: "cfg", Series: 1, Steps: 3}, "", time.Minute)
-	if n := lastSteps(kernels, "cfg"); n != 900 {
+	if n := expectedSteps(kernels, "cfg"); n != 900 {
 		t.Errorf("lastSteps = %d, want 900 (the only base build of the config)", n)
 	}
 	long := strings.Repeat("x", 3*maxLine) + "\n"
