@@ -191,10 +191,10 @@ func TestDefaultKernel(t *testing.T) {
 	if !again.Cached || again.BzImage != bd.BzImage {
 		t.Errorf("second DefaultKernel: cached=%v bzImage=%s, want a cache hit on %s", again.Cached, again.BzImage, bd.BzImage)
 	}
-	// The next cold build of this config has an estimate to report
-	// against, counted from the record or, for an older one, its log.
-	// The first build on a fresh machine estimates from defaultConfigSteps:
-	// it must be this build's count, within a tenth.
+	// The build's step count (from its record, or its log for an older
+	// one) is what the next cold build of this config estimates from, and
+	// defaultConfigSteps, what a fresh machine's first build estimates
+	// from, must be within a tenth of it.
 	n := lastSteps(filepath.Dir(bd.Dir), bd.ConfigHash)
 	if d := float64(n-defaultConfigSteps) / defaultConfigSteps; d < -0.1 || d > 0.1 {
 		t.Errorf("the default kernel's build took %d kbuild steps by its record; defaultConfigSteps (%d) is stale: update it", n, defaultConfigSteps)

@@ -2,7 +2,6 @@ package images
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -85,23 +84,19 @@ func lastSteps(kernels, configHash string) int {
 		if !e.IsDir() {
 			continue
 		}
-		p := filepath.Join(kernels, e.Name(), infoFile)
-		fi, err := os.Stat(p)
-		if err != nil || fi.Size() > 1<<20 {
+		dir := filepath.Join(kernels, e.Name())
+		bd, err := loadBuild(dir) // the cache's own reader: complete builds only
+		if err != nil || bd.Series != 0 || bd.ConfigHash != configHash {
 			continue
 		}
-		data, err := os.ReadFile(p)
+		fi, err := os.Stat(filepath.Join(dir, infoFile))
 		if err != nil {
-			continue
-		}
-		var bd Build
-		if json.Unmarshal(data, &bd) != nil || bd.Series != 0 || bd.ConfigHash != configHash {
 			continue
 		}
 		n := bd.Steps
 		if n == 0 {
 			// A record from before steps were counted: count its log.
-			n = logSteps(filepath.Join(kernels, e.Name(), logFile))
+			n = logSteps(filepath.Join(dir, logFile))
 		}
 		if n > 0 && fi.ModTime().After(newest) {
 			best, newest = n, fi.ModTime()

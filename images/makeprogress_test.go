@@ -66,6 +66,12 @@ func TestLastSteps(t *testing.T) {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// A complete build has its bzImage; loadBuild, which reads the
+		// records, skips one without.
+		bd.BzImage = filepath.Join(d, "bzImage")
+		if err := os.WriteFile(bd.BzImage, []byte("kernel"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		data, _ := json.Marshal(bd)
 		p := filepath.Join(d, infoFile)
 		if err := os.WriteFile(p, data, 0o644); err != nil {
@@ -99,6 +105,12 @@ func TestLastSteps(t *testing.T) {
 	write("newer-unrecorded", Build{ConfigHash: "cfg"}, log, time.Hour)
 	if n := lastSteps(kernels, "cfg"); n != 3 {
 		t.Errorf("lastSteps = %d, want 3 (the newer build, counted from its log)", n)
+	}
+	// A record whose bzImage is gone is no complete build to go by.
+	write("newest-incomplete", Build{ConfigHash: "cfg", Steps: 7}, "", time.Second)
+	os.Remove(filepath.Join(kernels, "newest-incomplete", "bzImage"))
+	if n := lastSteps(kernels, "cfg"); n != 3 {
+		t.Errorf("lastSteps = %d, want 3 (the newest complete build; an incomplete one is skipped)", n)
 	}
 }
 
