@@ -179,3 +179,55 @@ func hasNote(data []byte, bo binary.ByteOrder, owner string, typ uint32) bool {
 	}
 	return false
 }
+
+// kernelHZ is the tick rate (CONFIG_HZ) an x86-64 vmlinux was built with,
+// read from its ELF: jiffies_64 starts at INITIAL_JIFFIES, (u32)(-300*HZ),
+// so that the jiffies counter wraps five minutes after boot. 0 when the
+// ELF has no symbol table (a stripped vmlinux) or the value is not of that
+// form: the caller then leaves the kernel to calibrate.
+func kernelHZ(path string) int {
+	f, err := openImage(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	ef, err := elf.NewFile(f)
+	if err != nil || ef.Machine != elf.EM_X86_64 {
+		return 0
+	}
+	syms, err := ef.Symbols()
+	if err != nil {
+		return 0
+	}
+	for _, s := range syms {
+		if s.Name != "jiffies_64" || s.Size != 8 || int(s.Section) >= len(ef.Sections) {
+			continue
+		}
+		sec := ef.Sections[s.Section]
+		if sec.Type != elf.SHT_PROGBITS || s.Value < sec.Addr || s.Value+8 > sec.Addr+sec.Size {
+			return 0
+		}
+		var b [8]byte
+		if _, err := sec.ReadAt(b[:], int64(s.Value-sec.Addr)); err != nil {
+			return 0
+		}
+		return hzFromInitialJiffies(ef.ByteOrder.Uint64(b[:]))
+	}
+	return 0
+}
+
+// hzFromInitialJiffies inverts INITIAL_JIFFIES = (u32)(-300*HZ), for the
+// rates a kernel can be configured with (10 to 10,000 Hz).
+func hzFromInitialJiffies(v uint64) int {
+	if v == 0 || v >= 1<<32 {
+		return 0
+	}
+	d := 1<<32 - v
+	if d%300 != 0 {
+		return 0
+	}
+	if hz := d / 300; hz >= 10 && hz <= 10000 {
+		return int(hz)
+	}
+	return 0
+}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -241,5 +242,48 @@ func TestQEMUVerdictLivesInRunDir(t *testing.T) {
 				t.Errorf("verdict file %q under a directory others can change", acc.verdictFile())
 			}
 		})
+	}
+}
+
+func TestHZFromInitialJiffies(t *testing.T) {
+	for _, tt := range []struct {
+		v    uint64
+		want int
+	}{
+		{1<<32 - 300*100, 100}, {1<<32 - 300*250, 250}, {1<<32 - 300*300, 300}, {1<<32 - 300*1000, 1000},
+		{4294892296, 250}, // what a CONFIG_HZ=250 vmlinux holds
+		{0, 0}, {1 << 32, 0}, {1<<32 - 301, 0}, {1<<32 - 300, 0}, {1<<32 - 300*20000, 0},
+	} {
+		if got := hzFromInitialJiffies(tt.v); got != tt.want {
+			t.Errorf("hzFromInitialJiffies(%d) = %d, want %d", tt.v, got, tt.want)
+		}
+	}
+}
+
+// kernelHZ reads the real kernel's tick rate from its ELF; its .config,
+// beside it in the cache, says what the rate must be.
+func TestKernelHZ(t *testing.T) {
+	k := minimalKernel(t)
+	if k.vmlinux == "" {
+		t.Skip("the default kernel has no vmlinux")
+	}
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(k.bzImage), "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want int
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CONFIG_HZ="); ok {
+			want, _ = strconv.Atoi(v)
+		}
+	}
+	if want == 0 {
+		t.Fatal("no CONFIG_HZ in the kernel's config")
+	}
+	if got := kernelHZ(k.vmlinux); got != want {
+		t.Errorf("kernelHZ(%s) = %d, want CONFIG_HZ=%d", k.vmlinux, got, want)
+	}
+	if got := kernelHZ(k.bzImage); got != 0 {
+		t.Errorf("kernelHZ of a bzImage = %d, want 0 (not an ELF)", got)
 	}
 }

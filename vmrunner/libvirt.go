@@ -71,7 +71,11 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel}, nil
+		v := &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel}
+		if boot == BootPVH {
+			v.hz = kernelHZ(kernel)
+		}
+		return v, nil
 	})
 	p.onClose = func() error {
 		stopWatching()
@@ -161,6 +165,7 @@ type libvirtVM struct {
 	stops  *stopEvents // nil when the daemon gives no events
 	boot   string      // BootPVH or BootLegacy
 	kernel string      // the file booted (a private copy, locally)
+	hz     int         // the PVH kernel's CONFIG_HZ, 0 if unknown (kernelHZ)
 	initrd string
 	disks  []string
 	// handedOut: the local copies are made (on the first start).
@@ -290,7 +295,7 @@ func (v *libvirtVM) domainXML(name string) (string, error) {
 		// Domains run under TCG (type "qemu"); a remote host's PVH
 		// guest keeps a jiffy clock, and suites refuse to time
 		// workloads on it.
-		cmdline += " " + pvhCmdline(!v.remote)
+		cmdline += " " + pvhCmdline(!v.remote, v.hz)
 	}
 	d := &libvirtxml.Domain{
 		Type:   "qemu",

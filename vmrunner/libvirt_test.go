@@ -74,7 +74,7 @@ func TestLibvirtDomainXML(t *testing.T) {
 		name: "pvh",
 		vm:   &libvirtVM{spec: spec, dir: "/w", label: dacID{64055, 107}, boot: BootPVH, kernel: "/w/kernel", initrd: "/w/initramfs", disks: []string{"/w/disk0.img", "/w/disk1.img"}},
 		want: []string{
-			`machine="microvm"`, `<cmdline>` + strings.TrimSpace("console=ttyS0 panic=-1 reboot=t "+TCGClockCmdline()) + ` quiet</cmdline>`,
+			`machine="microvm"`, `<cmdline>` + strings.TrimSpace("console=ttyS0 panic=-1 reboot=t "+TCGClockCmdline(0)) + ` quiet</cmdline>`,
 			`<controller type="virtio-serial"><address type="virtio-mmio"></address>`, `<address type="virtio-mmio"></address></disk>`,
 			`<seclabel type="static" model="dac" relabel="no"><label>+64055:+107</label>`,
 		},

@@ -38,11 +38,11 @@ const baseCmdline = "console=ttyS0 panic=-1"
 // that runs under TCG on this host is also given this host's TSC rate
 // (see TCGClockCmdline); under KVM it has kvm-clock, and a remote host's
 // TSC cannot be measured from here.
-func pvhCmdline(tcgHere bool) string {
+func pvhCmdline(tcgHere bool, hz int) string {
 	if !tcgHere {
 		return "reboot=t"
 	}
-	return strings.TrimSpace("reboot=t " + TCGClockCmdline())
+	return strings.TrimSpace("reboot=t " + TCGClockCmdline(hz))
 }
 
 // maxConsole bounds the console log: a guest printing without end must
@@ -148,7 +148,11 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel}, nil
+		q := &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel}
+		if boot == BootPVH {
+			q.hz = kernelHZ(kernel)
+		}
+		return q, nil
 	}), nil
 }
 
@@ -166,6 +170,7 @@ type qemuVM struct {
 	spec   Spec
 	boot   string // BootPVH or BootLegacy
 	kernel string // the file booted: the PVH ELF or the bzImage
+	hz     int    // the PVH kernel's CONFIG_HZ, 0 if unknown (kernelHZ)
 	dir    string
 	acc    *accelState
 	jail   *jail
@@ -206,7 +211,7 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		// for the wall clock.
 		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
-		cmdline += " " + pvhCmdline(accel != "kvm")
+		cmdline += " " + pvhCmdline(accel != "kvm", q.hz)
 	}
 	a := append([]string{}, f.pre...)
 	a = append(a,

@@ -68,6 +68,13 @@ func bootAndCheckDisks(t *testing.T, p Pool, k kernel, disks []string) {
 	if info.Boot != wantBoot {
 		t.Errorf("boot path %q, want %q", info.Boot, wantBoot)
 	}
+	// A PVH guest under TCG that was told the TSC rate and whose HZ is
+	// known skips the delay-loop calibration on every CPU.
+	if info.Boot == BootPVH && info.Accel == "tcg" && TCGClockCmdline(0) != "" && kernelHZ(k.vmlinux) > 0 {
+		if c := string(vm.Console()); !strings.Contains(c, "Calibrating delay loop (skipped) preset value") {
+			t.Errorf("the guest calibrated its delay loop despite lpj= (%s); console:\n%s", TCGClockCmdline(kernelHZ(k.vmlinux)), c)
+		}
+	}
 	// While it runs: whom QEMU runs as, its seccomp filter, and that it
 	// cannot change the files it was given.
 	checkConfined(t, vm)

@@ -24,7 +24,15 @@ import (
 // its own calibration, unless the host's TSC is one a clock can be built
 // on: constant rate, not stopping in idle states, and the host kernel's
 // own clocksource (so synchronised across the host's CPUs).
-func TCGClockCmdline() string {
+//
+// hz is the guest kernel's tick rate (CONFIG_HZ, see kernelHZ), 0 when
+// unknown. When it is known the line also sets loops_per_jiffy
+// ("lpj=N"), the value the boot CPU derives from the TSC rate
+// (tsc_khz*1000/HZ): without it every other CPU calibrates its delay loop
+// against the tick, about 75 ms of a 2-vCPU boot under TCG (measured:
+// docs/vmrunner.md). Both delay loops count TSC cycles, so the value is
+// exact, not an estimate.
+func TCGClockCmdline(hz int) string {
 	hostTSC.once.Do(func() {
 		var why string
 		hostTSC.khz, why = hostTSCkHz()
@@ -37,7 +45,11 @@ func TCGClockCmdline() string {
 	if hostTSC.khz == 0 {
 		return ""
 	}
-	return fmt.Sprintf("tsc_early_khz=%d tsc=reliable", hostTSC.khz)
+	line := fmt.Sprintf("tsc_early_khz=%d tsc=reliable", hostTSC.khz)
+	if hz > 0 {
+		line += fmt.Sprintf(" lpj=%d", hostTSC.khz*1000/int64(hz))
+	}
+	return line
 }
 
 var hostTSC struct {

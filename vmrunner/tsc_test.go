@@ -1,6 +1,7 @@
 package vmrunner
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -35,8 +36,8 @@ func TestHostTSCRate(t *testing.T) {
 	if d := math.Abs(float64(again-khz)) / float64(khz); d > 0.002 {
 		t.Errorf("the TSC measured %d kHz, then %d kHz: %.2f%% apart, want under 0.2%%", khz, again, 100*d)
 	}
-	if got := TCGClockCmdline(); !strings.Contains(got, "tsc=reliable") || !strings.Contains(got, "tsc_early_khz=") {
-		t.Errorf("TCGClockCmdline() = %q", got)
+	if got := TCGClockCmdline(0); !strings.Contains(got, "tsc=reliable") || !strings.Contains(got, "tsc_early_khz=") {
+		t.Errorf("TCGClockCmdline(0) = %q", got)
 	}
 	t.Logf("host TSC: %d kHz", khz)
 }
@@ -44,7 +45,7 @@ func TestHostTSCRate(t *testing.T) {
 // Only a PVH guest under TCG is told the rate: the legacy path has an
 // HPET, and KVM gives kvm-clock.
 func TestQEMUArgsGiveTCGPVHGuestsTheTSC(t *testing.T) {
-	clock := TCGClockCmdline()
+	clock := TCGClockCmdline(0)
 	if clock == "" {
 		t.Skip("this host's TSC is no clock for a guest")
 	}
@@ -57,5 +58,16 @@ func TestQEMUArgsGiveTCGPVHGuestsTheTSC(t *testing.T) {
 		if got := strings.Contains(args, clock+" quiet"); got != tt.want {
 			t.Errorf("%s under %s: the TSC rate passed = %v, want %v: %s", tt.boot, tt.accel, got, tt.want, args)
 		}
+	}
+	// With the kernel's HZ known, loops_per_jiffy is the TSC cycles of
+	// one tick.
+	q := &qemuVM{spec: Spec{Name: "x", CPUs: 2, MemMiB: 512}, boot: BootPVH, kernel: "/k", hz: 250}
+	args := strings.Join(q.args("tcg", qemuFiles{kernel: "/k", agent: "socket,id=agent,path=/a"}), " ")
+	want := fmt.Sprintf("%s lpj=%d", clock, hostTSC.khz*1000/250)
+	if !strings.Contains(args, want) {
+		t.Errorf("HZ 250: want %q in %s", want, args)
+	}
+	if strings.Contains(clock, "lpj=") {
+		t.Errorf("HZ unknown: %q sets lpj", clock)
 	}
 }

@@ -109,8 +109,8 @@ func TestPVHRoundUnderTCG(t *testing.T) {
 		if b := blame.Of(err); b != blame.Infra {
 			t.Errorf("blamed on %q, want infra (the base kernel, the set-up's choice)", b)
 		}
-		if vmrunner.TCGClockCmdline() != "" {
-			t.Errorf("the guest was told the host's TSC rate (%s) and still refused: %v", vmrunner.TCGClockCmdline(), err)
+		if vmrunner.TCGClockCmdline(0) != "" {
+			t.Errorf("the guest was told the host's TSC rate (%s) and still refused: %v", vmrunner.TCGClockCmdline(0), err)
 		}
 		return
 	}
@@ -118,7 +118,7 @@ func TestPVHRoundUnderTCG(t *testing.T) {
 	if res.Accel == "kvm" {
 		t.Skip("KVM works here: the guest has kvm-clock")
 	}
-	if vmrunner.TCGClockCmdline() == "" {
+	if vmrunner.TCGClockCmdline(0) == "" {
 		t.Fatalf("a round on PVH under TCG was measured on clocksource %q, with no TSC rate given", res.Notes["clocksource"])
 	}
 	if cs := res.Notes["clocksource"]; cs != "tsc" && cs != "tsc-early" {
