@@ -674,7 +674,13 @@ func TestFleetRealKernel(t *testing.T) {
 			t.Errorf("the reply lacks %q:\n%s", want, reply)
 		}
 	}
+	// The outbox may send the reply before the coordinator's next poll
+	// collects the run the worker stored with it.
 	run := filepath.Join(w.state, "runs", fmt.Sprintf("job-%d", j.ID))
+	w.waitFor("the coordinator to collect the run", time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(run, "run.json"))
+		return err == nil
+	})
 	for _, f := range []string{"run.json", "base.json", "patched.json", "build-patched.log", "reply.eml", "series.mbox"} {
 		if _, err := os.Stat(filepath.Join(run, f)); err != nil {
 			t.Errorf("the coordinator's run lacks %s: %v", f, err)
