@@ -81,19 +81,20 @@ const xenNotePhys32Entry = 18
 // bootPath is the path a spec boots on under the config's Boot, and the
 // kernel file for it: PVH when asked, or in auto mode when the kernel has
 // a PVH-bootable ELF; legacy otherwise. Asking for PVH of a kernel without
-// one is an error.
-func bootPath(want string, s Spec) (boot, kernel string, err error) {
+// one is an error. hz is the PVH kernel's CONFIG_HZ (kernelHZ), 0 on the
+// legacy path or when the ELF does not say.
+func bootPath(want string, s Spec) (boot, kernel string, hz int, err error) {
 	if want == BootLegacy {
-		return BootLegacy, s.Kernel, nil
+		return BootLegacy, s.Kernel, 0, nil
 	}
 	vmlinux, why := pvhKernel(s)
 	switch {
 	case vmlinux != "":
-		return BootPVH, vmlinux, nil
+		return BootPVH, vmlinux, kernelHZ(vmlinux), nil
 	case want == BootPVH:
-		return "", "", fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
+		return "", "", 0, fmt.Errorf("spec %q: PVH boot asked for, but %s", s.Name, why)
 	}
-	return BootLegacy, s.Kernel, nil
+	return BootLegacy, s.Kernel, 0, nil
 }
 
 // pvhKernel returns the ELF to boot at its PVH entry point for s: the

@@ -67,15 +67,11 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 		cfg.Log.Info("libvirt: remote host: console and agent through the libvirt connection; kernel, initramfs and disks must be at the same paths there", "uri", redactURI(u))
 	}
 	p := newPool("libvirt", cfg, func(s Spec, dir string) (hypervisor, error) {
-		boot, kernel, err := bootPath(cfg.Boot, s)
+		boot, kernel, hz, err := bootPath(cfg.Boot, s)
 		if err != nil {
 			return nil, err
 		}
-		v := &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel}
-		if boot == BootPVH {
-			v.hz = kernelHZ(kernel)
-		}
-		return v, nil
+		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel, hz: hz}, nil
 	})
 	p.onClose = func() error {
 		stopWatching()

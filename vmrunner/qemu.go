@@ -144,15 +144,11 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		acc.dir = ""
 	}
 	return newPool("qemu", cfg, func(s Spec, dir string) (hypervisor, error) {
-		boot, kernel, err := bootPath(cfg.Boot, s)
+		boot, kernel, hz, err := bootPath(cfg.Boot, s)
 		if err != nil {
 			return nil, err
 		}
-		q := &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel}
-		if boot == BootPVH {
-			q.hz = kernelHZ(kernel)
-		}
-		return q, nil
+		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz}, nil
 	}), nil
 }
 
