@@ -196,6 +196,11 @@ func kernelHZ(path string) int {
 	if err != nil || ef.Machine != elf.EM_X86_64 {
 		return 0
 	}
+	// The ELF comes from a build of a stranger's patch: read its symbol
+	// table only when it is of a kernel's size (6.1's is 1-2 MiB).
+	if st := ef.Section(".symtab"); st == nil || st.Size > maxSymtab {
+		return 0
+	}
 	syms, err := ef.Symbols()
 	if err != nil {
 		return 0
@@ -216,6 +221,9 @@ func kernelHZ(path string) int {
 	}
 	return 0
 }
+
+// maxSymtab bounds the symbol table kernelHZ reads into memory.
+const maxSymtab = 64 << 20
 
 // hzFromInitialJiffies inverts INITIAL_JIFFIES = (u32)(-300*HZ), for the
 // rates a kernel can be configured with (10 to 10,000 Hz).
