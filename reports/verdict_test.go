@@ -345,8 +345,10 @@ func TestBimodalBaseIsFlagged(t *testing.T) {
 	}
 }
 
-// The sequential rule recorded in the results decides the level: an
-// interim look judges at 0.001, the last at 0.043, a fixed design at 0.05.
+// The sequential rule recorded in the results decides the level: the
+// default rule's look at 5 runs a side judges at 0.005, its last at 0.035;
+// a rule recorded before each look had its own level at 0.001 and 0.043; a
+// fixed design at 0.05.
 func TestCompareUsesTheRecordedRule(t *testing.T) {
 	mk := func(n int, plan string) (b, p []suites.Result) {
 		vals := func(gm float64) []float64 {
@@ -361,11 +363,12 @@ func TestCompareUsesTheRecordedRule(t *testing.T) {
 		return b, p
 	}
 	rule := stats.DefaultRule.String()
+	const old = "min=3 max=10 alpha=0.05 interim=0.001"
 	for _, tt := range []struct {
 		n     int
 		plan  string
 		level float64
-	}{{5, rule, 0.001}, {10, rule, 0.043}, {5, "", 0.05}} {
+	}{{5, rule, 0.005}, {10, rule, 0.035}, {5, old, 0.001}, {10, old, 0.043}, {5, "", 0.05}} {
 		b, p := mk(tt.n, tt.plan)
 		c, err := Compare(b, p, Options{})
 		if err != nil {
@@ -448,7 +451,7 @@ func TestLayoutNote(t *testing.T) {
 // last, which is judged at the last look's level.
 func TestReplay(t *testing.T) {
 	ten := func(gm, s float64) []float64 { return append(runs(gm, s), runs(gm*1.001, s)...) }
-	rule := stats.Rule{Min: 3, Max: 8, Alpha: 0.05, Interim: 0.001}
+	rule := stats.Rule{Min: 3, Max: 8, Alpha: 0.05, Levels: []float64{0.001, 0.001, 0.001, 0.001, 0.001}}
 	tests := []struct {
 		name  string
 		ms    []metric

@@ -13,31 +13,39 @@ import (
 // and stopping once the answer is clear keeps the false-positive rate at
 // Alpha.
 //
-// The design is Haybittle and Peto's: every look before the last tests at
-// the small level Interim (0.001), the last at what remains of Alpha. The
-// levels add up to Alpha, so by the union bound the chance of a false
-// positive at any look, however the looks are correlated and whatever
-// decides the stopping, is at most Alpha. Exact group-sequential
-// boundaries (Pocock, O'Brien-Fleming) would spend the same Alpha a little
-// more efficiently, but they rest on a correlation between looks that is
-// only known for normal noise with a known variance; with 3 to 10 runs of
-// TCG noise the union bound is the one that holds. The price is small: the
-// last look tests at 0.043 instead of 0.05 with the default rule, while a
-// large change (the seed's wake-ups, 20 per release against 1) stops the
-// runs at the first look. TestSequentialAAFalsePositives simulates it.
+// Each look before the last tests at its own small level (Levels), the
+// last at what remains of Alpha. The levels add up to Alpha, so by the
+// union bound the chance of a false positive at any look, however the
+// looks are correlated and whatever decides the stopping, is at most
+// Alpha. Haybittle and Peto's design is the case of one small level for
+// every interim look (0.001). Exact group-sequential boundaries (Pocock,
+// O'Brien-Fleming) would spend the same Alpha a little more efficiently,
+// but they rest on a correlation between looks that is only known for
+// normal noise with a known variance; with 3 to 10 runs of TCG noise the
+// union bound is the one that holds. TestSequentialAAFalsePositives
+// simulates it.
 //
 // A Rule with Max == Min (the zero Rule included) is a fixed design: one
 // look, at Alpha.
 type Rule struct {
-	Min     int     `json:"min"`     // runs a side at the first look
-	Max     int     `json:"max"`     // runs a side at the last
-	Alpha   float64 `json:"alpha"`   // false-positive rate over all looks, per family
-	Interim float64 `json:"interim"` // level of every look before the last
+	Min   int     `json:"min"`   // runs a side at the first look
+	Max   int     `json:"max"`   // runs a side at the last
+	Alpha float64 `json:"alpha"` // false-positive rate over all looks, per family
+	// Levels is the level of each look before the last: Levels[0] at Min
+	// runs a side, Levels[Max-Min-1] at Max-1.
+	Levels []float64 `json:"levels,omitempty"`
 }
 
 // DefaultRule is the pipeline's: at least 3 runs a side, at most 10, alpha
-// 0.05 per family.
-var DefaultRule = Rule{Min: MinSamples, Max: 10, Alpha: 0.05, Interim: 0.001}
+// 0.05 per family. Its looks at 4 and 5 runs a side test at 0.005, the
+// other interim looks at 0.001, the last at 0.035. Large changes settle at
+// the 4th or 5th look: there, in the seed's recorded runs, the slowest of
+// its primary metrics (the stat storm's p99 latency) reaches adjusted p
+// values of 0.0004-0.016 (docs/reports.md), while with 3 runs a side no
+// level a rule could afford is reached. What the raised looks spend comes
+// off the last look, 0.035 instead of Haybittle-Peto's 0.043.
+var DefaultRule = Rule{Min: MinSamples, Max: 10, Alpha: 0.05,
+	Levels: []float64{0.001, 0.005, 0.005, 0.001, 0.001, 0.001, 0.001}}
 
 // Fixed is the rule of a run whose number of rounds was set in advance.
 func Fixed(alpha float64) Rule { return Rule{Alpha: alpha} }
@@ -51,6 +59,9 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("sequential rule: alpha %v is not in (0, 1)", r.Alpha)
 	}
 	if r.Min == 0 && r.Max == 0 {
+		if len(r.Levels) > 0 {
+			return errors.New("sequential rule: a fixed design has no interim levels")
+		}
 		return nil // fixed design
 	}
 	if r.Min < MinSamples {
@@ -59,29 +70,40 @@ func (r Rule) Validate() error {
 	if r.Max < r.Min {
 		return fmt.Errorf("sequential rule: max %d is below min %d", r.Max, r.Min)
 	}
-	if r.Sequential() {
-		if !(r.Interim > 0) {
-			return errors.New("sequential rule: interim level must be positive")
+	if len(r.Levels) != r.Max-r.Min {
+		return fmt.Errorf("sequential rule: %d interim levels for %d looks before the last", len(r.Levels), r.Max-r.Min)
+	}
+	for _, l := range r.Levels {
+		if !(l > 0) {
+			return errors.New("sequential rule: interim levels must be positive")
 		}
-		// Leave the last look at least half of alpha, or the rule loses
-		// the power a fixed design has.
-		if spent := float64(r.Max-r.Min) * r.Interim; spent > r.Alpha/2 {
-			return fmt.Errorf("sequential rule: %d interim looks at %g spend %g of alpha %g: want at most half",
-				r.Max-r.Min, r.Interim, spent, r.Alpha)
-		}
+	}
+	// Leave the last look at least half of alpha, or the rule loses
+	// the power a fixed design has.
+	if spent := r.spent(); spent > r.Alpha/2 {
+		return fmt.Errorf("sequential rule: %d interim looks spend %g of alpha %g: want at most half",
+			r.Max-r.Min, roundLevel(spent), r.Alpha)
 	}
 	return nil
 }
 
+func (r Rule) spent() float64 {
+	var sum float64
+	for _, l := range r.Levels {
+		sum += l
+	}
+	return sum
+}
+
 // Level is the level at which a family is judged when each side has n
-// runs: Interim before Max, the rest of Alpha at Max (and beyond, should a
-// run have more). A fixed design judges at Alpha.
+// runs: its interim level before Max, the rest of Alpha at Max (and
+// beyond, should a run have more). A fixed design judges at Alpha.
 func (r Rule) Level(n int) float64 {
 	if !r.Sequential() {
 		return r.Alpha
 	}
 	if n < r.Max {
-		return r.Interim
+		return r.Levels[max(n-r.Min, 0)]
 	}
 	return r.Final()
 }
@@ -91,31 +113,27 @@ func (r Rule) Final() float64 {
 	if !r.Sequential() {
 		return r.Alpha
 	}
-	return r.Alpha - float64(r.Max-r.Min)*r.Interim
+	return roundLevel(r.Alpha - r.spent())
 }
 
 // String writes the rule as ParseRule reads it: "min=3 max=10 alpha=0.05
-// interim=0.001", or "fixed alpha=0.05".
+// levels=0.001,0.005,...", or "fixed alpha=0.05".
 func (r Rule) String() string {
 	if !r.Sequential() {
 		return "fixed alpha=" + ftoa(r.Alpha)
 	}
-	return fmt.Sprintf("min=%d max=%d alpha=%s interim=%s", r.Min, r.Max, ftoa(r.Alpha), ftoa(r.Interim))
-}
-
-// Describe says the rule in words for a reply's legend.
-func (r Rule) Describe() string {
-	if !r.Sequential() {
-		return fmt.Sprintf("a fixed number of runs, alpha %s", ftoa(r.Alpha))
+	levels := make([]string, len(r.Levels))
+	for i, l := range r.Levels {
+		levels[i] = ftoa(l)
 	}
-	return fmt.Sprintf("runs went on until the primary metrics were settled, from %d to %d a side; "+
-		"each look before the %s judged at %s, the %s at %s (Haybittle-Peto, alpha %s in all)",
-		r.Min, r.Max, ordinal(r.Max), ftoa(r.Interim), ordinal(r.Max), ftoa(roundLevel(r.Final())), ftoa(r.Alpha))
+	return fmt.Sprintf("min=%d max=%d alpha=%s levels=%s", r.Min, r.Max, ftoa(r.Alpha), strings.Join(levels, ","))
 }
 
-// ParseRule reads what String writes.
+// ParseRule reads what String writes, and the "interim=L" of rules
+// recorded before each look had its own level (L at every interim look).
 func ParseRule(s string) (Rule, error) {
 	var r Rule
+	var interim float64
 	fields := strings.Fields(s)
 	if len(fields) > 0 && fields[0] == "fixed" {
 		fields = fields[1:]
@@ -134,12 +152,28 @@ func ParseRule(s string) (Rule, error) {
 		case "alpha":
 			r.Alpha, err = strconv.ParseFloat(v, 64)
 		case "interim":
-			r.Interim, err = strconv.ParseFloat(v, 64)
+			interim, err = strconv.ParseFloat(v, 64)
+		case "levels":
+			for _, l := range strings.Split(v, ",") {
+				var x float64
+				if x, err = strconv.ParseFloat(l, 64); err != nil {
+					break
+				}
+				r.Levels = append(r.Levels, x)
+			}
 		default:
 			return Rule{}, fmt.Errorf("sequential rule %q: unknown key %q", s, k)
 		}
 		if err != nil {
 			return Rule{}, fmt.Errorf("sequential rule %q: %s: %w", s, k, err)
+		}
+	}
+	if interim != 0 {
+		if r.Levels != nil {
+			return Rule{}, fmt.Errorf("sequential rule %q: both interim and levels", s)
+		}
+		for n := r.Min; n < r.Max; n++ {
+			r.Levels = append(r.Levels, interim)
 		}
 	}
 	if err := r.Validate(); err != nil {
@@ -152,20 +186,6 @@ func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // roundLevel drops the float noise of a subtraction (0.05 - 7*0.001).
 func roundLevel(v float64) float64 { return math.Round(v*1e9) / 1e9 }
-
-func ordinal(n int) string {
-	suffix := "th"
-	switch {
-	case n%100 >= 11 && n%100 <= 13:
-	case n%10 == 1:
-		suffix = "st"
-	case n%10 == 2:
-		suffix = "nd"
-	case n%10 == 3:
-		suffix = "rd"
-	}
-	return strconv.Itoa(n) + suffix
-}
 
 // Pair is one metric of a family: each kernel's runs.
 type Pair struct{ Base, Patched []float64 }
