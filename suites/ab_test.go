@@ -12,17 +12,28 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
-// fakeGuest answers run-suite with one sample and logs the order of calls.
+// fakeGuest answers run-suite with one sample and logs the order of
+// rounds; it answers prepare-suite as if it took 2 s.
 type fakeGuest struct {
 	label string
 	log   *[]string
-	fail  int // round to fail at
+	fail  int // round to fail at; -1: fail the prepare
 }
 
 func (g fakeGuest) Do(ctx context.Context, req proto.Request, _ func(proto.Event)) (json.RawMessage, error) {
+	if req.Op == proto.OpPrepare {
+		if g.fail < 0 {
+			return nil, errors.New("no kprobes here")
+		}
+		if req.Params[ParamImage] != "/dev/vda" || req.Profile != "quick" || req.Suite != "cache-contention" {
+			return nil, errors.New("prepare request lost its parameters")
+		}
+		return json.Marshal(Prepared{Phases: map[string]float64{PhasePrepare: 2}})
+	}
 	*g.log = append(*g.log, g.label+req.Params[ParamKernel])
 	if req.Round == g.fail {
 		return nil, errors.New("guest died")
@@ -58,13 +69,22 @@ func TestRunABInterleaves(t *testing.T) {
 	}
 	for i, r := range res {
 		if len(r.Samples) != 3 || len(r.Missing) != 1 || r.Kernel != sides[i].Label || r.Notes["rounds"] != "3" ||
-			r.Stop != StopFixed || len(r.Rounds) != 3 || r.Rounds[2].N != 3 {
-			t.Errorf("%s: %d samples, %d missing, kernel %q, notes %v, stop %q, %d round records",
-				sides[i].Label, len(r.Samples), len(r.Missing), r.Kernel, r.Notes, r.Stop, len(r.Rounds))
+			r.Stop != StopFixed || len(r.Rounds) != 3 || r.Rounds[2].N != 3 || r.Phases[PhasePrepare] != 2 {
+			t.Errorf("%s: %d samples, %d missing, kernel %q, notes %v, stop %q, %d round records, phases %v",
+				sides[i].Label, len(r.Samples), len(r.Missing), r.Kernel, r.Notes, r.Stop, len(r.Rounds), r.Phases)
 		}
 	}
-	if n := strings.Count(progress.String(), "\n"); n != 6 {
-		t.Errorf("%d progress lines, want 6:\n%s", n, progress.String())
+	if n := strings.Count(progress.String(), "\n"); n != 7 || !strings.HasPrefix(progress.String(), "cache-contention prepared 2 guests in ") {
+		t.Errorf("%d progress lines, want 7, the preparing first:\n%s", n, progress.String())
+	}
+	// A guest that cannot prepare fails the run before any round, blamed
+	// on its kernel.
+	*log = nil
+	fails := append([]Side(nil), sides...)
+	fails[1].Guest, fails[1].Kernel = fakeGuest{"B:", log, -1}, blame.Patched
+	_, err = RunAB(context.Background(), cfg, fails, FixedPlan(3), nil)
+	if err == nil || !strings.Contains(err.Error(), "preparing patched") || !strings.Contains(err.Error(), "no kprobes here") || blame.KernelOf(err) != blame.Patched || len(*log) != 0 {
+		t.Errorf("failing prepare: %v (blamed on %q), %d rounds run; want the patch blamed before any round", err, blame.KernelOf(err), len(*log))
 	}
 	sides[1].Guest = fakeGuest{"B:", log, 2}
 	if _, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {

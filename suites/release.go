@@ -109,14 +109,10 @@ var armedTrace struct {
 func startReleaseTrace() (*releaseTrace, error) {
 	armedTrace.Lock()
 	defer armedTrace.Unlock()
-	if armedTrace.t == nil {
-		a, err := armReleaseTrace()
-		if err != nil {
-			return nil, err
-		}
-		armedTrace.t = a
+	a, err := armedLocked()
+	if err != nil {
+		return nil, err
 	}
-	a := armedTrace.t
 	t := &releaseTrace{wakeProbe: a.wakeProbe, armed: a.armed}
 	for _, trig := range a.armed {
 		if err := tracefsWrite(trig, histTrigger+":clear", 0); err != nil {
@@ -126,11 +122,32 @@ func startReleaseTrace() (*releaseTrace, error) {
 			return nil, fmt.Errorf("continuing hist trigger: %w", err)
 		}
 	}
-	var err error
 	if t.puts0, err = t.readPuts(); err != nil {
 		return nil, err
 	}
 	return t, nil
+}
+
+// ArmReleaseTrace arms the instruments ahead of the first workload (see
+// Prepare); a workload arms them itself when nothing did.
+func ArmReleaseTrace() error {
+	armedTrace.Lock()
+	defer armedTrace.Unlock()
+	_, err := armedLocked()
+	return err
+}
+
+// armedLocked returns the instruments armed for this process, arming them
+// first if it has not; armedTrace is held.
+func armedLocked() (*releaseTrace, error) {
+	if armedTrace.t == nil {
+		a, err := armReleaseTrace()
+		if err != nil {
+			return nil, err
+		}
+		armedTrace.t = a
+	}
+	return armedTrace.t, nil
 }
 
 // DisarmReleaseTrace removes the instruments (--local and tests, when done;

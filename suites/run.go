@@ -30,15 +30,8 @@ const (
 // --local) and returns its raw samples: every workload of the suite once,
 // each with cold caches and with the scheduler counters read around it.
 func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
-	s, err := Lookup(req.Suite)
+	cfg, err := mounted(req)
 	if err != nil {
-		return nil, err
-	}
-	cfg, err := s.Resolve(req.Profile)
-	if err != nil {
-		return nil, err
-	}
-	if err := ensureMounts(); err != nil {
 		return nil, err
 	}
 	clock, err := checkClock()
@@ -67,6 +60,49 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	}
 	r.res.Finished = time.Now().UTC()
 	return r.res, nil
+}
+
+// Prepared is what Prepare did, for the host's record of a run's phases.
+type Prepared struct {
+	// Phases is the time it took, in seconds (PhasePrepare).
+	Phases map[string]float64 `json:"phases,omitempty"`
+}
+
+// Prepare readies the machine it runs on for the rounds of the suite that
+// req names, without running one: the mounts, and for cache-contention the
+// release trace's kprobes and hist maps, whose arming takes seconds under
+// TCG. A host with several guests prepares them side by side before the
+// first round (RunAB), instead of each first round doing it in turn.
+// Rounds need no Prepare: the first arms what nothing armed.
+func Prepare(ctx context.Context, req proto.Request) (*Prepared, error) {
+	cfg, err := mounted(req)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	if cfg.Suite == "cache-contention" {
+		if err := ArmReleaseTrace(); err != nil {
+			return nil, fmt.Errorf("preparing %s: %w", cfg.Suite, err)
+		}
+	}
+	return &Prepared{Phases: map[string]float64{PhasePrepare: time.Since(t0).Seconds()}}, nil
+}
+
+// mounted resolves the suite and profile req names, and mounts what the
+// suites need.
+func mounted(req proto.Request) (*Config, error) {
+	s, err := Lookup(req.Suite)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := s.Resolve(req.Profile)
+	if err != nil {
+		return nil, err
+	}
+	if err := ensureMounts(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
 }
 
 // round is the state of one RunRound call.
@@ -164,6 +200,7 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 const (
 	PhaseStage      = "stage"       // copying the image into tmpfs and mounting it
 	PhaseDropCaches = "drop-caches" // sync and drop_caches before each workload
+	PhasePrepare    = "prepare"     // readying the guest before the first round, side by side with the others (Prepare)
 	PhaseArm        = "arm"         // opening the counters, kprobes and hist triggers (of which arm/release-trace and arm/perf)
 	PhaseWorkload   = "workload"    // the measured workloads themselves
 	PhaseCollect    = "collect"     // reading counters and histograms, disarming

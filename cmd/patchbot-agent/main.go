@@ -1,7 +1,7 @@
 // Command patchbot-agent is the guest's /init: a static binary that mounts
 // what the suites need, loads the kernel modules packed beside it, tells the
 // host it is ready over the virtio-serial port, and serves requests (info,
-// exec, run-suite, poweroff) until the host powers the VM off.
+// exec, prepare-suite, run-suite, poweroff) until the host powers the VM off.
 //
 // Build it with CGO_ENABLED=0; images/initramfs does, and packs it.
 package main
@@ -42,11 +42,15 @@ func main() {
 		fmt.Fprintln(os.Stderr, "patchbot-agent: runs as /init (PID 1) in a patchbot guest")
 		os.Exit(2)
 	}
-	agent.Main(agent.Handler{RunSuite: runSuite})
+	agent.Main(agent.Handler{RunSuite: runSuite, PrepareSuite: prepareSuite})
 }
 
 func runSuite(ctx context.Context, req proto.Request) (any, error) {
 	return suites.RunRound(ctx, req)
+}
+
+func prepareSuite(ctx context.Context, req proto.Request) (any, error) {
+	return suites.Prepare(ctx, req)
 }
 
 func printHead(path string) {

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
@@ -183,8 +184,8 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	}
 	defer pool.Close()
 
-	var sides []suites.Side
-	for _, k := range o.Kernels {
+	specs := make([]vmrunner.Spec, len(o.Kernels))
+	for i, k := range o.Kernels {
 		if _, err := os.Stat(k.BzImage); err != nil {
 			return nil, fmt.Errorf("kernel %s: %w", k.Side, err)
 		}
@@ -194,21 +195,51 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 				return nil, fmt.Errorf("initramfs for %s: %w", k.Side, err)
 			}
 		}
-		inst, err := pool.Create(ctx, vmrunner.Spec{
+		specs[i] = vmrunner.Spec{
 			Name: string(k.Side), Kernel: k.BzImage, Initramfs: initrd, Cmdline: k.Cmdline,
 			CPUs: vm.CPUs, MemMiB: vm.MemMiB, Disks: disks,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("creating the %s VM: %w", k.Side, err)
 		}
-		defer inst.Close()
-		info, err := inst.Boot(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("booting: %w", blame.On(k.Side, err))
+	}
+	// Every VM boots at once: no round runs yet, and the boots overlap
+	// instead of waiting on each other.
+	insts := make([]vmrunner.Instance, len(specs))
+	infos := make([]vmrunner.Info, len(specs))
+	errs := make([]error, len(specs))
+	var wg sync.WaitGroup
+	for i, spec := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst, err := pool.Create(ctx, spec)
+			if err != nil {
+				errs[i] = fmt.Errorf("creating the %s VM: %w", spec.Name, err)
+				return
+			}
+			insts[i] = inst
+			if infos[i], err = inst.Boot(ctx); err != nil {
+				errs[i] = fmt.Errorf("booting: %w", blame.On(o.Kernels[i].Side, err))
+			}
+		}()
+	}
+	wg.Wait()
+	for _, inst := range insts {
+		if inst != nil {
+			defer inst.Close()
 		}
+	}
+	// The first side's failure is the one reported: the base's, when both
+	// failed, is the infrastructure's and says more than the patch's.
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	var sides []suites.Side
+	for i, k := range o.Kernels {
+		info := infos[i]
 		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
-		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: inst, Accel: info.Accel, Params: params})
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Params: params})
 	}
 	plan := suites.FixedPlan(o.Runs)
 	if o.Plan != nil {

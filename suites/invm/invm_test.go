@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
@@ -77,6 +78,14 @@ func TestGuestCacheContention(t *testing.T) {
 	}
 	if res.Model == nil || res.Model.WakeupsPerRelease["wake-all"] == 0 {
 		t.Fatal("no model prediction with the result")
+	}
+	// The release trace was armed before the round (suites.Prepare): the
+	// round's three workloads only cleared and continued it, a small part
+	// of what the arming took.
+	prep, arm := res.Phases[suites.PhasePrepare], res.Phases[suites.PhaseArm+"/release-trace"]
+	t.Logf("prepare %.2f s, the round's own arming of the release trace %.2f s", prep, arm)
+	if prep <= 0 || arm >= prep/2 {
+		t.Errorf("prepare took %.2f s and the round armed for %.2f s: the round armed the trace itself", prep, arm)
 	}
 	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %.2f)",
 		got["read-storm/files_per_s"], got["read-storm/sched_wakeup"], got["read-storm/wakeups_per_release"],

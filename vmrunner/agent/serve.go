@@ -28,6 +28,9 @@ type RunSuiteFunc func(ctx context.Context, req proto.Request) (any, error)
 // Handler answers requests.
 type Handler struct {
 	RunSuite RunSuiteFunc
+	// PrepareSuite answers "prepare-suite"; nil answers it with nothing
+	// prepared.
+	PrepareSuite RunSuiteFunc
 	// PowerOff is called after the "done" event of a poweroff request has
 	// been written; nil means nothing happens (tests, fake backend).
 	PowerOff func()
@@ -131,6 +134,11 @@ func (h Handler) do(ctx context.Context, w *writer, req proto.Request) (any, err
 			return nil, errors.New("run-suite: no suite runner in this agent")
 		}
 		return h.RunSuite(ctx, req)
+	case proto.OpPrepare:
+		if h.PrepareSuite == nil {
+			return struct{}{}, nil
+		}
+		return h.PrepareSuite(ctx, req)
 	case proto.OpPowerOff:
 		return struct{}{}, nil
 	default:

@@ -65,6 +65,12 @@ func TestServe(t *testing.T) {
 				t.Errorf("info result = %+v", evs[0])
 			}
 		}},
+		// No PrepareSuite: nothing to prepare, an empty result.
+		{`{"id":"3p","op":"prepare-suite","suite":"s"}`, []string{"result", "done"}, func(t *testing.T, evs []proto.Event) {
+			if string(evs[0].Data) != `{}` {
+				t.Errorf("prepare result = %s, want {}", evs[0].Data)
+			}
+		}},
 		{`{"id":"4","op":"exec"}`, []string{"error", "done"}, nil},
 		{`not json`, []string{"error", "done"}, nil},
 		{`{"id":"5","op":"frobnicate"}`, []string{"error", "done"}, nil},

@@ -20,8 +20,12 @@ const ConsoleParam = "patchbot.agent"
 const (
 	OpInfo     = "info"      // report uname and machine facts
 	OpRunSuite = "run-suite" // run one round of a suite workload
-	OpExec     = "exec"      // run a command (for tests and debugging)
-	OpPowerOff = "poweroff"  // sync and power the VM off
+	// OpPrepare readies the guest for a suite's rounds (its instruments
+	// armed) without running one; optional: an agent with nothing to
+	// prepare answers with an empty result.
+	OpPrepare  = "prepare-suite"
+	OpExec     = "exec"     // run a command (for tests and debugging)
+	OpPowerOff = "poweroff" // sync and power the VM off
 )
 
 // Request is sent host → guest.
