@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -99,7 +98,7 @@ func parseIMAPURL(raw string) (*mailbox.IMAPConfig, error) {
 // newest complete version, or the one asked for. Notes about the choice go
 // to stderr.
 func seriesToTest(ctx context.Context, c mailbox.SourceConfig, version int, stderr io.Writer) (*mailbox.Series, error) {
-	src, err := mailbox.Open(c, slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	src, err := mailbox.Open(c, terminalLog(stderr))
 	if err != nil {
 		return nil, err
 	}

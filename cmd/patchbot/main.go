@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -60,6 +61,13 @@ type usageError struct{ msg string }
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+// terminalLog is the log of a command run by hand: warnings and errors
+// only. What a daemon logs at INFO (each VM's QEMU command line, its boot
+// time) would fall between the progress lines a person reads.
+func terminalLog(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
 
 // version is the module version or VCS revision the binary was built from.
 func version() string {

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"path/filepath"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
+	"github.com/patchbot/patchbot/suites/invm"
 )
 
 func init() {
@@ -145,6 +145,9 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 		return err
 	}
 	p.History = st
+	if t, ok := p.Tester.(*invm.Tester); ok {
+		t.Log = terminalLog(stderr)
+	}
 	req := service.NewRequest(series, cfg.Suites, service.ReplyTarget(series))
 	req.Suites, req.AA, req.BaseOverride = o.names, o.aa, o.base
 	req.First, req.Last = o.first, o.last
@@ -159,8 +162,7 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	}
 	fmt.Fprintf(stderr, "== done in %s; run directory %s\n", time.Since(start).Round(time.Second), runDir)
 
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ob, err := service.NewOutbox(cfg, st, log)
+	ob, err := service.NewOutbox(cfg, st, terminalLog(stderr))
 	if err != nil {
 		return err
 	}

@@ -153,7 +153,8 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	if vs != "" {
 		ks = append(ks, invm.Kernel{Side: blame.Patched, BzImage: vs})
 	}
-	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Runs: runs, VM: vm, Progress: stderr})
+	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Runs: runs, VM: vm, Progress: stderr,
+		Log: terminalLog(stderr)})
 }
 
 // printResults prints the mean over rounds of every metric per kernel, and

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"time"
 
@@ -80,7 +79,7 @@ type vmBootResult struct {
 }
 
 func runVMBoot(ctx context.Context, o vmBoot) error {
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log := terminalLog(stderr)
 	if o.initramfs == "" {
 		var err error
 		if o.initramfs, err = initramfs.ForKernel(ctx, o.kernel, initramfs.Options{}); err != nil {

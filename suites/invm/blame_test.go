@@ -1,10 +1,13 @@
 package invm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/patchbot/patchbot/blame"
@@ -17,13 +20,7 @@ import (
 // infrastructure's. The fake backend scripts the panic; the blame comes
 // from the types all the way up, not from wording.
 func TestBootFailureBlamesTheKernelThatFailed(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"base", "patched"} {
-		os.WriteFile(filepath.Join(dir, f), []byte("not a kernel"), 0o644)
-	}
-	spec := Spec{Suite: "locks", Profile: "quick", Runs: 1,
-		Base:    &images.Build{BzImage: filepath.Join(dir, "base")},
-		Patched: &images.Build{BzImage: filepath.Join(dir, "patched")}}
+	spec := fakeKernels(t)
 	for _, tc := range []struct {
 		name        string
 		tester      Tester
@@ -53,4 +50,44 @@ func TestBootFailureBlamesTheKernelThatFailed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The VMs' launch lines go to the Tester's log, not to the process's
+// default one: `patchbot run` on a terminal gives a warnings-only log, a
+// daemon its structured one.
+func TestLaunchLinesGoToTheTestersLog(t *testing.T) {
+	spec := fakeKernels(t)
+	var mine, def bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&def, nil)))
+	defer slog.SetDefault(old)
+
+	tester := Tester{VM: VMConfig{Backend: "fake"}, PatchedCmdline: "fake.panic",
+		Log: slog.New(slog.NewTextHandler(&mine, nil))}
+	if _, err := tester.Test(context.Background(), spec); err == nil {
+		t.Fatal("the patched kernel's scripted panic was not reported")
+	}
+	for _, name := range []string{"base", "patched"} {
+		if !strings.Contains(mine.String(), `msg="vm launched" name=`+name) {
+			t.Errorf("the tester's log has no launch line for %s:\n%s", name, mine.String())
+		}
+	}
+	if def.Len() != 0 {
+		t.Errorf("the default log got lines meant for the tester's:\n%s", def.String())
+	}
+}
+
+// fakeKernels is a one-round locks spec whose two "kernels" only the fake
+// backend can boot.
+func fakeKernels(t *testing.T) Spec {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"base", "patched"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("not a kernel"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return Spec{Suite: "locks", Profile: "quick", Runs: 1,
+		Base:    &images.Build{BzImage: filepath.Join(dir, "base")},
+		Patched: &images.Build{BzImage: filepath.Join(dir, "patched")}}
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -52,6 +53,10 @@ type Options struct {
 	Progress io.Writer
 	// CacheDir holds the suite images; default images.CacheDir()/fsimage.
 	CacheDir string
+	// Log gets the VMs' launch lines (each QEMU command line or domain)
+	// and boot times; default slog.Default(), a daemon's structured log.
+	// A terminal wants only the progress lines and warnings.
+	Log *slog.Logger
 }
 
 // VMConfig is the VM shape and backend of a measurement (the `vm:` part of
@@ -171,7 +176,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	}
 
 	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels)), // every side is up at once, for interleaving
-		Boot: vm.Boot}
+		Boot: vm.Boot, Log: o.Log}
 	if pcfg.Boot == "" {
 		pcfg.Boot = vmrunner.BootLegacy
 	}
@@ -286,12 +291,14 @@ type Tester struct {
 	// Cmdline is added to both kernels' command lines (tests).
 	BaseCmdline, PatchedCmdline string
 	CacheDir                    string
+	// Log is Options.Log: nil for slog.Default().
+	Log *slog.Logger
 }
 
 // Test runs one suite on the base and patched kernels.
 func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir,
+		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir, Log: t.Log,
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
