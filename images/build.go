@@ -393,7 +393,13 @@ func (b *Builder) env(untrusted bool) []string {
 		// Builds of different commits sit in different directories; hash
 		// paths below the cache relative, so they share compiled objects.
 		"CCACHE_BASEDIR="+filepath.Join(b.Cache, "kernels"),
-		"CCACHE_NOHASHDIR=1")
+		"CCACHE_NOHASHDIR=1",
+		// Depend mode: a miss compiles once and takes the headers from
+		// the dependency file Kbuild asks gcc for (-Wp,-MMD), instead of
+		// running the preprocessor a second time. Measured on the kernel/
+		// and fs/ objects of the default kernel, a cold cache cost 33%
+		// over plain gcc without it and nothing with it (docs/images.md).
+		"CCACHE_DEPEND=1")
 }
 
 // makeArgs are the arguments of every make call: the object tree, the
