@@ -3,7 +3,7 @@ package reports
 import "strings"
 
 // The reply's formatting, for other views of the same run (the dashboard,
-// reports/web): a page must show the numbers exactly as the mail does, so
+// web): a page must show the numbers exactly as the mail does, so
 // it calls the code that prints them rather than a copy of it.
 
 // Cells is one row of the comparison table as the reply prints it.

@@ -20,7 +20,7 @@ pkgs=(
   dovecot-imapd postfix public-inbox b4 python3-dkim
   # the fleet's queue (tests start a throwaway cluster of their own)
   postgresql
-  # the dashboard's browser test (reports/web), and the fonts its plots name
+  # the dashboard's browser test (web), and the fonts its plots name
   chromium fonts-liberation
   git ca-certificates iproute2 util-linux
 )

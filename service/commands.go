@@ -159,3 +159,99 @@ func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now t
 	}
 	return true, "", nil
 }
+
+// commands acts on the email commands of one mail: at most three
+// distinct ones, each answered to its sender's one address alone.
+func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
+	d, m, o := in.d, in.m, in.origin
+	if o.Sender == "" {
+		d.Metrics.Commands.WithLabelValues("dropped").Add(float64(len(all)))
+		in.log.Info("commands ignored: From: is not one address, so there is nobody to answer", "err", o.SenderErr)
+		return nil
+	}
+	if o.AutoSubmitted {
+		in.log.Info("commands ignored: the mail is Auto-Submitted (a machine wrote it)", "from", o.Sender)
+		return nil
+	}
+	cmds, ignored := mailbox.FoldCommands(all, mailbox.MaxCommands)
+	view, err := in.threadSeries(ctx, m.MessageID, true)
+	if err != nil {
+		return err
+	}
+	// The series a command tests is the one `patchbot run` would: the
+	// newest complete version (an incomplete one cannot be applied).
+	target, _, _ := mailbox.Choose(view.series, 0)
+	asker := Asker{Address: o.Sender, Authenticated: d.sources[in.source].Trusted || o.DKIMPass(d.Config.Commands.AuthservIDs)}
+	for i, c := range cmds {
+		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
+		cmd.answer = reports.Answer{Command: c.Line,
+			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
+			// A hash, not the command's Message-ID: two Message-IDs must not
+			// make one answer's, and a sender's text has no place in ours.
+			MessageID: fmt.Sprintf("patchbot-answer-%s@%s", shortHash(cmd.key), domainOf(d.Config.Reply.From))}
+		cmd.answer.Ignored = ignored // said in the mail's first answer only
+		mkRequest := func() (*Request, error) {
+			req := NewRequest(target, d.Config.Suites, m.MessageID)
+			req.Thread.Subject = m.Subject
+			req.Thread.References = append(append([]string{}, m.References...), m.MessageID)
+			req.Thread.Author = o.Sender
+			req.Command = c.Line
+			return req, in.boundThread(ctx, &req.Thread, view, ReplyTarget(target))
+		}
+		dc, err := d.decide(ctx, in.tx, cmd, target, mkRequest, in.now)
+		if err != nil {
+			return err
+		}
+		if dc.Answer != nil {
+			sent, why, err := in.answer(ctx, *dc.Answer)
+			if err != nil {
+				return err
+			}
+			if !sent {
+				dc.Outcome, dc.Why = store.CommandDropped, why
+			} else {
+				ignored = 0
+			}
+		}
+		if dc.OptOut {
+			if _, err := in.tx.OptOut(ctx, o.Sender, "#patchbot stop in "+m.MessageID); err != nil {
+				return err
+			}
+			in.log.Info("opt-out recorded: patchbot will not mail this address again", "address", o.Sender)
+		}
+		if dc.Request != nil {
+			if err := in.enqueue(ctx, "command", "command:"+cmd.key, o.Sender, dc.Request); err != nil {
+				return err
+			}
+		}
+		if _, err := in.tx.LogCommand(ctx, store.Command{Key: cmd.key, Sender: o.Sender, ThreadID: in.thread,
+			At: in.now, Outcome: dc.Outcome}); err != nil {
+			return err
+		}
+		d.Metrics.Commands.WithLabelValues(string(dc.Outcome)).Inc()
+		in.log.Info("command", "command", c.Line, "from", o.Sender, "authenticated", asker.Authenticated,
+			"outcome", dc.Outcome, "why", dc.Why)
+	}
+	return nil
+}
+
+// answer puts a short answer in the outbox, inside the mail's
+// transaction, if the quotas allow one more mail and its one recipient
+// has not opted out. It says whether it did, and why not.
+func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, error) {
+	d := in.d
+	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, in.now); err != nil || !ok {
+		if err == nil {
+			d.Metrics.Dropped.WithLabelValues("quota").Inc()
+		}
+		return false, why, err
+	}
+	if out, err := in.optedOut(ctx, a.Thread.Author); err != nil || out {
+		return false, "the asker opted out", err
+	}
+	ok, why, err := d.putAnswer(ctx, in.tx, a, in.thread)
+	if ok {
+		in.answers++
+	}
+	return ok, why, err
+}

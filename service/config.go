@@ -24,9 +24,9 @@ import (
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
+	"github.com/patchbot/patchbot/web"
 )
 
 // Config is patchbot.yaml: one file for every command (run, watch, reply,

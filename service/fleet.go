@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/web"
 )
 
 // The fleet: one coordinator (watch) reads mail, queues jobs, collects the

@@ -22,13 +22,13 @@ import (
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/store/pgtest"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
 	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/web"
 )
 
 // The fleet tests run the coordinator and the workers as processes of

@@ -15,9 +15,9 @@ import (
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
+	"github.com/patchbot/patchbot/web"
 )
 
 // NewPipeline wires the real stages from a config: images.Kernels for the
@@ -138,8 +138,8 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		if p, err = NewPipeline(cfg, nil); err != nil {
 			return fail(err)
 		}
+		p.History = st
 	}
-	p.History = st
 	srcs, err := OpenSources(cfg, log)
 	if err != nil {
 		return fail(err)

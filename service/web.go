@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/web"
 )
 
 // NewDashboard is the dashboard of a config's state: its runs, the

@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/web"
 )
 
 // A run asked for on the dashboard enters the daemon's queue, is tested,

@@ -14,8 +14,8 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/mailbox/outbox"
-	"github.com/patchbot/patchbot/reports/web"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/web"
 )
 
 // Worker runs test jobs from the store's queue, one at a time: it claims

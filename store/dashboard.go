@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The dashboard's queries (reports/web). They only read, and they never
+// The dashboard's queries (web). They only read, and they never
 // select a job's request: it holds the series' raw mails, which a page does
 // not show and which would make a listing of thousands of jobs slow.
 

@@ -138,7 +138,7 @@ func TestServeShowsTheStateDirectory(t *testing.T) {
 	state := t.TempDir()
 	runs := filepath.Join(state, "runs")
 	os.MkdirAll(runs, 0o700)
-	src := "../../reports/web/testdata/runs/squashfs-seed"
+	src := "../../web/testdata/runs/squashfs-seed"
 	dst := filepath.Join(runs, "run-20261201-100000")
 	os.MkdirAll(dst, 0o700)
 	ents, _ := os.ReadDir(src)

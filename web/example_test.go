@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 
-	"github.com/patchbot/patchbot/reports/web"
+	"github.com/patchbot/patchbot/web"
 )
 
 // The dashboard of a state directory, as `patchbot serve --state DIR`

@@ -265,7 +265,7 @@ func TestSubmitForm(t *testing.T) {
 	q := &fakeQueue{st: st}
 	const token = "s3cret-token"
 	h := newHandler(t, Options{StateDir: state, Store: st, Token: token, Queue: q, MaxUpload: 64 << 10})
-	seed, err := os.ReadFile("../../testdata/mbox/squashfs-thundering-herd.mbox")
+	seed, err := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -417,7 +417,7 @@ func TestBrowser(t *testing.T) {
 		shoot(t, ctx, "job")
 
 		// An uploaded mbox reaches the queue byte for byte.
-		mbox, _ := filepath.Abs("../../testdata/mbox/squashfs-thundering-herd.mbox")
+		mbox, _ := filepath.Abs("../testdata/mbox/squashfs-thundering-herd.mbox")
 		step(t, ctx, "uploading an mbox", chromedp.Navigate(srv.URL+"/submit"), chromedp.WaitVisible(chromedp.CSS("form")),
 			chromedp.SetUploadFiles(chromedp.CSS(`input[name="mbox"]`), []string{mbox}),
 			chromedp.SetValue(chromedp.CSS(`input[name="token"]`), token))

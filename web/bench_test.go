@@ -19,7 +19,7 @@ import (
 // with 5 × 2 runs in under 100 ms, the home page with 10,000 stored runs in
 // under 200 ms. Run them under the heavy lock, on a quiet host:
 //
-//	flock /tmp/patchbot-heavy.lock go test -run '^$' -bench . -benchtime 20x -count 3 ./reports/web/
+//	flock /tmp/patchbot-heavy.lock go test -run '^$' -bench . -benchtime 20x -count 3 ./web/
 
 // seedRun is the run the benchmarks and the browser test read: the seed
 // patch measured by patchbot itself (5 runs on each kernel).

@@ -1,0 +1,420 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/store"
+)
+
+// Ingest keeps one mail and acts on it: a complete series that touches the
+// watched paths becomes a job, an email command is answered. The mail, the
+// source's cursor, the commands and the jobs and answers they make are
+// stored in one transaction: after a kill -9 anywhere, either all of it is
+// there or none, and the source reads the mail again. A mail already kept
+// (a second source for the same list) only moves this source's cursor.
+//
+// Only the store's errors are returned (the source then reads the mail
+// again later); a mail that patchbot cannot act on is logged and passed,
+// so that one bad mail cannot stop a source.
+func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, cur string) error {
+	if d.wake == nil {
+		d.defaults()
+	}
+	d.step(StepIngestRead)
+	d.Metrics.Messages.Inc()
+	key := storageKey(m)
+	// Counted before acting and forgotten after: a mail the daemon died on
+	// twice is set aside with its reason, not read again at every start.
+	n, err := d.Store.BeginIngest(ctx, key)
+	if err != nil {
+		return err
+	}
+	if n > d.maxIngests() {
+		reason := fmt.Sprintf("the daemon died %d times while acting on this mail", n-1)
+		d.Log.Error("mail set aside: it was being acted on when the daemon died; it will not be read again",
+			"source", source, "message_id", m.MessageID, "reason", reason)
+		return d.Store.Update(ctx, func(tx *store.Tx) error {
+			if err := tx.SetAside(ctx, key, reason); err != nil {
+				return err
+			}
+			return tx.SetCursor(ctx, source, cur)
+		})
+	}
+	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, now: time.Now()}
+	in.log = d.Log.With("source", source, "message_id", m.MessageID)
+	err = d.Store.Update(ctx, func(tx *store.Tx) error {
+		in.tx, in.jobs, in.answers = tx, 0, 0
+		// The thread of the mail it answers, when that is kept (a reply
+		// whose References list its parent first stays in the thread);
+		// else the first of its References.
+		th, err := tx.ThreadOf(ctx, append([]string{m.InReplyTo}, m.References...))
+		if err != nil {
+			return err
+		}
+		if th == "" {
+			th = threadOf(m)
+		}
+		if th == "" {
+			th = key // a mail without a Message-ID or references is a thread of its own
+		}
+		in.thread = th
+		fresh, err := tx.SaveMessage(ctx, source, key, in.thread, m.Raw)
+		if err != nil {
+			return err
+		}
+		if err := tx.SetCursor(ctx, source, cur); err != nil {
+			return err
+		}
+		if !fresh {
+			return nil // acted on when it was first kept
+		}
+		// Replies that came before this mail were kept under its ID.
+		if err := tx.Rehome(ctx, key, in.thread); err != nil {
+			return err
+		}
+		if err := in.act(ctx); err != nil {
+			return err
+		}
+		d.step(StepIngestWritten)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.Store.EndIngest(ctx, key); err != nil {
+		return err
+	}
+	d.step(StepIngestCommitted)
+	if in.jobs > 0 {
+		d.Wake()
+	}
+	if in.answers > 0 {
+		d.Outbox.Wake()
+	}
+	return nil
+}
+
+// ingest is one mail being acted on, inside its transaction.
+type ingest struct {
+	d      *Daemon
+	tx     *store.Tx
+	m      *mailbox.Message
+	origin mailbox.Origin
+	source string
+	thread string
+	now    time.Time
+	log    *slog.Logger
+
+	jobs, answers int // queued
+}
+
+func (in *ingest) act(ctx context.Context) error {
+	d, m := in.d, in.m
+	if ok, err := in.tx.SeenOutbox(ctx, m.MessageID); err != nil {
+		return err
+	} else if ok {
+		in.log.Info("an uncertain reply came back on a source: it was delivered")
+	}
+	if in.origin.Sender != "" && in.origin.Sender == mailbox.AddrOf(d.Config.Reply.From) {
+		return nil // patchbot's own mail, read back from a list
+	}
+	if cmds := mailbox.ParseCommands(m); len(cmds) > 0 {
+		return in.commands(ctx, cmds)
+	}
+	if m.Diff == "" {
+		return nil
+	}
+	if !in.listMail(in.source, in.origin) {
+		in.log.Info("a patch sent to patchbot directly, not through a list, is not tested on its own; "+
+			"an allowed sender can ask with #patchbot test in its thread", "from", in.origin.Sender)
+		return nil
+	}
+	view, err := in.threadSeries(ctx, "", false)
+	if err != nil {
+		return err
+	}
+	for _, s := range view.series {
+		log := in.log.With("series", s.Subject, "version", s.Version)
+		if !touches(s.Files(), d.Config.Paths) {
+			log.Info("series touches no watched path; not tested", "files", s.Files(), "complete", s.Complete)
+			continue
+		}
+		if out, err := in.optedOut(ctx, s.Author); err != nil {
+			return err
+		} else if out {
+			log.Info("the series' author opted out; not tested")
+			continue
+		}
+		if !s.Complete {
+			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason,
+				"answer_after", d.Config.IncompleteAfter)
+			if err := in.waitForParts(ctx, s); err != nil {
+				return err
+			}
+			continue
+		}
+		target := ReplyTarget(s)
+		if target == "" {
+			// A patch without a Message-ID: its reply answers the name
+			// it is kept under, and starts a thread of its own.
+			target = storageKey(s.Patches[0].Message)
+		}
+		req := NewRequest(s, d.Config.Suites, target)
+		if err := in.boundThread(ctx, &req.Thread, view, target); err != nil {
+			return err
+		}
+		if req.Thread.Author == "" {
+			log.Info("the series' author is not one address; not tested", "author", s.Author)
+			continue
+		}
+		if _, err := req.SuiteNames(); err != nil {
+			log.Info("no suite to run for this series; not tested", "err", err)
+			continue
+		}
+		if err := in.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
+			mailbox.AddrOf(s.Author), req); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listMail says whether a mail came through a mailing list: it has a
+// List-Id, or its source is a list archive (lore) or trusted as a whole.
+// Mail sent to patchbot alone starts no test, and its replies Cc nobody.
+func (in *ingest) listMail(source string, o mailbox.Origin) bool {
+	sc := in.d.sources[source]
+	return o.ListID != "" || sc.Lore != "" || sc.Trusted
+}
+
+func (in *ingest) optedOut(ctx context.Context, addr string) (bool, error) {
+	a := mailbox.AddrOf(addr)
+	if in.d.Config.Limits.optedOut(a) {
+		return true, nil
+	}
+	return in.tx.OptedOut(ctx, a)
+}
+
+// threadView is a stored thread as the transaction sees it.
+type threadView struct {
+	series []*mailbox.Series
+	lists  map[string]bool // the list addresses its mail came through
+	// origins by Message-ID, and whether each mail came through a list.
+	origins map[string]mailbox.Origin
+	viaList map[string]bool
+}
+
+// threadSeries assembles the series of the mail's thread, leaving out one
+// mail (the command being answered): the newest version of each, or with
+// all every version (for mailbox.Choose).
+func (in *ingest) threadSeries(ctx context.Context, skip string, all bool) (*threadView, error) {
+	stored, err := in.tx.Thread(ctx, in.thread)
+	if err != nil {
+		return nil, err
+	}
+	v := &threadView{lists: map[string]bool{}, origins: map[string]mailbox.Origin{}, viaList: map[string]bool{}}
+	var msgs []*mailbox.Message
+	for _, sm := range stored {
+		m, err := in.d.parsed.get(sm.MessageID, sm.Raw)
+		if err != nil || (skip != "" && m.MessageID == skip) {
+			continue // it was parsed once already; a stored mail that no longer parses is skipped
+		}
+		o := mailbox.OriginOf(m)
+		listAddrs(o, v.lists)
+		v.origins[m.MessageID], v.viaList[m.MessageID] = o, in.listMail(sm.Source, o)
+		msgs = append(msgs, m)
+	}
+	if all {
+		v.series = mailbox.AssembleVersions(msgs)
+	} else {
+		v.series = mailbox.Assemble(msgs)
+	}
+	return v, nil
+}
+
+// boundThread makes a reply's recipients safe before it is composed (see
+// Daemon.boundThread): the Cc is read again from the raw header of the
+// mail the series is answered on (target), so that a name cannot smuggle
+// in addresses, and opted-out addresses are left out.
+func (in *ingest) boundThread(ctx context.Context, t *reports.Thread, v *threadView, target string) error {
+	o, ok := v.origins[target]
+	if ok {
+		t.Lists, t.Cc = o.Recipients, nil
+	}
+	var keep []string
+	for _, a := range t.Lists {
+		out, err := in.optedOut(ctx, a)
+		if err != nil {
+			return err
+		}
+		if !out {
+			keep = append(keep, a)
+		}
+	}
+	t.Lists = keep
+	in.d.boundThread(t, v.lists, v.viaList[target])
+	return nil
+}
+
+// waitForParts queues a job that looks at an incomplete series again once
+// IncompleteAfter has passed: if the parts are still missing, the author is
+// told which, and why the series was not tested.
+func (in *ingest) waitForParts(ctx context.Context, s *mailbox.Series) error {
+	if len(s.Patches) == 0 && s.Cover == nil {
+		return nil
+	}
+	replyTo, subject, refs := "", s.Subject, []string(nil)
+	if s.Cover != nil {
+		replyTo, refs = s.Cover.MessageID, s.Cover.References
+	} else {
+		replyTo, subject, refs = s.Patches[0].MessageID, s.Patches[0].Subject, s.Patches[0].Message.References
+	}
+	req := &Request{Title: s.Subject,
+		Thread:     reports.Thread{Subject: subject, MessageID: replyTo, References: refs, Author: s.Author},
+		Incomplete: &IncompleteCheck{ThreadID: in.thread, Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+	in.d.boundThread(&req.Thread, nil, false)
+	if req.Thread.Author == "" {
+		return nil // nobody to tell
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	_, _, err = in.tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprintf("incomplete:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
+		Kind: store.KindCheck, Trigger: "incomplete", Title: s.Subject, Request: data, Source: in.source,
+		Sender: mailbox.AddrOf(s.Author), NotBefore: in.now.Add(in.d.Config.IncompleteAfter)})
+	return err
+}
+
+// enqueue queues a test for sender (the series' author, or the command's
+// sender), from the mail's source: the claim's fairness is by both.
+func (in *ingest) enqueue(ctx context.Context, trigger, dedupe, sender string, req *Request) error {
+	data, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	names, err := req.SuiteNames()
+	if err != nil {
+		return err
+	}
+	id, added, err := in.tx.AddJob(ctx, store.Job{Dedupe: dedupe, Trigger: trigger, Title: req.Title, Request: data,
+		Source: in.source, Sender: sender, Needs: needsOf(in.d.Config, names)})
+	if err != nil {
+		return err
+	}
+	if added {
+		in.jobs++
+		in.log.Info("job queued", "job", id, "trigger", trigger, "title", req.Title)
+	}
+	return nil
+}
+
+// checkIncomplete runs an incomplete-series job: nothing to say when the
+// series was completed meanwhile (its own job tests it), else the answer,
+// to the author alone, within the quotas.
+func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
+	c := req.Incomplete
+	return d.Store.Update(ctx, func(tx *store.Tx) error {
+		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
+		view, err := in.threadSeries(ctx, "", false)
+		if err != nil {
+			return err
+		}
+		for _, s := range view.series {
+			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
+				continue
+			}
+			if s.Complete {
+				in.log.Info("series completed while waiting; its own job tests it", "series", s.Subject)
+				return nil
+			}
+			missing := make([]string, len(s.Missing))
+			for i, m := range s.Missing {
+				missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
+			}
+			sent, why, err := in.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
+				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
+			if err == nil && !sent {
+				in.log.Info("incomplete-series answer not sent", "why", why)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// humanDuration writes 6h0m0s as "6 hours" and 90m as "1h30m0s".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0 && d > time.Hour:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d == time.Hour:
+		return "an hour"
+	case d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
+}
+
+// threadRoot is the Message-ID that starts a reply's thread: the first of
+// its References, else the mail it answers.
+func threadRoot(t reports.Thread) string {
+	if len(t.References) > 0 {
+		return strings.Trim(t.References[0], "<> ")
+	}
+	return strings.Trim(t.MessageID, "<> ")
+}
+
+// storageKey is what a mail is kept under: its Message-ID, or for a mail
+// without one a name made from its bytes, so that such a mail is kept, and
+// its series assembled, like any other.
+func storageKey(m *mailbox.Message) string {
+	if m.MessageID != "" {
+		return m.MessageID
+	}
+	h := sha256.Sum256(m.Raw)
+	return "no-message-id-" + hex.EncodeToString(h[:12]) + "@patchbot.invalid"
+}
+
+func (d *Daemon) maxIngests() int {
+	if d.MaxCrashes > 0 {
+		return d.MaxCrashes
+	}
+	return 2
+}
+
+// threadOf is the Message-ID that starts m's thread.
+func threadOf(m *mailbox.Message) string {
+	if len(m.References) > 0 {
+		return m.References[0]
+	}
+	if m.InReplyTo != "" {
+		return m.InReplyTo
+	}
+	return m.MessageID
+}
+
+// touches says whether any file is under one of the path prefixes (all
+// files count when no prefix is configured).
+func touches(files, prefixes []string) bool {
+	if len(prefixes) == 0 {
+		return len(files) > 0
+	}
+	for _, f := range files {
+		for _, p := range prefixes {
+			if strings.HasPrefix(f, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
