@@ -9,6 +9,7 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites"
 )
 
 // Asker is who gives an email command, as far as patchbot can tell.
@@ -140,26 +141,6 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	return decision{Outcome: store.CommandAccepted, Request: req}, nil
 }
 
-// mayMail says whether one more automatic mail fits the quotas: per
-// thread per day, and in all per hour.
-func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now time.Time) (bool, string, error) {
-	l := d.Config.Limits
-	n, err := tx.OutboxSince(ctx, thread, now.Add(-24*time.Hour))
-	if err != nil {
-		return false, "", err
-	}
-	if n >= l.PerThreadPerDay {
-		return false, fmt.Sprintf("the thread had %d mails from patchbot in a day (limit %d)", n, l.PerThreadPerDay), nil
-	}
-	if n, err = tx.OutboxSince(ctx, "", now.Add(-time.Hour)); err != nil {
-		return false, "", err
-	}
-	if n >= l.PerHour {
-		return false, fmt.Sprintf("patchbot wrote %d mails in the last hour (limit %d)", n, l.PerHour), nil
-	}
-	return true, "", nil
-}
-
 // commands acts on the email commands of one mail: at most three
 // distinct ones, each answered to its sender's one address alone.
 func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
@@ -235,23 +216,19 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 	return nil
 }
 
-// answer puts a short answer in the outbox, inside the mail's
-// transaction, if the quotas allow one more mail and its one recipient
-// has not opted out. It says whether it did, and why not.
-func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, error) {
-	d := in.d
-	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, in.now); err != nil || !ok {
-		if err == nil {
-			d.Metrics.Dropped.WithLabelValues("quota").Inc()
-		}
-		return false, why, err
+// withOptions applies a test command's base= and patches= to a request
+// for series s, or says why they cannot be.
+func withOptions(req *Request, c mailbox.Command, s *mailbox.Series) error {
+	req.BaseOverride = c.Base
+	if c.First == 0 {
+		return nil
 	}
-	if out, err := in.optedOut(ctx, a.Thread.Author); err != nil || out {
-		return false, "the asker opted out", err
+	if n := len(s.Patches); c.Last > n {
+		return fmt.Errorf("patches=%d-%d: the series has %d patch(es)", c.First, c.Last, n)
 	}
-	ok, why, err := d.putAnswer(ctx, in.tx, a, in.thread)
-	if ok {
-		in.answers++
-	}
-	return ok, why, err
+	req.First, req.Last = c.First, c.Last
+	return nil
 }
+
+// suiteNames lists the valid suites and profiles, for help and errors.
+func suiteNames() (names, profiles []string) { return suites.Names() }

@@ -14,7 +14,6 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/web"
 )
 
@@ -306,9 +305,6 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	}
 }
 
-// suiteNames lists the valid suites and profiles, for help and errors.
-func suiteNames() (names, profiles []string) { return suites.Names() }
-
 // RunOnce runs the next check that is due, or else, with a worker in this
 // process, the next test job that is due and collects its run; it says
 // whether it ran one.
@@ -387,6 +383,33 @@ func (d *Daemon) updateGauges(ctx context.Context) {
 	if counts, err := d.Store.OutboxCounts(ctx); err == nil {
 		for _, st := range store.OutboxStates {
 			d.Metrics.Outbox.WithLabelValues(string(st)).Set(float64(counts[st]))
+		}
+	}
+}
+
+// fetchTrees keeps the configured trees fresh until ctx ends: the stale
+// ones at start, then every tree each trees.fetch_every. A failure is
+// logged; the next round tries again, and a job whose tree is stale
+// fetches it itself.
+func (d *Daemon) fetchTrees(ctx context.Context) {
+	t := d.Pipeline.Trees
+	if t == nil || len(t.Config.List) == 0 || t.Config.FetchEvery <= 0 {
+		return
+	}
+	names := t.Stale(time.Now())
+	for ctx.Err() == nil {
+		if len(names) > 0 {
+			if err := t.Fetch(ctx, names...); err != nil && ctx.Err() == nil {
+				d.Log.Warn("fetching trees", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(t.Config.FetchEvery):
+		}
+		names = names[:0]
+		for _, tr := range t.Config.List {
+			names = append(names, tr.Name)
 		}
 	}
 }

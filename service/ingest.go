@@ -318,62 +318,6 @@ func (in *ingest) enqueue(ctx context.Context, trigger, dedupe, sender string, r
 	return nil
 }
 
-// checkIncomplete runs an incomplete-series job: nothing to say when the
-// series was completed meanwhile (its own job tests it), else the answer,
-// to the author alone, within the quotas.
-func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
-	c := req.Incomplete
-	return d.Store.Update(ctx, func(tx *store.Tx) error {
-		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
-		view, err := in.threadSeries(ctx, "", false)
-		if err != nil {
-			return err
-		}
-		for _, s := range view.series {
-			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
-				continue
-			}
-			if s.Complete {
-				in.log.Info("series completed while waiting; its own job tests it", "series", s.Subject)
-				return nil
-			}
-			missing := make([]string, len(s.Missing))
-			for i, m := range s.Missing {
-				missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
-			}
-			sent, why, err := in.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
-				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
-			if err == nil && !sent {
-				in.log.Info("incomplete-series answer not sent", "why", why)
-			}
-			return err
-		}
-		return nil
-	})
-}
-
-// humanDuration writes 6h0m0s as "6 hours" and 90m as "1h30m0s".
-func humanDuration(d time.Duration) string {
-	switch {
-	case d%time.Hour == 0 && d > time.Hour:
-		return fmt.Sprintf("%d hours", d/time.Hour)
-	case d == time.Hour:
-		return "an hour"
-	case d%time.Minute == 0 && d < time.Hour:
-		return fmt.Sprintf("%d minutes", d/time.Minute)
-	}
-	return d.String()
-}
-
-// threadRoot is the Message-ID that starts a reply's thread: the first of
-// its References, else the mail it answers.
-func threadRoot(t reports.Thread) string {
-	if len(t.References) > 0 {
-		return strings.Trim(t.References[0], "<> ")
-	}
-	return strings.Trim(t.MessageID, "<> ")
-}
-
 // storageKey is what a mail is kept under: its Message-ID, or for a mail
 // without one a name made from its bytes, so that such a mail is kept, and
 // its series assembled, like any other.

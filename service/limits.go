@@ -1,13 +1,16 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"net/mail"
 	"strings"
+	"time"
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/store"
 )
 
 // LimitsConfig bounds the mail patchbot sends, whoever asks: the
@@ -159,4 +162,24 @@ func listAddrs(o mailbox.Origin, into map[string]bool) {
 	if local, host, ok := strings.Cut(o.ListID, "."); ok && local != "" && host != "" {
 		into[local+"@"+host] = true
 	}
+}
+
+// mayMail says whether one more automatic mail fits the quotas: per
+// thread per day, and in all per hour.
+func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now time.Time) (bool, string, error) {
+	l := d.Config.Limits
+	n, err := tx.OutboxSince(ctx, thread, now.Add(-24*time.Hour))
+	if err != nil {
+		return false, "", err
+	}
+	if n >= l.PerThreadPerDay {
+		return false, fmt.Sprintf("the thread had %d mails from patchbot in a day (limit %d)", n, l.PerThreadPerDay), nil
+	}
+	if n, err = tx.OutboxSince(ctx, "", now.Add(-time.Hour)); err != nil {
+		return false, "", err
+	}
+	if n >= l.PerHour {
+		return false, fmt.Sprintf("patchbot wrote %d mails in the last hour (limit %d)", n, l.PerHour), nil
+	}
+	return true, "", nil
 }

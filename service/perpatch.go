@@ -11,51 +11,11 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
-
-// subjectTags are the tags of the cover letter's and the first patch's
-// subjects that are neither PATCH, RFC, vN nor m/n: "net-next",
-// "vfs.fixes".
-func subjectTags(s *mailbox.Series) []string {
-	subjects := []string{s.Subject}
-	if len(s.Patches) > 0 {
-		subjects = append(subjects, s.Patches[0].Subject)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, subj := range subjects {
-		for _, t := range mailbox.ParseSubject(subj).Prefixes {
-			if k := strings.ToLower(t); !seen[k] {
-				seen[k] = true
-				out = append(out, t)
-			}
-		}
-	}
-	return out
-}
-
-// patchTitle is patch i's (1-based) subject without its tags.
-func (r *Request) patchTitle(i int, fallback string) string {
-	if i >= 1 && i <= len(r.Subjects) {
-		if t := mailbox.ParseSubject(r.Subjects[i-1]).Title; t != "" {
-			return t
-		}
-	}
-	return fallback
-}
-
-// patchSubject is patch i's subject as posted, for a failure's Patch.
-func (r *Request) patchSubject(i int, fallback string) string {
-	if i >= 1 && i <= len(r.Subjects) {
-		return r.Subjects[i-1]
-	}
-	return fallback
-}
 
 // baseChoiceOf is the run's account of the base: the choice, or the
 // trees tried when the series applies to none.

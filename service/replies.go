@@ -90,3 +90,99 @@ func domainOf(from string) string {
 	}
 	return "patchbot.invalid"
 }
+
+// checkIncomplete runs an incomplete-series job: nothing to say when the
+// series was completed meanwhile (its own job tests it), else the answer,
+// to the author alone, within the quotas.
+func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
+	c := req.Incomplete
+	return d.Store.Update(ctx, func(tx *store.Tx) error {
+		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
+		view, err := in.threadSeries(ctx, "", false)
+		if err != nil {
+			return err
+		}
+		for _, s := range view.series {
+			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
+				continue
+			}
+			if s.Complete {
+				in.log.Info("series completed while waiting; its own job tests it", "series", s.Subject)
+				return nil
+			}
+			missing := make([]string, len(s.Missing))
+			for i, m := range s.Missing {
+				missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
+			}
+			sent, why, err := in.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
+				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
+			if err == nil && !sent {
+				in.log.Info("incomplete-series answer not sent", "why", why)
+			}
+			return err
+		}
+		return nil
+	})
+}
+
+// humanDuration writes 6h0m0s as "6 hours" and 90m as "1h30m0s".
+func humanDuration(d time.Duration) string {
+	switch {
+	case d%time.Hour == 0 && d > time.Hour:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	case d == time.Hour:
+		return "an hour"
+	case d%time.Minute == 0 && d < time.Hour:
+		return fmt.Sprintf("%d minutes", d/time.Minute)
+	}
+	return d.String()
+}
+
+// threadRoot is the Message-ID that starts a reply's thread: the first of
+// its References, else the mail it answers.
+func threadRoot(t reports.Thread) string {
+	if len(t.References) > 0 {
+		return strings.Trim(t.References[0], "<> ")
+	}
+	return strings.Trim(t.MessageID, "<> ")
+}
+
+// answer puts a short answer in the outbox, inside the mail's
+// transaction, if the quotas allow one more mail and its one recipient
+// has not opted out. It says whether it did, and why not.
+func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, error) {
+	d := in.d
+	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, in.now); err != nil || !ok {
+		if err == nil {
+			d.Metrics.Dropped.WithLabelValues("quota").Inc()
+		}
+		return false, why, err
+	}
+	if out, err := in.optedOut(ctx, a.Thread.Author); err != nil || out {
+		return false, "the asker opted out", err
+	}
+	ok, why, err := d.putAnswer(ctx, in.tx, a, in.thread)
+	if ok {
+		in.answers++
+	}
+	return ok, why, err
+}
+
+// PutReply puts a rendered reply in the outbox, from the configured
+// sender to the reply's To and Cc. It reports whether the reply was new
+// (a reply with the same Message-ID is never queued twice).
+func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, r *reports.Reply) (bool, error) {
+	raw, err := r.Bytes()
+	if err != nil {
+		return false, err
+	}
+	rcpt, err := r.Recipients()
+	if err != nil {
+		return false, err
+	}
+	added, err := ob.Put(ctx, outbox.Message{MessageID: r.Header.MessageID, From: mailbox.AddrOf(opt.From), To: rcpt, Raw: raw})
+	if err != nil {
+		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
+	}
+	return added, nil
+}

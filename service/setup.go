@@ -13,7 +13,6 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
-	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
@@ -150,25 +149,6 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	}
 	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
 	return d, nil
-}
-
-// PutReply puts a rendered reply in the outbox, from the configured
-// sender to the reply's To and Cc. It reports whether the reply was new
-// (a reply with the same Message-ID is never queued twice).
-func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, r *reports.Reply) (bool, error) {
-	raw, err := r.Bytes()
-	if err != nil {
-		return false, err
-	}
-	rcpt, err := r.Recipients()
-	if err != nil {
-		return false, err
-	}
-	added, err := ob.Put(ctx, outbox.Message{MessageID: r.Header.MessageID, From: mailbox.AddrOf(opt.From), To: rcpt, Raw: raw})
-	if err != nil {
-		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
-	}
-	return added, nil
 }
 
 // NewWorker wires a worker from a config: the state database, the
