@@ -136,6 +136,28 @@ func Collect(ctx context.Context, src Source) ([]*Message, error) {
 	return msgs, nil
 }
 
+// SeriesIn reads every mail of src and chooses the series to test, as the
+// daemon does for a command (AssembleVersions, then Choose): the newest
+// complete version, or the one asked for. The notes say what a reader
+// should know about the choice.
+func SeriesIn(ctx context.Context, src Source, version int) (*Series, []string, error) {
+	msgs, err := Collect(ctx, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Choose(AssembleVersions(msgs), version)
+}
+
+// ThreadURL is the address of a thread on a public-inbox list (list, or
+// lore.kernel.org/all/ when empty): the list's URL and the Message-ID,
+// without its angle brackets.
+func ThreadURL(list, messageID string) string {
+	if list == "" {
+		list = "https://lore.kernel.org/all/"
+	}
+	return strings.TrimSuffix(list, "/") + "/" + url.PathEscape(strings.Trim(messageID, "<> ")) + "/"
+}
+
 // Choose picks the series to test among those assembled from some mail,
 // as b4 am does: version 0 means the newest version that is complete;
 // another number asks for that version. Notes say what a reader should

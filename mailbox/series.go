@@ -218,6 +218,50 @@ func WriteMbox(w io.Writer, mails [][]byte) error {
 	return nil
 }
 
+// SaveMbox keeps mails, in order, as an mboxrd file at path, readable by
+// patchbot alone: a run directory's series.mbox.
+func SaveMbox(path string, mails [][]byte) error {
+	var buf bytes.Buffer
+	if err := WriteMbox(&buf, mails); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		return fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+// Tags are the tags of the series' subjects (the cover letter's, then the
+// first patch's) that are neither PATCH, RFC, vN nor m/n: "net-next",
+// "vfs.fixes". A tag may name the tree the series is for.
+func (s *Series) Tags() []string {
+	subjects := []string{s.Subject}
+	if len(s.Patches) > 0 {
+		subjects = append(subjects, s.Patches[0].Subject)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, subj := range subjects {
+		for _, t := range ParseSubject(subj).Prefixes {
+			if k := strings.ToLower(t); !seen[k] {
+				seen[k] = true
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// Titles are the subjects' titles, without reply markers and tags, in
+// order: "" where a subject has none.
+func Titles(subjects []string) []string {
+	out := make([]string, len(subjects))
+	for i, s := range subjects {
+		out[i] = ParseSubject(s).Title
+	}
+	return out
+}
+
 // amMail builds the mail git am gets for a patch: a clean single-part
 // UTF-8 text with the author in From:, follow-up trailers inserted before
 // the "---" line, and an attached diff inlined.

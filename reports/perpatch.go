@@ -274,13 +274,7 @@ func padRunes(s string, n int) string {
 	return s
 }
 
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "[...]")
-	}
-	return strings.Join(lines, "\n")
-}
+func firstLines(s string, n int) string { return strings.Join(headLines(s, n), "\n") }
 
 func capitalize(s string) string {
 	if s == "" {

@@ -37,6 +37,14 @@ type Failure struct {
 	Excerpt string `json:"excerpt,omitempty"`
 	// Kernel is the kernel that failed ("patched" unless said otherwise).
 	Kernel string `json:"kernel,omitempty"`
+
+	// The evidence in the stage's own terms, for a caller that shows more
+	// than the reply (patchbot build --json, the per-patch list); the run
+	// directory keeps the rest.
+	Index int      `json:"-"` // the patch that does not apply, 1-based
+	Hunk  string   `json:"-"` // the hunk git could not place
+	Lines []string `json:"-"` // the compiler's error lines
+	Log   string   `json:"-"` // the build log
 }
 
 // Stage is where a run stopped.
@@ -50,6 +58,9 @@ const (
 	// StageBase: the base asked for (base=, --base) is no tree and no
 	// commit any tree has.
 	StageBase Stage = "base"
+	// StageConfig: the kernel config did not survive olddefconfig (the
+	// infrastructure's: never a reply's).
+	StageConfig Stage = "config"
 )
 
 // Model is the reference cache model's view of the run (suites/refcache):
@@ -266,6 +277,8 @@ type Bisection struct {
 	Stopped string `json:"stopped,omitempty"`
 	// Measurements is the number of A/B measurements the bisection added.
 	Measurements int `json:"measurements"`
+
+	whole float64 // the whole change on the log scale, while it is searched
 }
 
 // BisectStep is one prefix (patches 1..Prefix) measured against the A

@@ -116,7 +116,7 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	}
 	// Validation first: a bad name is answered now, with the valid ones,
 	// before anything is built.
-	if err := CheckProfile(c.Profile); err != nil {
+	if err := suites.CheckProfile(c.Profile); err != nil {
 		return answer(reports.AnswerInvalid, err.Error()), nil
 	}
 	req, err := mkRequest()

@@ -1,16 +1,14 @@
 package service
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/bisect"
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
@@ -18,33 +16,16 @@ import (
 	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
-	"github.com/patchbot/patchbot/vmrunner"
 )
 
-// Builder chooses the base and builds the kernels (images.Kernels):
-// Choose picks the tree and commit, Base builds it, Patched builds a
-// series (or a prefix of one) on it incrementally.
-type Builder interface {
-	Choose(ctx context.Context, w images.Want) (*images.Choice, error)
-	Base(ctx context.Context, base images.Base) (*images.Build, error)
-	Patched(ctx context.Context, base *images.Build, patches [][]byte) (*images.Build, error)
-}
-
-// Tester measures one suite on both kernels, rounds interleaved
-// (invm.Tester).
-type Tester interface {
-	Test(ctx context.Context, s invm.Spec) (*invm.Outcome, error)
-}
-
-var (
-	_ Builder = (*images.Kernels)(nil)
-	_ Tester  = (*invm.Tester)(nil)
-)
-
-// Pipeline runs a Request through build, test and report.
+// Pipeline runs a Request through the stages: the series' mail, the
+// kernels, the suites, the bisection, the report.
 type Pipeline struct {
-	Builder  Builder
-	Tester   Tester
+	// Builder chooses the base and builds the kernels (images.Kernels).
+	Builder images.Maker
+	// Tester measures one suite on both kernels, rounds interleaved
+	// (invm.Tester).
+	Tester   invm.ABTester
 	Reply    reports.ReplyOptions
 	Progress io.Writer
 	// VM is the shape the Tester measures in, for the reproduce commands.
@@ -59,9 +40,9 @@ type Pipeline struct {
 	// its directory; nil gives none.
 	ResultsURL func(runDir string) string
 	// Publish, if set and ResultsURL gave no link, copies the finished run
-	// directory somewhere public (a GitHub repository) and returns its URL
-	// for the reply.
-	Publish func(ctx context.Context, runDir, title string) (string, error)
+	// directory somewhere public (a GitHub repository) for the reply's
+	// link.
+	Publish reports.Publisher
 	// OnStage, if set, is told each stage as it starts: its name, and how
 	// many of the job's stages are done of how many.
 	OnStage func(name string, done, total int)
@@ -81,224 +62,104 @@ type Outcome struct {
 // survive its suites is not an error: the outcome carries the failure and
 // the reply says so.
 //
-// The stages: choose the base (images.Kernels.Choose), build it, build the
-// series, each prefix of it one after the other when it has more than one
-// patch; measure each suite A against B; when the series changed a
-// primary metric and has more than one patch, bisect over the prefixes;
-// set the earlier version's measurement beside this one; report.
+// It only sequences the stages, each entered once, in the order of the
+// data path: the series' mail (mailbox), the base chosen and built and the
+// series built on it, prefix by prefix when it has more than one patch
+// (images.BuildSeries), each suite measured A against B (invm.Measure),
+// the change traced to its patch when the series changed a primary metric
+// and has more than one patch (bisect.Run), and the run recorded, set
+// beside the earlier version's and answered (reports.Finish). A stage
+// that finds the patch at fault leaves the later ones nothing to do but
+// the report.
 func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*Outcome, error) {
-	names, err := req.SuiteNames()
-	if err != nil {
-		return nil, err
-	}
 	first, last, err := req.span()
 	if err != nil {
 		return nil, err
 	}
+	earlier := p.earlier(ctx, req)
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
 	// Counters and times are positive with multiplicative noise: judge
 	// them on the log scale (see reports/stats.LogWelch).
-	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Test: stats.LogWelch},
+	opts := reports.Options{Test: stats.LogWelch}
+	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: opts,
 		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches)}
 	if req.First > 0 {
 		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
 	}
-	var mbox bytes.Buffer
-	if err := mailbox.WriteMbox(&mbox, req.Patches); err != nil {
-		return nil, err
-	}
-	if err := writeArtifact(runDir, "series.mbox", mbox.Bytes()); err != nil {
-		return nil, err
-	}
 	if p.ResultsURL != nil {
 		run.ResultsURL = p.ResultsURL(runDir)
 	}
-	// choose, build base, apply and build, one build a patch when there
-	// are several, the suites, report; a bisection adds its steps.
-	st := &stages{p: p, total: 4 + len(names)}
-	if last > 1 {
-		st.total += last
+	repro := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
+		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Boot: p.VM.Boot, Tree: p.Tree.Tree, AA: req.AA,
+		Base: req.BaseOverride}
+	if req.First > 0 {
+		repro.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
 	}
-	stage := st.stage
-
-	stage("choose the base")
-	choice, err := p.Builder.Choose(ctx, images.Want{Override: req.BaseOverride, BaseCommit: req.Base,
-		Tags: req.Tags, Patches: req.Patches[:last]})
-	run.BaseChoice = baseChoiceOf(choice, err, req)
-	if err != nil {
-		if !blame.IsPatch(err) {
-			return nil, fmt.Errorf("choosing the base: %w", err)
-		}
-		run.Failure = baseFailure(err)
-		return p.finish(ctx, req, run, runDir, choice, st)
-	}
-
-	stage("build base")
-	base, err := p.Builder.Base(ctx, choice.Base)
-	if err != nil {
-		return nil, fmt.Errorf("building the base kernel: %w", blame.On(blame.Base, err))
-	}
-	run.BaseCommit, run.BaseTitle, run.ConfigHash, run.Compiler = base.Commit, base.Title, base.ConfigHash, base.Compiler
-	copyArtifact(base.Config, runDir, "config")
-	if kc, err := os.ReadFile(base.Config); err == nil {
-		run.Layout = reports.LayoutNote(kc)
-	}
-	copyArtifact(base.Log, runDir, "build-base.log")
-
-	a, b := base, base
-	var prefixes []*images.Build
-	if req.AA {
-		stage("A/A: the base kernel on both sides")
-	} else {
-		stage("apply and build patched")
-		var failed bool
-		prefixes, failed, err = p.buildSeries(ctx, req, run, base, last, runDir, st)
-		if err != nil {
-			return nil, err
-		}
-		if failed {
-			return p.finish(ctx, req, run, runDir, choice, st)
-		}
-		b = prefixes[last]
-		if first > 1 {
-			a = prefixes[first-1]
-		}
-		for _, w := range images.AddedWarnings(a.NewWarnings, b.NewWarnings) {
-			run.NewWarnings = append(run.NewWarnings, w.String())
-		}
-		copyArtifact(b.Log, runDir, "build-patched.log")
-	}
-	run.PatchedCommit = b.Head
-	if run.PatchedCommit == "" {
-		run.PatchedCommit = base.Commit // A/A, or a base build
-	}
-	run.Commands = p.repro(req, choice, base.Commit).Commands()
-
 	// Runs 0: as many rounds as the evidence needs, by the sequential rule
 	// (reports/stats.DefaultRule), on a host checked to be quiet around
 	// each round; otherwise the number asked for.
 	var plan *suites.Plan
 	if req.Runs == 0 {
-		pl := reports.Plan(stats.DefaultRule, run.Options)
+		pl := reports.Plan(stats.DefaultRule, opts)
 		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
 		pl.QuietWait = time.Minute
 		plan = &pl
 	}
-	for _, name := range names {
-		stage("run " + name)
-		out, err := p.Tester.Test(ctx, invm.Spec{Suite: name, Profile: req.Profile, Runs: req.Runs, Plan: plan,
-			Base: a, Patched: b, Progress: p.Progress})
-		err = reblame(err, a != base)
-		if blame.IsPatch(err) {
-			run.Failure = failureOf(err)
-			return p.finish(ctx, req, run, runDir, choice, st)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("running suite %s: %w", name, err)
-		}
-		run.Base = append(run.Base, *out.Base)
-		run.Patched = append(run.Patched, *out.Patched)
-		run.Accel, run.CPUs, run.MemMiB = out.Accel, out.CPUs, out.MemMiB
-		if run.Model == nil {
-			run.Model = reports.ModelOf(out.Base)
-		}
+	// choose, build base, apply and build (one build a patch when there
+	// are several), the suites, report; a bisection adds its steps.
+	st := &stages{p: p, total: 4 + len(req.Suites), suites: len(req.Suites)}
+	if last > 1 {
+		st.total += last
 	}
-	if !req.AA && last-first >= 1 {
-		if err := p.bisect(ctx, req, run, a, prefixes, first, last, runDir, st); err != nil {
+
+	// The mail: the series as git am applies it, and its patches' titles.
+	titles := mailbox.Titles(req.Subjects)
+	if err := mailbox.SaveMbox(filepath.Join(runDir, "series.mbox"), req.Patches); err != nil {
+		return nil, err
+	}
+	titles = append(titles, make([]string, max(0, len(req.Patches)-len(titles)))...)
+
+	// The kernels: the base, and the series built on it.
+	kernels, err := images.BuildSeries(ctx, p.Builder, images.SeriesJob{
+		Want:  images.Want{Override: req.BaseOverride, BaseCommit: req.Base, Tags: req.Tags, Patches: req.Patches},
+		First: first, Last: last, AA: req.AA, RunDir: runDir, OnStep: st.stage})
+	if err != nil {
+		return nil, err
+	}
+
+	// The suites, A against B.
+	var failed error
+	if kernels.Err == nil {
+		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: req.Files, Profile: req.Profile,
+			Runs: req.Runs, Plan: plan, Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1,
+			Progress: p.Progress, OnSuite: st.suite})
+		if err != nil && !blame.IsPatch(err) {
+			return nil, err
+		}
+		failed = err
+		run.Base, run.Patched = m.Base, m.Patched
+		run.Accel, run.CPUs, run.MemMiB = m.Accel, m.CPUs, m.MemMiB
+	}
+
+	// The patch the change comes from.
+	if kernels.Err == nil && failed == nil && !req.AA && last-first >= 1 {
+		run.Bisection, err = bisect.Run(ctx, bisect.Config{Tester: p.Tester, Base: run.Base, Patched: run.Patched,
+			Options: opts, A: kernels.A, Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles,
+			Profile: req.Profile, Runs: req.Runs, RunDir: runDir, Progress: p.Progress, OnStep: st.extra})
+		if err != nil {
 			return nil, err
 		}
 	}
-	p.previous(ctx, req, run)
-	return p.finish(ctx, req, run, runDir, choice, st)
-}
 
-// reblame puts a failure of the A side on the patch when the A side is a
-// prefix of the series (patches=M-N with M > 1), not the base.
-func reblame(err error, aPatched bool) error {
-	var ke *blame.KernelError
-	if err == nil || !aPatched || !errors.As(err, &ke) || ke.Kernel != blame.Base {
-		return err
-	}
-	return blame.On(blame.Patched, ke.Err)
-}
-
-// repro is the reproduce command of the run: the base it was tested on
-// unless it was the default, and the patches measured.
-func (p *Pipeline) repro(req *Request, c *images.Choice, commit string) reports.Repro {
-	r := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Boot: p.VM.Boot, Tree: p.Tree.Tree, AA: req.AA}
-	switch {
-	case req.BaseOverride != "":
-		r.Base = req.BaseOverride
-	case c != nil && c.How != images.ByDefault:
-		r.Base = commit
-	}
-	if req.First > 0 {
-		r.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
-	}
-	return r
-}
-
-// failureOf is the evidence of a patch's failure, from the stage error
-// that carries it.
-func failureOf(err error) *reports.Failure {
-	var (
-		ae *images.ApplyError
-		be *images.BuildError
-		bo *vmrunner.BootError
-		ge *vmrunner.GuestError
-	)
-	f := &reports.Failure{Kernel: string(blame.KernelOf(err))}
-	switch {
-	case errors.As(err, &ae):
-		f.Stage, f.Patch = reports.StageApply, ae.Subject
-		f.Detail = firstLine(ae.Hunk, fmt.Sprintf("patch %d does not apply", ae.Index))
-		f.Excerpt = excerpt(string(ae.Output), 40)
-	case errors.As(err, &be):
-		f.Stage = reports.StageBuild
-		f.Detail = firstLine(strings.Join(be.Lines, "\n"), "the kernel does not build")
-		f.Excerpt = strings.Join(be.Lines, "\n")
-	case errors.As(err, &bo):
-		f.Stage, f.Detail, f.Excerpt = reports.StageBoot, bo.Reason, string(bo.Excerpt)
-	case errors.As(err, &ge):
-		f.Stage, f.Detail = reports.StageSuite, "the suite failed in the guest: "+ge.Msg
-	default:
-		f.Stage, f.Detail = reports.StageSuite, err.Error()
-	}
-	return f
-}
-
-func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, runDir string, c *images.Choice, st *stages) (*Outcome, error) {
+	// The report: the run recorded, beside the earlier version's, and its
+	// reply.
 	st.stage("report")
-	run.Finished = time.Now().UTC()
-	if run.Commands == nil {
-		run.Commands = p.repro(req, c, run.BaseCommit).Commands()
-	}
-	if err := reports.SaveRun(runDir, run); err != nil {
-		return nil, err
-	}
-	if run.ResultsURL == "" && p.Publish != nil {
-		// A failure to publish loses the link, not the reply.
-		if u, err := p.Publish(ctx, runDir, run.Thread.Subject); err == nil {
-			run.ResultsURL = u
-			if err := reports.SaveRun(runDir, run); err != nil {
-				return nil, err
-			}
-		} else if p.Progress != nil {
-			fmt.Fprintf(p.Progress, "publishing the run directory failed: %v\n", err)
-		}
-	}
-	reply, err := reports.Render(run, p.Reply)
+	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: req.Subjects,
+		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: req.Series.Version},
+		p.Reply, p.Publish, p.Progress)
 	if err != nil {
-		return nil, fmt.Errorf("rendering the reply: %w", err)
-	}
-	raw, err := reply.Bytes()
-	if err != nil {
-		return nil, fmt.Errorf("rendering the reply: %w", err)
-	}
-	if err := reports.SaveReply(runDir, raw); err != nil {
 		return nil, err
 	}
 	return &Outcome{Run: run, Reply: reply, Raw: raw}, nil
@@ -309,6 +170,7 @@ func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, r
 type stages struct {
 	p           *Pipeline
 	done, total int
+	suites      int // the suites counted in total until they are known
 }
 
 func (s *stages) stage(name string) {
@@ -322,42 +184,17 @@ func (s *stages) stage(name string) {
 	s.done++
 }
 
-// firstLine is the first non-empty line of s, or def.
-func firstLine(s, def string) string {
-	for _, l := range strings.Split(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
+// suite is a suite's stage; the first one corrects the count of suites.
+func (s *stages) suite(name string, n int) {
+	if s.suites >= 0 {
+		s.total += n - s.suites
+		s.suites = -1
 	}
-	return def
+	s.stage("run " + name)
 }
 
-// excerpt keeps the last n lines of s: git am and the console put the
-// decisive lines at the end.
-func excerpt(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// writeArtifact keeps a file in the run directory, readable by patchbot
-// alone (the dashboard serves it).
-func writeArtifact(runDir, name string, data []byte) error {
-	if err := os.WriteFile(filepath.Join(runDir, name), data, 0o600); err != nil {
-		return fmt.Errorf("writing %s into the run directory: %w", name, err)
-	}
-	return nil
-}
-
-// copyArtifact keeps a build's file in the run directory; a missing source
-// is skipped (the artifact is a convenience, the run does not depend on it).
-func copyArtifact(src, runDir, name string) {
-	if src == "" {
-		return
-	}
-	if data, err := os.ReadFile(src); err == nil {
-		writeArtifact(runDir, name, data)
-	}
+// extra is a stage beyond those counted at the start (a bisection's step).
+func (s *stages) extra(name string) {
+	s.total++
+	s.stage(name)
 }

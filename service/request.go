@@ -3,8 +3,6 @@ package service
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
@@ -83,7 +81,7 @@ func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Reque
 	for _, p := range s.Patches {
 		req.Subjects = append(req.Subjects, p.Subject)
 	}
-	req.Tags = subjectTags(s)
+	req.Tags = s.Tags()
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
 		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
@@ -102,62 +100,10 @@ func ReplyTarget(s *mailbox.Series) string {
 	return s.Patches[0].MessageID
 }
 
-// CheckSuites says whether every suite named exists and has the profile,
-// so that a bad name is refused before any kernel is built.
-func CheckSuites(names []string, profile string) error {
-	var errs []error
-	for _, n := range names {
-		s, err := suites.Lookup(n)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, err := s.Resolve(profile); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // SuiteNames are the suites the request runs: those it names, or those
 // the touched files select; each is checked to exist with the request's
 // profile, so that a bad name is refused before any kernel is built.
-func (r *Request) SuiteNames() ([]string, error) {
-	names := r.Suites
-	if len(names) == 0 {
-		sel, err := suites.Select(r.Files)
-		if err != nil {
-			return nil, fmt.Errorf("choosing suites: %w", err)
-		}
-		for _, s := range sel {
-			names = append(names, s.Name)
-		}
-	}
-	if len(names) == 0 {
-		return nil, fmt.Errorf("no suite covers the files %v", r.Files)
-	}
-	if err := CheckSuites(names, r.Profile); err != nil {
-		return nil, err
-	}
-	return names, nil
-}
-
-// CheckProfile says whether some suite has the profile: a profile no suite
-// knows is refused at once, before the series is even read.
-func CheckProfile(profile string) error {
-	all, err := suites.All()
-	if err != nil {
-		return err
-	}
-	var names []string
-	for _, s := range all {
-		if _, ok := s.Profiles[profile]; ok || profile == "" {
-			return nil
-		}
-		names = append(names, s.ProfileNames()...)
-	}
-	return fmt.Errorf("no suite has a profile %q (profiles: %s)", profile, strings.Join(slices.Compact(slices.Sorted(slices.Values(names))), ", "))
-}
+func (r *Request) SuiteNames() ([]string, error) { return suites.Choose(r.Suites, r.Files, r.Profile) }
 
 // span is the part of the series measured: First..Last, or all of it.
 func (r *Request) span() (first, last int, err error) {
@@ -172,43 +118,4 @@ func (r *Request) span() (first, last int, err error) {
 		return 0, 0, fmt.Errorf("patches=%d-%d: the series has %d patches", r.First, r.Last, n)
 	}
 	return r.First, r.Last, nil
-}
-
-// subjectTags are the tags of the cover letter's and the first patch's
-// subjects that are neither PATCH, RFC, vN nor m/n: "net-next",
-// "vfs.fixes".
-func subjectTags(s *mailbox.Series) []string {
-	subjects := []string{s.Subject}
-	if len(s.Patches) > 0 {
-		subjects = append(subjects, s.Patches[0].Subject)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, subj := range subjects {
-		for _, t := range mailbox.ParseSubject(subj).Prefixes {
-			if k := strings.ToLower(t); !seen[k] {
-				seen[k] = true
-				out = append(out, t)
-			}
-		}
-	}
-	return out
-}
-
-// patchTitle is patch i's (1-based) subject without its tags.
-func (r *Request) patchTitle(i int, fallback string) string {
-	if i >= 1 && i <= len(r.Subjects) {
-		if t := mailbox.ParseSubject(r.Subjects[i-1]).Title; t != "" {
-			return t
-		}
-	}
-	return fallback
-}
-
-// patchSubject is patch i's subject as posted, for a failure's Patch.
-func (r *Request) patchSubject(i int, fallback string) string {
-	if i >= 1 && i <= len(r.Subjects) {
-		return r.Subjects[i-1]
-	}
-	return fallback
 }

@@ -26,24 +26,27 @@ func sameSeries(a, b SeriesKey) bool {
 	return a.Author != "" && strings.EqualFold(a.Author, b.Author) && norm(a.Title) == norm(b.Title)
 }
 
-// previous sets beside this run what the series' latest earlier version
-// that was measured found on the same metric: the metric this version
-// changed most significantly, else the one the earlier version did. A
-// failure to read the history leaves the reply without it.
-func (p *Pipeline) previous(ctx context.Context, req *Request, run *reports.Run) {
-	if p.History == nil || req.Series.Version < 2 || run.Failure != nil {
-		return
+// earlier are the runs of the series' earlier versions that were tested
+// to the end, the latest version first and its latest run first: the
+// report sets the measurement of the first that measured anything beside
+// this one's (reports.Run.Record). A failure to read the history leaves
+// the reply without it.
+func (p *Pipeline) earlier(ctx context.Context, req *Request) []reports.Earlier {
+	if p.History == nil || req.Series.Version < 2 {
+		return nil
 	}
 	jobs, err := p.History.Jobs(ctx)
 	if err != nil {
-		p.note("reroll: reading the jobs: %v", err)
-		return
+		if p.Progress != nil {
+			fmt.Fprintf(p.Progress, "reroll: reading the jobs: %v\n", err)
+		}
+		return nil
 	}
-	type earlier struct {
+	type found struct {
 		version int
 		job     *store.Job
 	}
-	var found []earlier
+	var all []found
 	for _, j := range jobs {
 		if j.State != store.JobDone || j.RunDir == "" {
 			continue
@@ -52,60 +55,17 @@ func (p *Pipeline) previous(ctx context.Context, req *Request, run *reports.Run)
 		if json.Unmarshal(j.Request, &r) != nil || !sameSeries(r.Series, req.Series) || r.Series.Version >= req.Series.Version {
 			continue
 		}
-		found = append(found, earlier{r.Series.Version, j})
+		all = append(all, found{r.Series.Version, j})
 	}
-	// The latest version first, and its latest run.
-	sort.SliceStable(found, func(i, j int) bool {
-		if found[i].version != found[j].version {
-			return found[i].version > found[j].version
+	sort.SliceStable(all, func(i, j int) bool {
+		if all[i].version != all[j].version {
+			return all[i].version > all[j].version
 		}
-		return found[i].job.Updated.After(found[j].job.Updated)
+		return all[i].job.Updated.After(all[j].job.Updated)
 	})
-	cur, err := reports.Compare(run.Base, run.Patched, run.Options)
-	if err != nil {
-		return
+	out := make([]reports.Earlier, len(all))
+	for i, f := range all {
+		out[i] = reports.Earlier{Version: f.version, RunDir: f.job.RunDir}
 	}
-	for _, e := range found {
-		prev, err := reports.LoadRun(e.job.RunDir)
-		if err != nil || prev.Failure != nil || len(prev.Base) == 0 {
-			continue
-		}
-		pc, err := reports.Compare(prev.Base, prev.Patched, prev.Options)
-		if err != nil {
-			continue
-		}
-		key, ok := keyChange(cur)
-		if !ok {
-			if key, ok = keyChange(pc); !ok {
-				continue // neither version changed anything: nothing to set side by side
-			}
-		}
-		var then, now *reports.Row
-		for i := range pc.Rows {
-			if sameRow(pc.Rows[i], key) {
-				then = &pc.Rows[i]
-			}
-		}
-		for i := range cur.Rows {
-			if sameRow(cur.Rows[i], key) {
-				now = &cur.Rows[i]
-			}
-		}
-		if then == nil {
-			continue
-		}
-		pv := &reports.Previous{Version: e.version, Tested: prev.Finished, Suite: key.Suite, Workload: key.Workload,
-			Params: key.Params, Metric: key.Metric, Unit: key.Unit, Change: then.Change, Significant: changed(*then)}
-		if now != nil {
-			pv.Now, pv.NowSignificant, pv.NowMeasured = now.Change, changed(*now), true
-		}
-		run.Previous = pv
-		return
-	}
-}
-
-func (p *Pipeline) note(format string, args ...any) {
-	if p.Progress != nil {
-		fmt.Fprintf(p.Progress, format+"\n", args...)
-	}
+	return out
 }

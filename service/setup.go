@@ -1,7 +1,6 @@
 package service
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/web"
 )
@@ -47,10 +47,7 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.Publish = func(ctx context.Context, runDir, title string) (string, error) {
-			name := filepath.Base(runDir)
-			return pub.Publish(ctx, runDir, name, "run "+name+": "+title)
-		}
+		p.Publish = pub
 	}
 	return p, nil
 }
@@ -154,8 +151,8 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 // NewWorker wires a worker from a config: the state database, the
 // pipeline, and what this host can run (DetectCaps; only the suites
 // named, when some are). The caller closes w.Store.
-func NewWorker(cfg Config, log *slog.Logger, name string, suites []string) (*Worker, error) {
-	if err := CheckSuites(suites, ""); err != nil {
+func NewWorker(cfg Config, log *slog.Logger, name string, only []string) (*Worker, error) {
+	if err := suites.Check(only, ""); err != nil {
 		return nil, err
 	}
 	st, err := OpenStore(cfg)
@@ -167,6 +164,6 @@ func NewWorker(cfg Config, log *slog.Logger, name string, suites []string) (*Wor
 		st.Close()
 		return nil, err
 	}
-	caps := DetectCaps(cfg, suites)
+	caps := DetectCaps(cfg, only)
 	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil
 }

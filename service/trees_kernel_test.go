@@ -137,7 +137,7 @@ func TestRealBisectionNamesTheSeedPatch(t *testing.T) {
 	}
 	needKernel(t, true)
 	kern, _ := realKernels(t, "mainline", "next", "net")
-	timer := &timedTester{Tester: &invm.Tester{VM: invm.DefaultVM()}}
+	timer := &timedTester{ABTester: &invm.Tester{VM: invm.DefaultVM()}}
 	p := &Pipeline{Builder: kern, Tester: timer, Progress: logWriter{t}, Reply: DefaultConfig().Reply}
 	req := requestFrom(t, "../testdata/trees/squashfs-3.mbox")
 	start := time.Now()
@@ -160,13 +160,13 @@ func TestRealBisectionNamesTheSeedPatch(t *testing.T) {
 
 // timedTester records how long each measurement took.
 type timedTester struct {
-	Tester
+	invm.ABTester
 	took []time.Duration
 }
 
 func (tt *timedTester) Test(ctx context.Context, s invm.Spec) (*invm.Outcome, error) {
 	start := time.Now()
-	out, err := tt.Tester.Test(ctx, s)
+	out, err := tt.ABTester.Test(ctx, s)
 	tt.took = append(tt.took, time.Since(start))
 	return out, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
+	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
@@ -99,10 +100,10 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 		if *version < 0 {
 			return usagef("-v %d: want a version number", *version)
 		}
-		if err := service.CheckSuites(names, cfg.Suites.Profile); err != nil {
+		if err := suites.Check(names, cfg.Suites.Profile); err != nil {
 			return usageError{err.Error()}
 		}
-		if err := service.CheckProfile(cfg.Suites.Profile); err != nil {
+		if err := suites.CheckProfile(cfg.Suites.Profile); err != nil {
 			return usageError{err.Error()}
 		}
 		if *send {

@@ -74,7 +74,7 @@ proper are 'patchbot compare' on the --json output.`,
 				if err := vm.apply(fs, &cfg); err != nil {
 					return err
 				}
-				if err := service.CheckSuites(names, *profile); err != nil {
+				if err := suites.Check(names, *profile); err != nil {
 					return usageError{err.Error()}
 				}
 				var results []*suites.Result

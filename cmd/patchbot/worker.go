@@ -8,6 +8,7 @@ import (
 	"regexp"
 
 	"github.com/patchbot/patchbot/service"
+	"github.com/patchbot/patchbot/suites"
 )
 
 // workerName is what a worker may be called: it owns the worker's claims
@@ -53,7 +54,7 @@ patchbot worker --config patchbot.yaml --suites cache-contention,readahead --htt
 						return usagef("--http %q: want host:port", *addr)
 					}
 				}
-				if err := service.CheckSuites(only, ""); err != nil {
+				if err := suites.Check(only, ""); err != nil {
 					return usagef("--suites: %v", err)
 				}
 				cfg, err := service.LoadConfig(*configPath)
