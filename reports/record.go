@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/patchbot/patchbot/images"
@@ -108,6 +110,12 @@ func PublishRun(ctx context.Context, runDir string, run *Run, pub Publisher) err
 	}
 	run.ResultsURL = u
 	return SaveRun(runDir, run)
+}
+
+// RunURL is the address of a run's page on the dashboard at base, for the
+// reply's "results:" line: runName is the run directory's name.
+func RunURL(base, runName string) string {
+	return strings.TrimRight(base, "/") + "/runs/" + url.PathEscape(runName) + "/"
 }
 
 // WriteReply renders the run's reply and keeps it in the run directory.

@@ -26,7 +26,6 @@ import (
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites/invm"
-	"github.com/patchbot/patchbot/web"
 )
 
 // Config is patchbot.yaml: one file for every command (run, watch, reply,
@@ -66,8 +65,8 @@ type Config struct {
 	// Limits bound the mail patchbot sends, whoever asks (limits.go).
 	Limits LimitsConfig `yaml:"limits"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
-	HTTP      string     `yaml:"http"`
-	Dashboard web.Config `yaml:"dashboard"`
+	HTTP      string          `yaml:"http"`
+	Dashboard DashboardConfig `yaml:"dashboard"`
 	// IncompleteAfter is how long a series may wait for its missing parts
 	// before patchbot answers that it could not test it, and why.
 	IncompleteAfter time.Duration `yaml:"incomplete_after"`
@@ -75,6 +74,26 @@ type Config struct {
 	// Trees are the trees a series may be tested on besides the kernel:
 	// base, fetched into one object store (see images.Kernels.Choose).
 	Trees images.TreesConfig `yaml:"trees"`
+}
+
+// DashboardConfig is the `dashboard:` part of patchbot.yaml. The dashboard
+// (package web) is served on the config's `http:` address beside /metrics
+// (by `patchbot watch`) or by `patchbot serve`; the command wires it, so
+// that service knows its settings and not its code.
+type DashboardConfig struct {
+	// BaseURL is the dashboard's public address; when set, every reply's
+	// "results:" line links the run's page.
+	BaseURL string `yaml:"base_url"`
+	// TokenFile (mode 0600) holds the token the form to start a run asks
+	// for; without it the form is off.
+	TokenFile string `yaml:"token_file"`
+	// LoreURL is where a Message-ID is looked up (default
+	// https://lore.kernel.org/all/); LoreHosts the hosts a lore URL on the
+	// form may name (default: LoreURL's host).
+	LoreURL   string   `yaml:"lore_url"`
+	LoreHosts []string `yaml:"lore_hosts"`
+	// MaxUploadMiB caps an uploaded mbox (default 8).
+	MaxUploadMiB int `yaml:"max_upload_mib"`
 }
 
 // FleetConfig shapes the queue between the coordinator (watch) and its

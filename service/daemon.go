@@ -14,7 +14,6 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/web"
 )
 
 // Daemon is the coordinator: it watches sources, queues jobs, runs the
@@ -60,11 +59,11 @@ type Daemon struct {
 	parsed *parsedMail // stored mail, parsed once
 }
 
-// progressOf is the dashboard's view of a running job's progress, when
-// this process runs it.
-func (d *Daemon) progressOf(jobID int64) (web.Progress, bool) {
+// Progress is how far a running job got, when this process runs it: what
+// the dashboard in the same process shows live.
+func (d *Daemon) Progress(jobID int64) (store.Progress, bool) {
 	if d.Worker == nil {
-		return web.Progress{}, false
+		return store.Progress{}, false
 	}
 	return d.Worker.progressOf(jobID)
 }

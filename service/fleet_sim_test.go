@@ -27,6 +27,7 @@ import (
 	"github.com/patchbot/patchbot/store/pgtest"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
+	"github.com/patchbot/patchbot/web"
 )
 
 // The fleet's simulation: many queued jobs, many simulated workers (the
@@ -108,7 +109,7 @@ func runSimCoordinator(ctx context.Context, cfg Config, st *store.Store) error {
 	}
 	ob.Sender = simSender{}
 	d := &Daemon{Config: cfg, Store: st, Outbox: ob, Log: log, Metrics: NewMetrics(), FlushEvery: time.Second}
-	dash, err := NewDashboard(cfg, st, nil, d, log)
+	dash, err := web.New(web.Options{Store: st, StateDir: cfg.StateDir, Lease: cfg.Fleet.Lease, Progress: d.Progress, Log: log})
 	if err != nil {
 		return err
 	}

@@ -87,7 +87,7 @@ func runFleetChild(role string) int {
 		}
 		d := &Daemon{Config: cfg, Store: st, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics(),
 			Poll: 200 * time.Millisecond, FlushEvery: 500 * time.Millisecond}
-		dash, err := NewDashboard(cfg, st, nil, d, log)
+		dash, err := web.New(web.Options{Store: st, StateDir: cfg.StateDir, Lease: cfg.Fleet.Lease, Progress: d.Progress, Log: log})
 		if err != nil {
 			return fail(err)
 		}

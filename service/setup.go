@@ -12,11 +12,11 @@ import (
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
-	"github.com/patchbot/patchbot/web"
 )
 
 // NewPipeline wires the real stages from a config: images.Kernels for the
@@ -40,7 +40,7 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 		Tree:     cfg.Kernel,
 	}
 	if base := cfg.Dashboard.BaseURL; base != "" {
-		p.ResultsURL = func(runDir string) string { return web.RunURL(base, filepath.Base(runDir)) }
+		p.ResultsURL = func(runDir string) string { return reports.RunURL(base, filepath.Base(runDir)) }
 	}
 	if cfg.Publish != nil {
 		pub, err := publish.New(*cfg.Publish, nil)

@@ -6,56 +6,35 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/web"
 )
 
-// NewDashboard is the dashboard of a config's state: its runs, the
-// store's queue, the form (when the config names a token file) feeding
-// q, and progress from the daemon when there is one (nil otherwise).
-func NewDashboard(cfg Config, st *store.Store, q web.Queue, d *Daemon, log *slog.Logger) (http.Handler, error) {
-	o := web.Options{Store: st, StateDir: cfg.StateDir, BaseURL: cfg.Dashboard.BaseURL, LoreURL: cfg.Dashboard.LoreURL,
-		LoreHosts: cfg.Dashboard.LoreHosts, MaxUpload: int64(cfg.Dashboard.MaxUploadMiB) << 20, Log: log}
-	if cfg.Dashboard.TokenFile != "" {
-		tok, err := mailbox.ReadSecret(cfg.Dashboard.TokenFile)
-		if err != nil {
-			return nil, fmt.Errorf("dashboard token: %w", err)
-		}
-		if len(tok) < 16 {
-			return nil, fmt.Errorf("dashboard token in %s is shorter than 16 characters", cfg.Dashboard.TokenFile)
-		}
-		o.Token, o.Queue = tok, q
-	}
-	if d != nil {
-		o.Progress = d.progressOf
-	}
-	if st != nil {
-		o.Workers = func() []web.WorkerStatus {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			ws, err := WorkerStatuses(ctx, st, cfg.Fleet.Lease, time.Now())
-			if err != nil {
-				log.Warn("dashboard: listing workers", "err", err)
-				return []web.WorkerStatus{}
-			}
-			return ws
-		}
-	}
-	return web.New(o)
+// Submission is a run asked for outside mail (the dashboard's form): the
+// series' mail, an uploaded mbox or a public-inbox thread URL, and what to
+// run.
+type Submission struct {
+	Mbox    []byte // an uploaded mbox
+	Lore    string // a public-inbox thread URL, when there is no Mbox
+	Suites  []string
+	Profile string
+	Who     string // who asked, as they said ("dashboard" if they did not)
 }
 
-// Submitter queues the runs asked for on the dashboard's form: the same
-// queue as mail and email commands. A dashboard run's reply is kept with
-// the run and shown on its page, and mailed to nobody: the person with the
-// token is not the series' author.
+// ErrRefused is what Submit wraps when it refuses a submission for what it
+// asks (no series in the mail, nothing the paths cover), not for a
+// failure of its own.
+var ErrRefused = errors.New("refused")
+
+// Submitter queues the runs asked for outside mail: the same queue as
+// mail and email commands. Such a run's reply is kept with the run and
+// shown on its page, and mailed to nobody: the person who asked is not
+// the series' author.
 type Submitter struct {
 	Config Config
 	Store  *store.Store
@@ -63,12 +42,9 @@ type Submitter struct {
 	Wake func()
 }
 
-var _ web.Queue = (*Submitter)(nil)
-
 // Submit reads the series a submission names, chooses the version to test
 // as `patchbot run` does, and queues it.
-func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, error) {
-	var sc mailbox.SourceConfig
+func (s *Submitter) Submit(ctx context.Context, sub Submission) (int64, error) {
 	var msgs []*mailbox.Message
 	switch {
 	case len(sub.Mbox) > 0:
@@ -79,31 +55,22 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 			return nil
 		})
 		if err != nil {
-			return 0, fmt.Errorf("reading the uploaded mbox: %v: %w", err, web.ErrRefused)
+			return 0, fmt.Errorf("reading the uploaded mbox: %v: %w", err, ErrRefused)
 		}
-	case sub.LoreURL != "":
-		sc.Lore = sub.LoreURL
-	case sub.MessageID != "":
-		list := s.Config.Dashboard.LoreURL
-		if list == "" {
-			list = "https://lore.kernel.org/all/"
-		}
-		sc.Lore = strings.TrimSuffix(list, "/") + "/" + url.PathEscape(strings.Trim(sub.MessageID, "<> ")) + "/"
-	default:
-		return 0, fmt.Errorf("the submission names no series: %w", web.ErrRefused)
-	}
-	if sc.Lore != "" {
-		src, err := mailbox.Open(sc, slog.Default())
+	case sub.Lore != "":
+		src, err := mailbox.Open(mailbox.SourceConfig{Lore: sub.Lore}, slog.Default())
 		if err != nil {
-			return 0, fmt.Errorf("%v: %w", err, web.ErrRefused)
+			return 0, fmt.Errorf("%v: %w", err, ErrRefused)
 		}
 		if msgs, err = mailbox.Collect(ctx, src); err != nil {
 			return 0, err // lore did not answer: ours, a 500
 		}
+	default:
+		return 0, fmt.Errorf("the submission names no series: %w", ErrRefused)
 	}
 	series, _, err := mailbox.Choose(mailbox.AssembleVersions(msgs), 0)
 	if err != nil {
-		return 0, fmt.Errorf("%v: %w", err, web.ErrRefused)
+		return 0, fmt.Errorf("%v: %w", err, ErrRefused)
 	}
 	req := NewRequest(series, s.Config.Suites, ReplyTarget(series))
 	req.Suites = sub.Suites
@@ -111,8 +78,9 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 		req.Profile = sub.Profile
 	}
 	req.NoMail = true
-	if _, err := req.SuiteNames(); err != nil {
-		return 0, fmt.Errorf("%v: %w", err, web.ErrRefused)
+	names, err := req.SuiteNames()
+	if err != nil {
+		return 0, fmt.Errorf("%v: %w", err, ErrRefused)
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
@@ -120,8 +88,7 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 	}
 	h := sha256.Sum256(data)
 	key := fmt.Sprintf("web:%s:%d", hex.EncodeToString(h[:8]), time.Now().UnixNano())
-	names, _ := req.SuiteNames()
-	who := sub.Submitter
+	who := sub.Who
 	if who == "" {
 		who = "dashboard"
 	}

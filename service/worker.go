@@ -15,7 +15,6 @@ import (
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/web"
 )
 
 // Worker runs test jobs from the store's queue, one at a time: it claims
@@ -65,8 +64,8 @@ type Worker struct {
 	ready   bool
 
 	mu       sync.Mutex
-	running  int64        // the job being run, 0 when none
-	progress web.Progress // its current stage
+	running  int64          // the job being run, 0 when none
+	progress store.Progress // its current stage
 }
 
 func (w *Worker) defaults() {
@@ -233,7 +232,7 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 // dashboard's live progress, and in the store for a dashboard elsewhere.
 func (w *Worker) setStage(name string, done, total int) {
 	w.mu.Lock()
-	w.progress = web.Progress{Stage: name, Done: done, Total: total}
+	w.progress = store.Progress{Stage: name, Done: done, Total: total}
 	id := w.running
 	w.mu.Unlock()
 	if id != 0 {
@@ -244,11 +243,11 @@ func (w *Worker) setStage(name string, done, total int) {
 }
 
 // progressOf is the dashboard's view of the job this worker runs.
-func (w *Worker) progressOf(jobID int64) (web.Progress, bool) {
+func (w *Worker) progressOf(jobID int64) (store.Progress, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if jobID == 0 || jobID != w.running {
-		return web.Progress{}, false
+		return store.Progress{}, false
 	}
 	return w.progress, true
 }
@@ -302,7 +301,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 	log.Info("job started")
 	start := time.Now()
 	w.mu.Lock()
-	w.running, w.progress = j.ID, web.Progress{Stage: "starting"}
+	w.running, w.progress = j.ID, store.Progress{Stage: "starting"}
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()

@@ -81,6 +81,8 @@ func (s *server) homeView(ctx context.Context) (*HomeView, error) {
 	v.Sources = s.sources(ctx)
 	if s.o.Workers != nil {
 		v.Workers = s.o.Workers()
+	} else if s.o.Store != nil {
+		v.Workers = s.storeWorkers(ctx)
 	}
 	return v, nil
 }

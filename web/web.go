@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -38,8 +39,12 @@ type Options struct {
 	// Sources lists the watched sources and when each last delivered mail;
 	// nil falls back to the store's cursors.
 	Sources func() []SourceStatus
-	// Workers lists the workers and VM hosts in use; nil shows none.
+	// Workers lists the workers and VM hosts in use; nil lists the
+	// Store's workers table (WorkerStatuses), or none without a Store.
 	Workers func() []WorkerStatus
+	// Lease is the fleet's lease (fleet.lease): a worker not heard from
+	// for that long is down. Default two minutes.
+	Lease time.Duration
 	// Progress is the live progress of a running job; nil shows only the
 	// stage the store has.
 	Progress func(jobID int64) (Progress, bool)
@@ -102,13 +107,8 @@ type WorkerStatus struct {
 	Caps  string    `json:"caps"`  // what it can run: "kvm, 32 CPUs, 64 GiB, suites: …"
 }
 
-// Progress is how far a running job got.
-type Progress struct {
-	Stage string        `json:"stage"` // e.g. "build base", "run cache-contention"
-	Done  int           `json:"done"`  // steps done of Total (rounds, boots); 0 of 0 when unknown
-	Total int           `json:"total"`
-	ETA   time.Duration `json:"eta_ns"` // 0 when unknown
-}
+// Progress is how far a running job got, as its worker tells it.
+type Progress = store.Progress
 
 //go:embed templates/*.html static/*
 var assets embed.FS
@@ -180,9 +180,7 @@ func newServer(o Options) (*server, error) {
 
 // RunURL is the address of a run's page, for the reply's "results:" line:
 // base is Options.BaseURL, runName the run directory's name.
-func RunURL(base, runName string) string {
-	return strings.TrimRight(base, "/") + "/runs/" + url.PathEscape(runName) + "/"
-}
+func RunURL(base, runName string) string { return reports.RunURL(base, runName) }
 
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()

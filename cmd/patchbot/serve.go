@@ -59,7 +59,7 @@ patchbot serve --config /etc/patchbot/patchbot.yaml --http 127.0.0.1:9000`,
 				if st != nil {
 					q = &service.Submitter{Config: cfg, Store: st}
 				}
-				h, err := service.NewDashboard(cfg, st, q, nil, log)
+				h, err := dashboard(cfg, st, q, nil, log)
 				if err != nil {
 					return err
 				}

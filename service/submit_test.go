@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/web"
 )
 
 // A run asked for on the dashboard enters the daemon's queue, is tested,
@@ -21,7 +20,7 @@ func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := q.Submit(ctx, web.Submission{Mbox: mbox, Suites: []string{"cache-contention"}, Submitter: "dashboard"})
+	id, err := q.Submit(ctx, Submission{Mbox: mbox, Suites: []string{"cache-contention"}, Who: "dashboard"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +47,13 @@ func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 		t.Errorf("the reply is not kept with the run: %v", err)
 	}
 
-	for name, sub := range map[string]web.Submission{
+	for name, sub := range map[string]Submission{
 		"no series in the mail": {Mbox: []byte("From x\nSubject: hello\n\nnothing here\n")},
 		"unknown suite":         {Mbox: mbox, Suites: []string{"nosuch"}},
 		"unknown profile":       {Mbox: mbox, Profile: "nope"},
 		"nothing named":         {},
 	} {
-		if _, err := q.Submit(ctx, sub); !errors.Is(err, web.ErrRefused) {
+		if _, err := q.Submit(ctx, sub); !errors.Is(err, ErrRefused) {
 			t.Errorf("%s: %v, want a refusal", name, err)
 		}
 	}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/patchbot/patchbot/service"
+	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/web"
+)
+
+// The dashboard's form reaches the daemon's queue through the command's
+// wiring: a series is queued, and what the queue refuses is a refusal the
+// dashboard answers with 422 (web.ErrRefused), its reason kept.
+func TestFormQueue(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	cfg := service.DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	q := formQueue{sub: &service.Submitter{Config: cfg, Store: st}}
+	mbox, err := os.ReadFile("../../testdata/mbox/squashfs-thundering-herd.mbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := q.Submit(ctx, web.Submission{Mbox: mbox, Suites: []string{"cache-contention"}, Submitter: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := st.Job(ctx, id); err != nil || j.Sender != "ann" || j.Trigger != "web" {
+		t.Errorf("job %d = %+v, %v; want ann's web job", id, j, err)
+	}
+	_, err = q.Submit(ctx, web.Submission{Mbox: mbox, Suites: []string{"nosuch"}})
+	if !errors.Is(err, web.ErrRefused) || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("unknown suite: %v, want a refusal naming it", err)
+	}
+	if _, err := q.Submit(ctx, web.Submission{}); !errors.Is(err, web.ErrRefused) {
+		t.Errorf("nothing named: %v, want a refusal", err)
+	}
+}
