@@ -52,6 +52,19 @@ type Kernels struct {
 	base *Base
 }
 
+// NewKernels is Kernels over the default builder and cache, choosing among
+// the configured trees: what `patchbot run`, `patchbot build` and the
+// daemon build with, so that they choose the same base.
+func NewKernels(tree TreeConfig, trees TreesConfig, progress io.Writer) (*Kernels, error) {
+	b, err := DefaultBuilder(progress)
+	if err != nil {
+		return nil, err
+	}
+	t := NewTrees(trees, b.Cache)
+	t.Progress = progress
+	return &Kernels{Builder: b, Tree: tree, Trees: t, Progress: progress}, nil
+}
+
 // Base builds (or finds in the cache) the base kernel of a choice.
 func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
 	b, err := k.Builder.Base(ctx, base)

@@ -252,6 +252,15 @@ func (s *Series) Tags() []string {
 	return out
 }
 
+// Subjects are the patches' subjects as posted, in order.
+func (s *Series) Subjects() []string {
+	out := make([]string, len(s.Patches))
+	for i, p := range s.Patches {
+		out[i] = p.Subject
+	}
+	return out
+}
+
 // Titles are the subjects' titles, without reply markers and tags, in
 // order: "" where a subject has none.
 func Titles(subjects []string) []string {

@@ -36,40 +36,92 @@ func (d *Daemon) putReply(ctx context.Context, tx *store.Tx, r *reports.Reply, t
 }
 
 // putReply puts a rendered mail in ob's outbox within tx, from the
-// config's sender. A mail that cannot be addressed (or whose recipients
-// all opted out) is dropped and logged: it would be the same on every
-// retry.
+// config's sender, and counts and logs it. A mail that cannot be
+// addressed (or whose recipients all opted out) is dropped and logged: it
+// would be the same on every retry.
 func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
 	r *reports.Reply, thread string) (bool, string, error) {
+	added, drop, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread)
+	switch {
+	case drop != nil:
+		level, args := slog.LevelInfo, []any{"message_id", r.Header.MessageID}
+		if drop.err != nil {
+			level, args = slog.LevelError, append(args, "err", drop.err)
+		}
+		log.Log(ctx, level, "mail not sent: "+drop.what, args...)
+		m.Dropped.WithLabelValues(drop.label).Inc()
+		return false, drop.why, nil
+	case err != nil:
+		return false, "", err
+	}
+	if added {
+		m.Replies.Inc()
+		rcpt, _ := r.Recipients()
+		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+	}
+	return true, "", nil
+}
+
+// dropped says why a mail was not queued: what happened, the metric's
+// label, the reason to record.
+type dropped struct {
+	what, label, why string
+	err              error // nil when nothing went wrong (every recipient opted out)
+}
+
+// queueReply puts a rendered mail in ob's outbox within tx, from the
+// sender from (an address, or "Name <address>") to its To and Cc,
+// threaded under thread: the one way a reply or an answer reaches the
+// outbox, from the daemon, a worker or a command. A mail that cannot be
+// encoded or addressed, or whose recipients all opted out, is not queued
+// (drop says why). added is false when the outbox held the same
+// Message-ID already: a reply is never queued twice.
+func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from string, r *reports.Reply,
+	thread string) (added bool, drop *dropped, err error) {
 	raw, err := r.Bytes()
 	var rcpt []string
 	if err == nil {
 		rcpt, err = r.Recipients()
 	}
 	if err != nil {
-		log.Error("mail not sent: it cannot be encoded or addressed", "message_id", r.Header.MessageID, "err", err)
-		m.Dropped.WithLabelValues("unaddressable").Inc()
-		return false, err.Error(), nil
+		return false, &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}, nil
 	}
-	added, err := ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: raw, ThreadID: thread})
+	added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(from), To: rcpt, Raw: raw, ThreadID: thread})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
-		log.Info("mail not sent: every recipient opted out", "message_id", r.Header.MessageID)
-		m.Dropped.WithLabelValues("opted-out").Inc()
-		return false, "every recipient opted out", nil
+		return false, &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}, nil
 	case errors.Is(err, outbox.ErrTooManyRecipients):
-		log.Error("mail not sent: too many recipients", "message_id", r.Header.MessageID, "err", err)
-		m.Dropped.WithLabelValues("unaddressable").Inc()
-		return false, err.Error(), nil
+		return false, &dropped{"too many recipients", "unaddressable", err.Error(), err}, nil
 	case err != nil:
-		return false, "", fmt.Errorf("writing the reply to the outbox: %w", err)
+		return false, nil, fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
-	if added {
-		m.Replies.Inc()
-		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+	return added, nil, nil
+}
+
+// Deliver queues a run's reply in the state database's outbox, from the
+// configured sender to the reply's To and Cc, and sends the outbox at once
+// when the config sends (smtp.enabled): how `patchbot run` and `patchbot
+// reply` end. added is false when the reply was queued already; sending
+// says whether it was sent (or tried) now.
+func Deliver(ctx context.Context, cfg Config, st *store.Store, r *reports.Reply, log *slog.Logger) (added, sending bool, err error) {
+	ob, err := NewOutbox(cfg, st, log)
+	if err != nil {
+		return false, false, err
 	}
-	return true, "", nil
+	err = st.Update(ctx, func(tx *store.Tx) error {
+		var drop *dropped
+		added, drop, err = queueReply(ctx, tx, ob, cfg.Reply.From, r, "")
+		if drop != nil {
+			return fmt.Errorf("the reply is not queued: %s", drop.why)
+		}
+		return err
+	})
+	if err != nil || ob.Sender == nil {
+		return added, false, err
+	}
+	_, err = ob.Flush(ctx)
+	return added, true, err
 }
 
 // jobReplyID is the Message-ID of a job's reply: one per job, whatever run
@@ -166,23 +218,4 @@ func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, e
 		in.answers++
 	}
 	return ok, why, err
-}
-
-// PutReply puts a rendered reply in the outbox, from the configured
-// sender to the reply's To and Cc. It reports whether the reply was new
-// (a reply with the same Message-ID is never queued twice).
-func PutReply(ctx context.Context, ob *outbox.Outbox, opt reports.ReplyOptions, r *reports.Reply) (bool, error) {
-	raw, err := r.Bytes()
-	if err != nil {
-		return false, err
-	}
-	rcpt, err := r.Recipients()
-	if err != nil {
-		return false, err
-	}
-	added, err := ob.Put(ctx, outbox.Message{MessageID: r.Header.MessageID, From: mailbox.AddrOf(opt.From), To: rcpt, Raw: raw})
-	if err != nil {
-		return false, fmt.Errorf("writing the reply to the outbox: %w", err)
-	}
-	return added, nil
 }

@@ -78,9 +78,7 @@ func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Reque
 	req := &Request{Title: s.Subject, Patches: s.Mails(), Files: s.Files(), Base: s.Base,
 		Profile: defaults.Profile, Runs: defaults.Runs,
 		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
-	for _, p := range s.Patches {
-		req.Subjects = append(req.Subjects, p.Subject)
-	}
+	req.Subjects = s.Subjects()
 	req.Tags = s.Tags()
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,

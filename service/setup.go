@@ -24,15 +24,13 @@ import (
 // VMs of the configured shape, and the reply options. The caller that has
 // a store sets History.
 func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
-	b, err := images.DefaultBuilder(progress)
+	k, err := images.NewKernels(cfg.Kernel, cfg.Trees, progress)
 	if err != nil {
 		return nil, err
 	}
-	trees := images.NewTrees(cfg.Trees, b.Cache)
-	trees.Progress = progress
 	p := &Pipeline{
-		Builder:  &images.Kernels{Builder: b, Tree: cfg.Kernel, Trees: trees, Progress: progress},
-		Trees:    trees,
+		Builder:  k,
+		Trees:    k.Trees,
 		Tester:   &invm.Tester{VM: cfg.VM},
 		Reply:    cfg.Reply,
 		Progress: progress,

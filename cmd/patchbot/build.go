@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -11,25 +10,32 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
 )
 
 func init() {
 	register(&command{
 		name:    "build",
 		summary: "build the base and patched kernels of a series",
-		usage:   "build (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [--tree DIR] [--base REF] [--fragment FILE]... [--json]",
-		desc: `Builds the base kernel (Debian's linux-source-6.1 by default, or --tree/--base;
-a series' base-commit when the tree has it) and the patched kernel on top of it,
-incrementally, in the sandbox, both cached. Prints where the kernels are, the
-new compiler warnings, and the evidence when the series does not apply or build.
+		usage:   "build (--mbox FILE | --maildir DIR | --imap URL | --lore URL | --msgid ID) [--base TREE|COMMIT] [--tree DIR] [--config FILE] [--fragment FILE]... [--json]",
+		desc: `Chooses the base as 'patchbot run' and the daemon do (--base; else the series'
+base-commit, a subject tag naming a configured tree, or the newest tree the whole
+series applies to: see 'patchbot trees'), builds it and the patched kernel on top
+of it, incrementally, in the sandbox, both cached. Prints which base and why,
+where the kernels are, the new compiler warnings, and the evidence when the
+series does not apply or build.
 
 Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
-		example: `patchbot build --mbox testdata/mbox/squashfs-thundering-herd.mbox --json`,
+		example: `patchbot build --mbox testdata/mbox/squashfs-thundering-herd.mbox --json
+patchbot build --mbox series.mbox --config patchbot.yaml --base next`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			var src sourceFlags
+			var conf configFlags
 			src.declare(fs)
-			tree := fs.String("tree", "", "your own kernel git tree `dir` (default: Debian's linux-source-6.1, imported into the cache)")
-			base := fs.String("base", "", "base `ref` (in --tree, or a commit of the Debian import; default HEAD)")
+			conf.declare(fs)
+			tree := fs.String("tree", "", "kernel git tree `dir`, the default base (default: Debian's linux-source-6.1, imported once)")
+			base := fs.String("base", "", "build on this `base`: a configured tree's name, default, or a commit or ref (default: chosen; see 'patchbot trees')")
 			asJSON := fs.Bool("json", false, "print the result as JSON (schema 1)")
 			version := fs.Int("v", 0, "build version `N` of the series (default: the newest complete one)")
 			timeout := fs.Duration("timeout", 2*time.Hour, "time limit of each kernel build")
@@ -49,6 +55,9 @@ Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
 				if *timeout <= 0 {
 					return usagef("--timeout %v: want a positive duration", *timeout)
 				}
+				if *base != "" && !images.ValidRef(*base) {
+					return usagef("--base %q: want a tree's name, a commit or a ref", *base)
+				}
 				var fragments []images.Fragment
 				for _, f := range frags {
 					frag, err := images.LoadFragment(f)
@@ -57,28 +66,31 @@ Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
 					}
 					fragments = append(fragments, frag)
 				}
+				cfg, err := conf.load()
+				if err != nil {
+					return err
+				}
+				if *tree != "" {
+					cfg.Kernel.Tree = *tree
+				}
 				series, err := seriesToTest(ctx, sc, *version, stderr)
 				if err != nil {
 					return err
 				}
 				// Progress goes to stderr, so that --json output stays clean.
-				b, err := images.DefaultBuilder(stderr)
+				k, err := images.NewKernels(cfg.Kernel, cfg.Trees, stderr)
 				if err != nil {
 					return err
 				}
-				b.Timeout = *timeout
-				b.Config.Fragments = append(b.Config.Fragments, fragments...)
-				k := &images.Kernels{Builder: b, Tree: images.TreeConfig{Tree: *tree, Base: *base}, Progress: stderr}
+				k.Builder.Timeout = *timeout
+				k.Builder.Config.Fragments = append(k.Builder.Config.Fragments, fragments...)
+				mails := series.Mails()
+				sb, err := images.BuildSeries(ctx, k, images.SeriesJob{Want: images.Want{Override: *base,
+					BaseCommit: series.Base, Tags: series.Tags(), Patches: mails}, First: 1, Last: len(mails), Whole: true})
 				report := buildReport{Schema: schemaVersion, Series: series.Subject}
-				choice, err := k.Choose(ctx, images.Want{BaseCommit: series.Base, Patches: series.Mails()})
 				if err == nil {
-					report.Base, err = k.Base(ctx, choice.Base)
-				}
-				if err != nil {
-					err = blame.On(blame.Base, err)
-				} else {
-					report.Patched, err = k.Patched(ctx, report.Base, series.Mails())
-					err = blame.On(blame.Patched, err)
+					report.Choice = reports.BaseChoiceOf(sb.Choice, sb.Err, mailbox.Titles(series.Subjects()))
+					report.Base, report.Patched, err = sb.Base, sb.B, sb.Err
 				}
 				if err != nil {
 					report.Error = failure(err)
@@ -106,11 +118,13 @@ Exit status: 0 built, 1 infrastructure, 2 usage error, 3 the patch's fault.`,
 
 // buildReport is what "patchbot build --json" prints.
 type buildReport struct {
-	Schema  int           `json:"schema"`
-	Series  string        `json:"series"`
-	Base    *images.Build `json:"base,omitempty"`
-	Patched *images.Build `json:"patched,omitempty"`
-	Error   *buildFailure `json:"error,omitempty"`
+	Schema int    `json:"schema"`
+	Series string `json:"series"`
+	// Choice is which base and why, as a reply says it.
+	Choice  *reports.BaseChoice `json:"choice,omitempty"`
+	Base    *images.Build       `json:"base,omitempty"`
+	Patched *images.Build       `json:"patched,omitempty"`
+	Error   *buildFailure       `json:"error,omitempty"`
 }
 
 // buildFailure says whose fault a failure is and carries the evidence.
@@ -126,24 +140,27 @@ type buildFailure struct {
 	Log     string       `json:"log,omitempty"`
 }
 
+// failure is a failure as build --json prints it: the evidence is
+// reports.FailureOf's, the one reading of a stage's error.
 func failure(err error) *buildFailure {
-	f := &buildFailure{Blame: blame.Of(err), Kernel: blame.KernelOf(err), Kind: "other", Message: err.Error()}
-	var ae *images.ApplyError
-	var be *images.BuildError
-	var ce *images.ConfigError
-	switch {
-	case errors.As(err, &ae):
-		f.Kind, f.Patch, f.Subject, f.Hunk = "apply", ae.Index, ae.Subject, ae.Hunk
-	case errors.As(err, &be):
-		f.Kind, f.Lines, f.Log = "build", be.Lines, be.Log
-	case errors.As(err, &ce):
-		f.Kind = "config"
+	f := reports.FailureOf(err)
+	out := &buildFailure{Blame: blame.Of(err), Kernel: blame.Kernel(f.Kernel), Kind: "other", Message: err.Error(),
+		Patch: f.Index, Hunk: f.Hunk, Lines: f.Lines, Log: f.Log}
+	switch f.Stage {
+	case reports.StageApply, reports.StageBuild, reports.StageConfig:
+		out.Kind = string(f.Stage)
 	}
-	return f
+	if f.Stage == reports.StageApply {
+		out.Subject = f.Patch
+	}
+	return out
 }
 
 func printReport(w io.Writer, r buildReport) {
 	fmt.Fprintf(w, "series: %s\n", r.Series)
+	if c := r.Choice; c != nil && c.Tree != "" {
+		fmt.Fprintf(w, "base: %s (%s)\n", c.Tree, c.How)
+	}
 	for _, k := range []struct {
 		name string
 		b    *images.Build

@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"strconv"
 	"strings"
 
@@ -56,11 +55,7 @@ func (s *sourceFlags) config() (mailbox.SourceConfig, error) {
 	}
 	switch {
 	case s.msgid != "":
-		list := s.lore
-		if list == "" {
-			list = "https://lore.kernel.org/all/"
-		}
-		c.Lore, n = strings.TrimSuffix(list, "/")+"/"+url.PathEscape(strings.Trim(s.msgid, "<> "))+"/", n+1
+		c.Lore, n = mailbox.ThreadURL(s.lore, s.msgid), n+1
 	case s.lore != "":
 		c.Lore, n = s.lore, n+1
 	}
@@ -94,19 +89,14 @@ func parseIMAPURL(raw string) (*mailbox.IMAPConfig, error) {
 }
 
 // seriesToTest reads every mail of the source and chooses the series to
-// test as the daemon does (mailbox.AssembleVersions, then mailbox.Choose): the
-// newest complete version, or the one asked for. Notes about the choice go
-// to stderr.
+// test as the daemon does (mailbox.SeriesIn): the newest complete version,
+// or the one asked for. Notes about the choice go to stderr.
 func seriesToTest(ctx context.Context, c mailbox.SourceConfig, version int, stderr io.Writer) (*mailbox.Series, error) {
 	src, err := mailbox.Open(c, terminalLog(stderr))
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := mailbox.Collect(ctx, src)
-	if err != nil {
-		return nil, err
-	}
-	s, notes, err := mailbox.Choose(mailbox.AssembleVersions(msgs), version)
+	s, notes, err := mailbox.SeriesIn(ctx, src, version)
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "note:", n)
 	}

@@ -53,25 +53,12 @@ func runReply(ctx context.Context, cfg service.Config, dir string) error {
 		if err != nil {
 			return err
 		}
-		name := filepath.Base(filepath.Clean(dir))
-		url, err := p.Publish(ctx, dir, name, "run "+name+": "+run.Thread.Subject)
-		if err != nil {
-			return err
-		}
-		run.ResultsURL = url
-		if err := reports.SaveRun(dir, run); err != nil {
+		if err := reports.PublishRun(ctx, dir, run, p); err != nil {
 			return err
 		}
 	}
-	reply, err := reports.Render(run, cfg.Reply)
+	reply, raw, err := reports.WriteReply(dir, run, cfg.Reply)
 	if err != nil {
-		return err
-	}
-	raw, err := reply.Bytes()
-	if err != nil {
-		return err
-	}
-	if err := reports.SaveReply(dir, raw); err != nil {
 		return err
 	}
 	io.WriteString(stdout, strings.ReplaceAll(string(raw), "\r\n", "\n"))
@@ -81,11 +68,7 @@ func runReply(ctx context.Context, cfg service.Config, dir string) error {
 		return err
 	}
 	defer st.Close()
-	ob, err := service.NewOutbox(cfg, st, slog.New(slog.NewTextHandler(stderr, nil)))
-	if err != nil {
-		return err
-	}
-	added, err := service.PutReply(ctx, ob, cfg.Reply, reply)
+	added, sending, err := service.Deliver(ctx, cfg, st, reply, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
 		return err
 	}
@@ -93,10 +76,8 @@ func runReply(ctx context.Context, cfg service.Config, dir string) error {
 	if !added {
 		fmt.Fprintf(stderr, "patchbot reply: %s was already in the outbox %s\n", reply.Header.MessageID, db)
 	}
-	if ob.Sender == nil {
+	if !sending {
 		fmt.Fprintf(stderr, "patchbot reply: queued in %s; sending is off (smtp.enabled in the config)\n", db)
-		return nil
 	}
-	_, err = ob.Flush(ctx)
-	return err
+	return nil
 }

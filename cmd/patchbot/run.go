@@ -163,18 +163,11 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	}
 	fmt.Fprintf(stderr, "== done in %s; run directory %s\n", time.Since(start).Round(time.Second), runDir)
 
-	ob, err := service.NewOutbox(cfg, st, terminalLog(stderr))
-	if err != nil {
-		return err
-	}
-	if _, err := service.PutReply(ctx, ob, cfg.Reply, out.Reply); err != nil {
-		return err
-	}
 	stdout.Write([]byte(strings.ReplaceAll(string(out.Raw), "\r\n", "\n")))
-	if ob.Sender == nil {
-		fmt.Fprintln(stderr, "(not sent: the reply is in the outbox; --send or smtp.enabled sends it)")
-	} else if _, err := ob.Flush(ctx); err != nil {
+	if _, sending, err := service.Deliver(ctx, cfg, st, out.Reply, terminalLog(stderr)); err != nil {
 		return err
+	} else if !sending {
+		fmt.Fprintln(stderr, "(not sent: the reply is in the outbox; --send or smtp.enabled sends it)")
 	}
 	if out.Run.Failure != nil {
 		return exitError{exitPatchFault}
