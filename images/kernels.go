@@ -112,6 +112,21 @@ func (b Base) title(ctx context.Context) string {
 // the new warnings of the prefix builds before and after it.
 func AddedWarnings(before, after []Warning) []Warning { return newWarnings(before, after) }
 
+// DefaultHead is the kernel: base as a listing shows it beside the
+// trees' heads (patchbot trees), without importing anything.
+func DefaultHead(ctx context.Context, cache string, c TreeConfig) Head {
+	h := Head{Tree: Tree{Name: DefaultTree, URL: c.Tree, Branch: c.Base}}
+	if h.URL == "" {
+		h.URL = DebianSource + " (imported from /usr/src on first use)"
+	}
+	if b, title, ok := PeekTree(ctx, cache, c); ok {
+		h.Commit, h.Title = b.Commit, title
+	} else {
+		h.Title = "(not there yet: the first job makes it)"
+	}
+	return h
+}
+
 // PeekTree is the kernel: base as it stands, without importing anything:
 // ok is false when Debian's tarball was never imported (the first job
 // imports it) or the operator's tree lacks the ref.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
@@ -161,27 +162,6 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 // the patched/base ratio when there are two. Statistics proper (spread,
 // significance) are the reports' job; this is a quick look.
 func printResults(w io.Writer, results []*suites.Result) {
-	type key struct{ workload, params, metric, unit string }
-	means := make([]map[key]float64, len(results))
-	var keys []key
-	seen := map[key]bool{}
-	for i, r := range results {
-		sum, n := map[key]float64{}, map[key]int{}
-		for _, s := range r.Samples {
-			k := key{s.Workload, formatParams(s.Params), s.Metric, s.Unit}
-			sum[k] += s.Value
-			n[k]++
-			if !seen[k] {
-				seen[k] = true
-				keys = append(keys, k)
-			}
-		}
-		means[i] = map[key]float64{}
-		for k := range sum {
-			means[i][k] = sum[k] / float64(n[k])
-		}
-	}
-	sort.SliceStable(keys, func(i, j int) bool { return keys[i].workload < keys[j].workload })
 	for _, r := range results {
 		fmt.Fprintf(w, "%s: %s (%s), %s, %d CPUs, profile %s\n", r.Kernel, r.KernelRelease, r.Suite, r.Accel, r.CPUs, r.Profile)
 	}
@@ -194,13 +174,13 @@ func printResults(w io.Writer, results []*suites.Result) {
 		hdr += "RATIO\t"
 	}
 	fmt.Fprintln(tw, hdr)
-	for _, k := range keys {
-		line := fmt.Sprintf("%s\t%s\t%s\t%s\t", k.workload, k.params, k.metric, k.unit)
-		for i := range results {
-			line += fmt.Sprintf("%.4g\t", means[i][k])
+	for _, m := range reports.Means(results) {
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t", m.Workload, m.Params, m.Metric, m.Unit)
+		for _, v := range m.Means {
+			line += fmt.Sprintf("%.4g\t", v)
 		}
-		if len(results) == 2 && means[0][k] != 0 {
-			line += fmt.Sprintf("%.2f\t", means[1][k]/means[0][k])
+		if len(m.Means) == 2 && m.Means[0] != 0 {
+			line += fmt.Sprintf("%.2f\t", m.Means[1]/m.Means[0])
 		}
 		fmt.Fprintln(tw, line)
 	}
@@ -225,13 +205,4 @@ func printResults(w io.Writer, results []*suites.Result) {
 			fmt.Fprintf(w, "%s: note %s\n", r.Kernel, n)
 		}
 	}
-}
-
-func formatParams(p map[string]string) string {
-	var parts []string
-	for k, v := range p {
-		parts = append(parts, k+"="+v)
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ",")
 }

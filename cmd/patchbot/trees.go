@@ -64,6 +64,9 @@ patchbot trees --config patchbot.yaml --fetch next`,
 				if err != nil {
 					return err
 				}
+				if len(names) == 0 {
+					heads = append(heads, images.DefaultHead(ctx, cache, cfg.Kernel))
+				}
 				report := treesReport{Schema: schemaVersion, Store: t.Dir}
 				for _, h := range heads {
 					if len(names) > 0 && !containsName(names, h.Name) {
@@ -71,18 +74,6 @@ patchbot trees --config patchbot.yaml --fetch next`,
 					}
 					report.Trees = append(report.Trees, treeRow{Name: h.Name, URL: h.URL, Branch: h.Branch, Tags: h.Tags,
 						Head: h.Commit, Title: h.Title, Date: h.Date, Fetched: h.Fetched, FetchError: h.FetchError})
-				}
-				def := treeRow{Name: images.DefaultTree, URL: cfg.Kernel.Tree, Branch: cfg.Kernel.Base}
-				if def.URL == "" {
-					def.URL = images.DebianSource + " (imported from /usr/src on first use)"
-				}
-				if b, title, ok := images.PeekTree(ctx, cache, cfg.Kernel); ok {
-					def.Head, def.Title = b.Commit, title
-				} else {
-					def.Title = "(not there yet: the first job makes it)"
-				}
-				if len(names) == 0 {
-					report.Trees = append(report.Trees, def)
 				}
 				if *asJSON {
 					err = writeJSON(stdout, report)

@@ -7,10 +7,8 @@ import (
 	"os"
 	"time"
 
-	"github.com/patchbot/patchbot/images/initramfs"
 	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
-	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
 func init() {
@@ -79,38 +77,17 @@ type vmBootResult struct {
 }
 
 func runVMBoot(ctx context.Context, o vmBoot) error {
-	log := terminalLog(stderr)
-	if o.initramfs == "" {
-		var err error
-		if o.initramfs, err = initramfs.ForKernel(ctx, o.kernel, initramfs.Options{}); err != nil {
-			return err
+	info, err := invm.Boot(ctx, invm.BootSpec{Kernel: o.kernel, Initramfs: o.initramfs, Backend: o.backend, URI: o.uri,
+		Accel: o.accel, CPUs: o.cpus, MemMiB: o.mem, Cmdline: o.cmdline, Timeout: o.timeout, Log: terminalLog(stderr)})
+	if err != nil {
+		if info.Repro != "" {
+			fmt.Fprintf(stderr, "to reproduce:\n%s\n", info.Repro)
 		}
-	}
-	pool, err := vmrunner.New(o.backend, vmrunner.Config{URI: o.uri, Accel: o.accel, Log: log})
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	vm, err := pool.Create(ctx, vmrunner.Spec{Name: "vm-boot", Kernel: o.kernel, Initramfs: o.initramfs, Cmdline: o.cmdline,
-		CPUs: o.cpus, MemMiB: o.mem, BootTimeout: o.timeout})
-	if err != nil {
-		return err
-	}
-	defer vm.Close()
-	info, err := vm.Boot(ctx)
-	if err != nil {
-		fmt.Fprintf(stderr, "to reproduce:\n%s\n", info.Repro)
 		if vmrunner.IsBoot(err) {
 			fmt.Fprintf(stderr, "patchbot vm boot: %v\n", err)
 			return exitError{exitPatchFault}
 		}
 		return err
-	}
-	// Power off through the agent, as a real run ends; give it a moment.
-	offCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := vm.Do(offCtx, proto.Request{Op: proto.OpPowerOff}, nil); err != nil {
-		log.Warn("poweroff", "err", err)
 	}
 	res := vmBootResult{Schema: schemaVersion, Backend: info.Backend, Accel: info.Accel,
 		BootMillis: info.BootDuration.Milliseconds(), KernelRelease: info.KernelRelease, Repro: info.Repro}
