@@ -327,16 +327,24 @@ func (d *Daemon) RunOnce(ctx context.Context) (bool, error) {
 // checkOnce runs the coordinator's next due check (an incomplete series'
 // wait is over), if any.
 func (d *Daemon) checkOnce(ctx context.Context) (bool, error) {
-	j, err := d.Store.ClaimJob(ctx, store.Claim{Worker: d.Name, Lease: d.Config.Fleet.Lease, At: time.Now(),
-		Kind: store.KindCheck, MaxAttempts: d.MaxAttempts})
+	return claimOne(ctx, d.Store, store.Claim{Worker: d.Name, Lease: d.Config.Fleet.Lease, At: time.Now(),
+		Kind: store.KindCheck, MaxAttempts: d.MaxAttempts}, d.step, d.runCheck)
+}
+
+// claimOne claims the job that c fits best, if one is due, and runs it; it
+// says whether it ran one. The coordinator's checks and a worker's tests
+// are claimed alike.
+func claimOne(ctx context.Context, st *store.Store, c store.Claim, step func(Step),
+	run func(context.Context, *store.Job)) (bool, error) {
+	j, err := st.ClaimJob(ctx, c)
 	if errors.Is(err, store.ErrNoJob) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	d.step(StepJobClaimed)
-	d.runCheck(ctx, j)
+	step(StepJobClaimed)
+	run(ctx, j)
 	return true, nil
 }
 

@@ -41,34 +41,39 @@ type Metrics struct {
 func NewMetrics() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		Jobs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_jobs",
-			Help: "Jobs by state."}, []string{"state"}),
+		Jobs:     gauges("patchbot_jobs", "Jobs by state.", "state"),
 		JobSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "patchbot_job_seconds",
 			Help: "Time from a job's start to its reply.", Buckets: prometheus.ExponentialBuckets(10, 2, 10)}),
-		Failures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_failures_total",
-			Help: "Failed jobs by blame: the patch's (answered) or the infrastructure's (retried)."}, []string{"blame"}),
-		Messages: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_messages_total",
-			Help: "Mails read from the sources."}),
-		Replies: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_total",
-			Help: "Replies written to the outbox."}),
-		Commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_commands_total",
-			Help: "Email commands by outcome: accepted, answered, refused, dropped."}, []string{"outcome"}),
-		SourceErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_source_errors_total",
-			Help: "Failures reading a source."}, []string{"source"}),
-		Uncertain: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_replies_uncertain_total",
-			Help: "Replies whose delivery outcome is unknown and that are not resent."}),
-		Dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "patchbot_mails_dropped_total",
-			Help: "Mails patchbot did not write, by reason: quota, opted-out, unaddressable, render."}, []string{"reason"}),
-		Parked: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_parked_total",
-			Help: "Jobs parked because their worker died (or its lease ran out) while running them twice."}),
-		Lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "patchbot_jobs_lost_total",
-			Help: "Jobs whose worker died, or whose lease ran out, while running them."}),
-		Outbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "patchbot_outbox",
-			Help: "Outbox messages by state; uncertain ones wait for a person."}, []string{"state"}),
+		Failures: counters("patchbot_failures_total",
+			"Failed jobs by blame: the patch's (answered) or the infrastructure's (retried).", "blame"),
+		Messages:     counter("patchbot_messages_total", "Mails read from the sources."),
+		Replies:      counter("patchbot_replies_total", "Replies written to the outbox."),
+		Commands:     counters("patchbot_commands_total", "Email commands by outcome: accepted, answered, refused, dropped.", "outcome"),
+		SourceErrors: counters("patchbot_source_errors_total", "Failures reading a source.", "source"),
+		Uncertain: counter("patchbot_replies_uncertain_total",
+			"Replies whose delivery outcome is unknown and that are not resent."),
+		Dropped: counters("patchbot_mails_dropped_total",
+			"Mails patchbot did not write, by reason: quota, opted-out, unaddressable, render.", "reason"),
+		Parked: counter("patchbot_jobs_parked_total",
+			"Jobs parked because their worker died (or its lease ran out) while running them twice."),
+		Lost:   counter("patchbot_jobs_lost_total", "Jobs whose worker died, or whose lease ran out, while running them."),
+		Outbox: gauges("patchbot_outbox", "Outbox messages by state; uncertain ones wait for a person.", "state"),
 	}
 	m.Registry.MustRegister(m.Jobs, m.JobSeconds, m.Failures, m.Messages, m.Replies, m.Commands, m.SourceErrors,
 		m.Uncertain, m.Dropped, m.Parked, m.Lost, m.Outbox, prometheus.NewGoCollector())
 	return m
+}
+
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func counters(name, help, label string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+}
+
+func gauges(name, help, label string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{label})
 }
 
 // Serve answers /healthz and /metrics on addr until ctx ends, and hands

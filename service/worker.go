@@ -216,16 +216,7 @@ func logLost(log *slog.Logger, m *Metrics, requeued, parked []*store.Job, why st
 // whether it ran one.
 func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 	w.defaults()
-	j, err := w.Store.ClaimJob(ctx, w.claim(time.Now()))
-	if errors.Is(err, store.ErrNoJob) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	w.step(StepJobClaimed)
-	w.runJob(ctx, j)
-	return true, nil
+	return claimOne(ctx, w.Store, w.claim(time.Now()), w.step, w.runJob)
 }
 
 // setStage records the running job's stage: in this process for the

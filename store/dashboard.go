@@ -87,22 +87,12 @@ type SourceActivity struct {
 
 // SourcesActivity returns every source that has delivered mail, by name.
 func (s *Store) SourcesActivity(ctx context.Context) ([]SourceActivity, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT source, cursor, updated FROM cursors ORDER BY source`)
-	if err != nil {
-		return nil, fmt.Errorf("listing sources: %w", err)
-	}
-	defer rows.Close()
-	var out []SourceActivity
-	for rows.Next() {
-		var a SourceActivity
+	return queryAll(ctx, s.r, "listing sources", func(rows *sql.Rows) (a SourceActivity, err error) {
 		var updated string
-		if err := rows.Scan(&a.Source, &a.Cursor, &updated); err != nil {
-			return nil, fmt.Errorf("listing sources: %w", err)
-		}
+		err = rows.Scan(&a.Source, &a.Cursor, &updated)
 		a.Updated = parseTime(updated)
-		out = append(out, a)
-	}
-	return out, rows.Err()
+		return a, err
+	}, `SELECT source, cursor, updated FROM cursors ORDER BY source`)
 }
 
 // OutboxStatus is how far sending one reply got, without the mail itself.

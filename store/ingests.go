@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -47,20 +48,9 @@ type Aside struct {
 
 // SetAsideMail lists the mails set aside, for the operator.
 func (s *Store) SetAsideMail(ctx context.Context) ([]Aside, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT message_id, attempts, reason, updated FROM ingests WHERE aside = 1 ORDER BY updated`)
-	if err != nil {
-		return nil, fmt.Errorf("listing mail set aside: %w", err)
-	}
-	defer rows.Close()
-	var out []Aside
-	for rows.Next() {
-		var a Aside
-		if err := rows.Scan(&a.MessageID, &a.Attempts, &a.Reason, &a.Updated); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.r, "listing mail set aside", func(rows *sql.Rows) (a Aside, err error) {
+		return a, rows.Scan(&a.MessageID, &a.Attempts, &a.Reason, &a.Updated)
+	}, `SELECT message_id, attempts, reason, updated FROM ingests WHERE aside = 1 ORDER BY updated`)
 }
 
 // ThreadOf is the thread of the first of ids that is a kept mail, in the

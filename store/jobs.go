@@ -518,19 +518,5 @@ func (s *Store) UnparkJob(ctx context.Context, id int64) error {
 
 // JobCounts counts jobs by state, for /metrics.
 func (s *Store) JobCounts(ctx context.Context) (map[JobState]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT state, count(*) FROM jobs GROUP BY state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[JobState]int{}
-	for rows.Next() {
-		var st JobState
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[st] = n
-	}
-	return out, rows.Err()
+	return countByState[JobState](ctx, s.r, "jobs")
 }

@@ -92,20 +92,9 @@ func (t *Tx) Thread(ctx context.Context, threadID string) ([]StoredMessage, erro
 }
 
 func threadMessages(ctx context.Context, r runner, threadID string) ([]StoredMessage, error) {
-	rows, err := r.QueryContext(ctx, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY `+r.d.insertOrder, threadID)
-	if err != nil {
-		return nil, fmt.Errorf("reading thread %s: %w", threadID, err)
-	}
-	defer rows.Close()
-	var out []StoredMessage
-	for rows.Next() {
-		var m StoredMessage
-		if err := rows.Scan(&m.MessageID, &m.Source, &m.Raw); err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, r, "reading thread "+threadID, func(rows *sql.Rows) (m StoredMessage, err error) {
+		return m, rows.Scan(&m.MessageID, &m.Source, &m.Raw)
+	}, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY `+r.d.insertOrder, threadID)
 }
 
 // HasMessage says whether a mail was seen already.

@@ -281,19 +281,5 @@ func (s *Store) RequeueUncertain(ctx context.Context, id int64) error {
 
 // OutboxCounts counts the outbox by state, for /metrics.
 func (s *Store) OutboxCounts(ctx context.Context) (map[OutboxState]int, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT state, count(*) FROM outbox GROUP BY state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[OutboxState]int{}
-	for rows.Next() {
-		var st string
-		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		out[OutboxState(st)] = n
-	}
-	return out, rows.Err()
+	return countByState[OutboxState](ctx, s.r, "outbox")
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 )
 
@@ -32,38 +33,16 @@ func (t *Tx) PutRunFiles(ctx context.Context, jobID int64, files []RunFile) erro
 // PendingRuns lists up to limit jobs whose run files wait to be written
 // into the run directories, oldest first.
 func (s *Store) PendingRuns(ctx context.Context, limit int) ([]int64, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT DISTINCT job_id FROM run_files ORDER BY job_id LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing stored runs: %w", err)
-	}
-	defer rows.Close()
-	var out []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		out = append(out, id)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.r, "listing stored runs", func(rows *sql.Rows) (id int64, err error) {
+		return id, rows.Scan(&id)
+	}, `SELECT DISTINCT job_id FROM run_files ORDER BY job_id LIMIT ?`, limit)
 }
 
 // RunFiles returns the stored files of job's run, by name.
 func (s *Store) RunFiles(ctx context.Context, jobID int64) ([]RunFile, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, data FROM run_files WHERE job_id = ? ORDER BY name`, jobID)
-	if err != nil {
-		return nil, fmt.Errorf("reading the run of job %d: %w", jobID, err)
-	}
-	defer rows.Close()
-	var out []RunFile
-	for rows.Next() {
-		var f RunFile
-		if err := rows.Scan(&f.Name, &f.Data); err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.r, fmt.Sprintf("reading the run of job %d", jobID), func(rows *sql.Rows) (f RunFile, err error) {
+		return f, rows.Scan(&f.Name, &f.Data)
+	}, `SELECT name, data FROM run_files WHERE job_id = ? ORDER BY name`, jobID)
 }
 
 // DeleteRunFiles forgets job's stored run, once it is written out.

@@ -249,10 +249,16 @@ func openSQLite(path string, steps []step) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", path, err)
 	}
-	s := &Store{db: db, r: runner{q: db, d: sqliteDialect}}
+	return migrated(db, sqliteDialect, steps, path)
+}
+
+// migrated is the store over an open database, its schema brought up to
+// date; the database is closed when that fails.
+func migrated(db *sql.DB, d *dialect, steps []step, where string) (*Store, error) {
+	s := &Store{db: db, r: runner{q: db, d: d}}
 	if err := s.migrate(context.Background(), steps); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("opening store %s: %w", path, err)
+		return nil, fmt.Errorf("opening store %s: %w", where, err)
 	}
 	return s, nil
 }
@@ -284,12 +290,7 @@ func openPostgres(dsn string, steps []step) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening store %s: %w", where, err)
 	}
-	s := &Store{db: db, r: runner{q: db, d: pgDialect}}
-	if err := s.migrate(context.Background(), steps); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("opening store %s: %w", where, err)
-	}
-	return s, nil
+	return migrated(db, pgDialect, steps, where)
 }
 
 // redact is a PostgreSQL URL fit for a log: its host and database, no

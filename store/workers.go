@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -48,24 +49,16 @@ func (s *Store) StopWorker(ctx context.Context, name string) error {
 
 // Workers lists the workers heard from since a time, by name.
 func (s *Store) Workers(ctx context.Context, since time.Time) ([]WorkerInfo, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name, host, caps, job_id, started, since, heartbeat, stopped
-		FROM workers WHERE heartbeat >= ? ORDER BY name`, fmtTime(since))
-	if err != nil {
-		return nil, fmt.Errorf("listing workers: %w", err)
-	}
-	defer rows.Close()
-	var out []WorkerInfo
-	for rows.Next() {
-		var w WorkerInfo
+	return queryAll(ctx, s.r, "listing workers", func(rows *sql.Rows) (w WorkerInfo, err error) {
 		var caps, started, since, hb, stopped string
 		if err := rows.Scan(&w.Name, &w.Host, &caps, &w.JobID, &started, &since, &hb, &stopped); err != nil {
-			return nil, fmt.Errorf("listing workers: %w", err)
+			return w, err
 		}
 		if err := json.Unmarshal([]byte(caps), &w.Caps); err != nil {
-			return nil, fmt.Errorf("worker %s: capabilities: %w", w.Name, err)
+			return w, fmt.Errorf("worker %s: capabilities: %w", w.Name, err)
 		}
 		w.Started, w.Since, w.Heartbeat, w.Stopped = parseTime(started), parseTime(since), parseTime(hb), parseTime(stopped)
-		out = append(out, w)
-	}
-	return out, rows.Err()
+		return w, nil
+	}, `SELECT name, host, caps, job_id, started, since, heartbeat, stopped
+		FROM workers WHERE heartbeat >= ? ORDER BY name`, fmtTime(since))
 }

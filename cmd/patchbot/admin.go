@@ -28,9 +28,6 @@ parked: the daemon died while running it twice, and it is not run again until
 			status := fs.String("status", "", "only jobs in this `status`: queued, running, done, failed or parked")
 			asJSON := fs.Bool("json", false, "print JSON (schema 1)")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				if *status != "" && !validJobState(*status) {
 					return usagef("--status %q: want one of queued, running, done, failed, parked", *status)
 				}
@@ -63,9 +60,10 @@ parked: the daemon died while running it twice, and it is not run again until
 		},
 	})
 	register(&command{
-		name:    "jobs unpark",
-		summary: "queue a parked job again",
-		usage:   "jobs unpark ID [--config FILE | --state DIR]",
+		name:       "jobs unpark",
+		positional: true,
+		summary:    "queue a parked job again",
+		usage:      "jobs unpark ID [--config FILE | --state DIR]",
 		desc: `Puts a parked job (one the daemon died while running, twice) back in the queue
 with a fresh count of crashes. Do it once whatever killed the daemon is fixed.`,
 		example: `patchbot jobs unpark 12`,
@@ -86,9 +84,6 @@ the list's archive, then 'patchbot outbox requeue ID' if it never arrived.`,
 			status := fs.String("status", "", "only replies in this `status`")
 			asJSON := fs.Bool("json", false, "print JSON (schema 1)")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				states := store.OutboxStates
 				if *status != "" {
 					states = nil
@@ -135,9 +130,10 @@ the list's archive, then 'patchbot outbox requeue ID' if it never arrived.`,
 		},
 	})
 	register(&command{
-		name:    "outbox requeue",
-		summary: "send an uncertain reply again",
-		usage:   "outbox requeue ID [--config FILE | --state DIR]",
+		name:       "outbox requeue",
+		positional: true,
+		summary:    "send an uncertain reply again",
+		usage:      "outbox requeue ID [--config FILE | --state DIR]",
 		desc: `Queues an uncertain reply again, once a person has checked that it never
 arrived; the next flush of the daemon (or 'patchbot reply') sends it.`,
 		example: `patchbot outbox requeue 7`,

@@ -45,9 +45,6 @@ patchbot build --mbox series.mbox --config patchbot.yaml --base next`,
 				return nil
 			})
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				sc, err := src.config()
 				if err != nil {
 					return err

@@ -12,9 +12,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "compare",
-		summary: "compare two result files as a reply would",
-		usage:   "compare BASE.json PATCHED.json [--json] [--alpha A] [--test log-welch|welch|mann-whitney]",
+		name:       "compare",
+		positional: true,
+		summary:    "compare two result files as a reply would",
+		usage:      "compare BASE.json PATCHED.json [--json] [--alpha A] [--test log-welch|welch|mann-whitney]",
 		desc: `Judges the samples of two result files (a run directory's base.json and
 patched.json, or 'patchbot suite run --json' output) with the test the
 pipeline uses, and prints the verdict and the table of the reply. Re-judging a

@@ -26,6 +26,9 @@ type command struct {
 	usage   string // the synopsis after "patchbot "
 	desc    string // what it does, a paragraph or two
 	example string // one or more example lines
+	// positional says that the command takes arguments besides its
+	// flags; otherwise a stray argument is a usage error.
+	positional bool
 	// flags declares the command's flags on fs and returns the function
 	// that runs it with the positional arguments. Every flag is checked in
 	// run before any work starts.
@@ -168,6 +171,9 @@ func runCommand(ctx context.Context, c *command, args []string) int {
 		writeHelp(stdout, c, fs)
 		return exitOK
 	}
+	if err == nil && !c.positional && len(pos) > 0 {
+		err = usagef("unexpected argument %q", pos[0])
+	}
 	if err == nil {
 		err = run(ctx, pos)
 	}
@@ -219,14 +225,6 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 		pos = append(pos, args[0])
 		args = args[1:]
 	}
-}
-
-// noArgs refuses stray positional arguments.
-func noArgs(args []string) error {
-	if len(args) > 0 {
-		return usagef("unexpected argument %q", args[0])
-	}
-	return nil
 }
 
 func listCommands(w io.Writer) {

@@ -83,9 +83,6 @@ func modelSimFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.IntVar(&cfg.StallThread, "stall-thread", 0, "thread that runs late after each wake (with --stall-delay)")
 	fs.DurationVar(&cfg.StallDelay, "stall-delay", 0, "how late --stall-thread runs after a wake (the reviewer's priority inversion)")
 	return func(ctx context.Context, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
 		if err := checkShape(cfg); err != nil {
 			return err
 		}
@@ -161,9 +158,6 @@ func modelCheckFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 	fs.IntVar(&cfg.MaxStates, "max-states", 20_000_000, "stop exploring after this many states (at least 1)")
 	traces := fs.Bool("traces", false, "also print a trace for each observed distinguishing state")
 	return func(ctx context.Context, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
 		if err := checkShape(cfg); err != nil {
 			return err
 		}

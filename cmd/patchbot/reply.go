@@ -16,9 +16,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "reply",
-		summary: "render a finished run's reply again, queue it, and send it if the config says so",
-		usage:   "reply RUN_DIR [--config FILE] [--state DIR]",
+		name:       "reply",
+		positional: true,
+		summary:    "render a finished run's reply again, queue it, and send it if the config says so",
+		usage:      "reply RUN_DIR [--config FILE] [--state DIR]",
 		desc: `Renders the reply of a run directory (run.json, base.json, patched.json) with
 patchbot.yaml's reply options, publishes the directory first when the config
 has publish:, writes reply.eml, and queues the reply in the state directory's

@@ -61,9 +61,6 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 	patches := fs.String("patches", "", "measure only patches `M-N` (or M), on top of the ones before")
 	aa := fs.Bool("aa", false, "A/A run: the base kernel on both sides (the series is not applied)")
 	return func(ctx context.Context, args []string) error {
-		if err := noArgs(args); err != nil {
-			return err
-		}
 		sc, err := src.config()
 		if err != nil {
 			return err

@@ -30,9 +30,6 @@ patchbot series --msgid 20260724190556.1950693-1-usama.arif@linux.dev -o - | git
 			version := fs.Int("v", 0, "with -o: the version `N` to write (default: the newest complete one)")
 			outDir := fs.String("o", "", "write the series to test as an am-ready mbox into `dir` (- for standard output)")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				sc, err := src.config()
 				if err != nil {
 					return err

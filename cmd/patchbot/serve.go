@@ -34,9 +34,6 @@ patchbot serve --config /etc/patchbot/patchbot.yaml --http 127.0.0.1:9000`,
 			conf.declare(fs)
 			addr := fs.String("http", "127.0.0.1:8080", "`address` to listen on")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				if _, _, err := net.SplitHostPort(*addr); err != nil {
 					return usagef("--http %q: want host:port", *addr)
 				}

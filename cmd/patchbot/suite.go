@@ -28,9 +28,6 @@ func init() {
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			asJSON := fs.Bool("json", false, "print JSON (schema 1)")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				return suiteList(stdout, *asJSON)
 			}
 		},
@@ -56,9 +53,6 @@ proper are 'patchbot compare' on the --json output.`,
 			vm.declare(fs)
 			asJSON := fs.Bool("json", false, "print the results as JSON (schema 1)")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				if len(names) == 0 {
 					return usagef("--suites is required")
 				}

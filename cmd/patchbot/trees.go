@@ -14,9 +14,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "trees",
-		summary: "list the kernel trees series are tested on, their heads and last fetch",
-		usage:   "trees [--config FILE] [--fetch] [--json] [TREE...]",
+		name:       "trees",
+		positional: true,
+		summary:    "list the kernel trees series are tested on, their heads and last fetch",
+		usage:      "trees [--config FILE] [--fetch] [--json] [TREE...]",
 		desc: `Lists the trees of the config's trees: part (each a git URL and branch, and
 the subject tags that name it) as the object store has them: the head commit,
 its date and subject, when the tree was last fetched and the last fetch's

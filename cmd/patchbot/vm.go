@@ -34,8 +34,6 @@ logged.`,
 			asJSON := fs.Bool("json", false, "print the result as JSON (schema 1)")
 			return func(ctx context.Context, args []string) error {
 				switch {
-				case len(args) > 0:
-					return usagef("unexpected argument %q", args[0])
 				case *kernel == "":
 					return usagef("--kernel is required")
 				case *backend != "qemu" && *backend != "libvirt":

@@ -28,9 +28,6 @@ then coordinates (mail, queue, collected results, replies, dashboard) and
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				cfg, err := service.LoadConfig(*configPath)
 				if err != nil {
 					return err

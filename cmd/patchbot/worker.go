@@ -43,9 +43,6 @@ patchbot worker --config patchbot.yaml --suites cache-contention,readahead --htt
 			fs.Var(&only, "suites", "the suites this host's kernels support, `a,b` (default: all)")
 			addr := fs.String("http", "", "serve /healthz and /metrics on this `address`")
 			return func(ctx context.Context, args []string) error {
-				if err := noArgs(args); err != nil {
-					return err
-				}
 				if *name != "" && !workerName.MatchString(*name) {
 					return usagef("--name %q: want letters, digits and ._:@/- (at most 128)", *name)
 				}
