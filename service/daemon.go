@@ -78,12 +78,16 @@ func (d *Daemon) Wake() {
 }
 
 // kick wakes the coordinator's loop.
-func (d *Daemon) kick() {
-	if d.wake == nil {
+func (d *Daemon) kick() { poke(d.wake) }
+
+// poke wakes a loop that waits on ch, if it is not awake already (ch has
+// room for one); a nil ch is a loop not started.
+func poke(ch chan struct{}) {
+	if ch == nil {
 		return
 	}
 	select {
-	case d.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }

@@ -114,15 +114,7 @@ func (w *Worker) defaults() {
 }
 
 // Wake tells the worker that a job may be waiting.
-func (w *Worker) Wake() {
-	if w.wake == nil {
-		return
-	}
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
-}
+func (w *Worker) Wake() { poke(w.wake) }
 
 func (w *Worker) step(s Step) {
 	if w.OnStep != nil {

@@ -28,20 +28,8 @@ func scanJobView(row interface{ Scan(...any) error }) (*Job, error) {
 }
 
 func (s *Store) jobViews(ctx context.Context, what, query string, args ...any) ([]*Job, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+jobViewColumns+` FROM jobs `+query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", what, err)
-	}
-	defer rows.Close()
-	var out []*Job
-	for rows.Next() {
-		j, err := scanJobView(rows)
-		if err != nil {
-			return nil, fmt.Errorf("listing %s: %w", what, err)
-		}
-		out = append(out, j)
-	}
-	return out, rows.Err()
+	return queryAll(ctx, s.r, "listing "+what, func(rows *sql.Rows) (*Job, error) { return scanJobView(rows) },
+		`SELECT `+jobViewColumns+` FROM jobs `+query, args...)
 }
 
 // ActiveJobs returns up to limit jobs that are queued (due or waiting for
