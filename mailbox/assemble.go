@@ -1,5 +1,9 @@
 package mailbox
 
+// Over 600 lines on purpose: series assembly is one pass of b4's rules
+// over a thread (classify, group, version, take partial rerolls, carry
+// the trailers), each step reading the entries the previous one made.
+
 import (
 	"fmt"
 	"regexp"

@@ -1,5 +1,10 @@
 package vmrunner
 
+// Over 600 lines on purpose: this is the libvirt backend whole, as qemu.go
+// is the other one: the pool over a connection, the domain it defines,
+// the agent's and the console's streams, and the stop events, which all
+// share one libvirtVM.
+
 import (
 	"context"
 	"crypto/rand"

@@ -1,5 +1,10 @@
 package refcache
 
+// Over 600 lines on purpose: the state machine's steps read and write one
+// another's state (the entries, the waiters, the wait queue), and the
+// proofs of the checker are about all of them at once; split, one
+// algorithm would be read in pieces.
+
 import (
 	"fmt"
 	"strings"
