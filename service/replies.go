@@ -41,25 +41,31 @@ func (d *Daemon) putReply(ctx context.Context, tx *store.Tx, r *reports.Reply, t
 // would be the same on every retry.
 func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
 	r *reports.Reply, thread string) (bool, string, error) {
-	added, drop, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread)
+	q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread)
 	switch {
-	case drop != nil:
+	case q.drop != nil:
 		level, args := slog.LevelInfo, []any{"message_id", r.Header.MessageID}
-		if drop.err != nil {
-			level, args = slog.LevelError, append(args, "err", drop.err)
+		if q.drop.err != nil {
+			level, args = slog.LevelError, append(args, "err", q.drop.err)
 		}
-		log.Log(ctx, level, "mail not sent: "+drop.what, args...)
-		m.Dropped.WithLabelValues(drop.label).Inc()
-		return false, drop.why, nil
+		log.Log(ctx, level, "mail not sent: "+q.drop.what, args...)
+		m.Dropped.WithLabelValues(q.drop.label).Inc()
+		return false, q.drop.why, nil
 	case err != nil:
 		return false, "", err
 	}
-	if added {
+	if q.added {
 		m.Replies.Inc()
-		rcpt, _ := r.Recipients()
-		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", rcpt)
+		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", q.to)
 	}
 	return true, "", nil
+}
+
+// queued is what became of a mail handed to the outbox.
+type queued struct {
+	added bool     // new in the outbox; false when it was there already
+	to    []string // its recipients, as addressed
+	drop  *dropped // not queued, and why
 }
 
 // dropped says why a mail was not queued: what happened, the metric's
@@ -74,29 +80,29 @@ type dropped struct {
 // threaded under thread: the one way a reply or an answer reaches the
 // outbox, from the daemon, a worker or a command. A mail that cannot be
 // encoded or addressed, or whose recipients all opted out, is not queued
-// (drop says why). added is false when the outbox held the same
-// Message-ID already: a reply is never queued twice.
+// (queued.drop says why); a mail of a Message-ID the outbox holds already
+// is not queued twice.
 func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from string, r *reports.Reply,
-	thread string) (added bool, drop *dropped, err error) {
+	thread string) (q queued, err error) {
 	raw, err := r.Bytes()
-	var rcpt []string
 	if err == nil {
-		rcpt, err = r.Recipients()
+		q.to, err = r.Recipients()
 	}
 	if err != nil {
-		return false, &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}, nil
+		q.drop = &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}
+		return q, nil
 	}
-	added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(from), To: rcpt, Raw: raw, ThreadID: thread})
+	q.added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(from), To: q.to, Raw: raw, ThreadID: thread})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
-		return false, &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}, nil
+		q.drop = &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}
 	case errors.Is(err, outbox.ErrTooManyRecipients):
-		return false, &dropped{"too many recipients", "unaddressable", err.Error(), err}, nil
+		q.drop = &dropped{"too many recipients", "unaddressable", err.Error(), err}
 	case err != nil:
-		return false, nil, fmt.Errorf("writing the reply to the outbox: %w", err)
+		return q, fmt.Errorf("writing the reply to the outbox: %w", err)
 	}
-	return added, nil, nil
+	return q, nil
 }
 
 // Deliver queues a run's reply in the state database's outbox, from the
@@ -110,11 +116,11 @@ func Deliver(ctx context.Context, cfg Config, st *store.Store, r *reports.Reply,
 		return false, false, err
 	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
-		var drop *dropped
-		added, drop, err = queueReply(ctx, tx, ob, cfg.Reply.From, r, "")
-		if drop != nil {
-			return fmt.Errorf("the reply is not queued: %s", drop.why)
+		q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, "")
+		if q.drop != nil {
+			return fmt.Errorf("the reply is not queued: %s", q.drop.why)
 		}
+		added = q.added
 		return err
 	})
 	if err != nil || ob.Sender == nil {
