@@ -156,7 +156,7 @@ func failure(err error) *buildFailure {
 func printReport(w io.Writer, r buildReport) {
 	fmt.Fprintf(w, "series: %s\n", r.Series)
 	if c := r.Choice; c != nil && c.Tree != "" {
-		fmt.Fprintf(w, "base: %s (%s)\n", c.Tree, c.How)
+		fmt.Fprintf(w, "base tree: %s (%s)\n", c.Tree, c.How)
 	}
 	for _, k := range []struct {
 		name string
