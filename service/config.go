@@ -1,9 +1,13 @@
-// Package service joins the stages (mailbox → images → suites/invm →
-// reports → mailbox/outbox) into the jobs that patchbot runs: from the
-// command line (`patchbot run`) and as a daemon (`patchbot watch`) that
+// Package service sequences the stages (mailbox → images → suites/invm →
+// bisect → reports → mailbox/outbox) into the jobs that patchbot runs: from
+// the command line (`patchbot run`) and as a daemon (`patchbot watch`) that
 // watches lists, answers email commands, and keeps its state in the store
-// across restarts. Each stage owns its own config and adapter; this package
-// holds only the composition, the job queue's policy and who may ask.
+// across restarts. Each stage owns its own steps, config and adapter; this
+// package holds only their order (Pipeline.Execute), the job queue's
+// policy and who may ask. The daemon is in files by concern: the loop
+// (daemon.go), mail coming in (ingest.go), email commands (commands.go),
+// answers and replies going out (replies.go) and what may be mailed to
+// whom (limits.go); the fleet's workers in worker.go and fleet.go.
 package service
 
 import (
