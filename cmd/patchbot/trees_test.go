@@ -122,3 +122,37 @@ func TestRunBaseAndPatchesUsage(t *testing.T) {
 		}
 	}
 }
+
+// patchbot build chooses its base among the configured trees, as run and
+// the daemon do: the seed applies to neither a configured tree nor the
+// kernel: base here (two small repositories), so it is the series' fault
+// (exit 3), and the JSON says which trees were tried.
+func TestBuildTriesTheConfiguredTrees(t *testing.T) {
+	t.Setenv("PATCHBOT_CACHE", t.TempDir())
+	next, _ := upstream(t, "master", "Add linux-next specific files for 20261120")
+	kernel, _ := upstream(t, "master", "Linux 6.13-rc2")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "patchbot.yaml")
+	os.WriteFile(cfg, []byte(`state_dir: `+filepath.Join(dir, "state")+`
+kernel: {tree: `+kernel+`}
+trees:
+  store: `+filepath.Join(dir, "store.git")+`
+  list:
+    - {name: next, url: `+next+`, branch: master}
+`), 0o644)
+	code, out, errOut := run(t, "build", "--config", cfg, "--mbox", "../../testdata/mbox/squashfs-thundering-herd.mbox", "--json")
+	if code != exitPatchFault {
+		t.Fatalf("build: exit %d, want %d: %s", code, exitPatchFault, errOut)
+	}
+	var r buildReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v:\n%s", err, out)
+	}
+	if r.Choice == nil || r.Choice.How != "applies" || len(r.Choice.Tried) != 2 ||
+		r.Choice.Tried[0].Tree != "next" && r.Choice.Tried[1].Tree != "next" {
+		t.Errorf("choice %+v: want next and the default tried", r.Choice)
+	}
+	if r.Error == nil || r.Error.Blame != "patch" || r.Error.Kind != "apply" || r.Base != nil {
+		t.Errorf("error %+v, base %+v: want the series' fault, no kernel built", r.Error, r.Base)
+	}
+}
