@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // Want is what a series says about its base, and what was asked for.
@@ -434,7 +435,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 	for i, mail := range patches {
 		info, stderr, err := run(mail, "mailinfo", msg, patch)
 		if err != nil {
-			return &ApplyError{Index: i + 1, Output: stderr, Hunk: "the mail holds no patch git can read"}
+			return &ApplyError{Index: i + 1, Output: inert.Bytes(capBytes(stderr, maxApplyOutput)), Hunk: "the mail holds no patch git can read"}
 		}
 		ae := &ApplyError{Index: i + 1, Subject: mailinfoSubject(info)}
 		if st, err := os.Stat(patch); err != nil || st.Size() == 0 {
@@ -450,7 +451,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			ae.Hunk = string(bytes.TrimSpace(append(out, stderr...)))
+			ae.Hunk = capText(string(bytes.TrimSpace(append(out, stderr...))), maxQuotedLines, maxQuotedBytes)
 			args = []string{"apply", "--cached", "--3way", "-v", patch}
 		}
 		out, stderr, err = run(nil, args...)
@@ -462,7 +463,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 			if !errors.As(err, &exit) {
 				return infra("try-apply: running git apply", err)
 			}
-			ae.Output = append(out, stderr...)
+			ae.Output = inert.Bytes(capBytes(append(out, stderr...), maxApplyOutput))
 			return ae
 		}
 		after, _, err := run(nil, "write-tree")
