@@ -296,10 +296,18 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	if err == nil {
 		err = b.collect(bd, filepath.Join(tree, outDir), log)
 	}
+	if err == nil && bd.Series > 0 {
+		// A patched build keeps its artifacts, not its tree: the next
+		// build of any series starts from the base's again, and the
+		// repository that holds the series' commits goes with it.
+		err = infra("removing the patched tree", os.RemoveAll(tree))
+	}
 	if err != nil {
 		// Keep the log (the evidence), not the 1.3 GB tree.
 		os.RemoveAll(tree)
-		git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
+		if bd.Series == 0 {
+			git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
+		}
 		if bd.Series == 0 {
 			return nil, baseFailure(bd, err)
 		}

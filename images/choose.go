@@ -204,7 +204,7 @@ func (k *Kernels) override(ctx context.Context, ref string) (*Choice, error) {
 		c.How, c.Detail = ByOverride, ref
 		return &c, nil
 	}
-	if commit, ok := revParse(ctx, def.Repo, ref); ok {
+	if commit, ok := revParse(ctx, def.Repo, ref); ok && k.fromDefault(ctx, def, commit) {
 		c := k.choice(ctx, Base{Repo: def.Repo, Commit: commit}, DefaultTree)
 		c.How, c.Detail = ByOverride, ref
 		return &c, nil
@@ -236,7 +236,7 @@ func (k *Kernels) byBaseCommit(ctx context.Context, commit string) (*Choice, str
 	if err != nil {
 		return nil, "", err
 	}
-	if full, ok := revParse(ctx, def.Repo, commit); ok {
+	if full, ok := revParse(ctx, def.Repo, commit); ok && k.fromDefault(ctx, def, full) {
 		c := k.choice(ctx, Base{Repo: def.Repo, Commit: full}, DefaultTree)
 		c.How = ByBaseCommit
 		return &c, "", nil
@@ -261,7 +261,7 @@ func (k *Kernels) storeCommit(ctx context.Context, commit string) (*Choice, erro
 	if len(t.list()) == 0 {
 		return nil, nil
 	}
-	full, ok := t.has(ctx, commit)
+	full, ok := t.fetched(ctx, commit)
 	if !ok {
 		k.say("trees: %s is not in the store; fetching every tree", short(commit))
 		if err := t.Fetch(ctx); err != nil {
@@ -270,7 +270,16 @@ func (k *Kernels) storeCommit(ctx context.Context, commit string) (*Choice, erro
 			}
 			k.say("trees: %v", err) // a tree that failed may not be the one that has it
 		}
-		full, ok = t.has(ctx, commit)
+		full, ok = t.fetched(ctx, commit)
+	}
+	if _, there := t.has(ctx, commit); there && !ok {
+		// The store holds the object but no tree's ref reaches it: not
+		// a commit patchbot fetched (an older patchbot's git am wrote
+		// series' commits here). Asking a server for it would not help:
+		// git skips the transfer of objects it has, and would name the
+		// stranger's commit a fetched base.
+		k.say("trees: %s is in the store but on no tree's branch: not a base", short(commit))
+		return nil, nil
 	}
 	from := ""
 	if !ok && len(commit) == 40 {
@@ -361,6 +370,16 @@ func (k *Kernels) candidates(ctx context.Context) ([]Choice, []Attempt, error) {
 		sorted[i] = out[j]
 	}
 	return sorted, unavailable, nil
+}
+
+// fromDefault reports whether commit of the kernel: base's repository may
+// be a base: the configured base itself, or a commit reachable from one of
+// the repository's refs (its branches and tags; the Debian import's tag).
+// An object that is merely there (a series' commit that an older patchbot
+// let git am write into this repository, or that anything else put there)
+// is not a base.
+func (k *Kernels) fromDefault(ctx context.Context, def Base, commit string) bool {
+	return commit == def.Commit || reachable(ctx, def.Repo, commit)
 }
 
 func (k *Kernels) choice(ctx context.Context, b Base, tree string) Choice {
