@@ -55,6 +55,13 @@ type Build struct {
 	// Steps counts kbuild's step lines in the log ("  CC  file.o"): the
 	// next cold build of the same config reports its progress against it.
 	Steps int `json:",omitempty"`
+	// Limits and Timeout are what the build was allowed, Usage what it
+	// used: a patched build stopped at a limit its base kept within is
+	// the patch's (limits.go). Records made before they were kept say
+	// nothing; their base was built under the default limits.
+	Limits  *Limits       `json:",omitempty"`
+	Timeout time.Duration `json:",omitempty"`
+	Usage   *Usage        `json:",omitempty"`
 }
 
 // Builder builds kernels from a base and a config into the cache. Every
@@ -315,6 +322,9 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	}
 	bd.Duration = time.Since(start) // kept in the record: how long the build took
 	bd.Steps = log.stepCount()
+	used := log.used
+	used.Duration, used.Grew, used.FreeAtStart = bd.Duration, 0, 0
+	bd.Limits, bd.Timeout, bd.Usage = &sb.limits, b.timeout(), &used
 	if err := saveBuild(bd); err != nil {
 		return nil, err
 	}

@@ -43,6 +43,16 @@ type buildLog struct {
 	moreWarn int   // warnings beyond maxWarnings
 	cur      *scan // the command now running
 	steps    int   // kbuild's step lines (makeprogress.go)
+	used     Usage // the object tree after the last command, the peak memory of all
+}
+
+// record keeps what a finished command used.
+func (l *buildLog) record(u Usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	peak := max(l.used.Memory, u.Memory)
+	l.used = u
+	l.used.Memory = peak
 }
 
 // scan is what one command's output showed.

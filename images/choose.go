@@ -110,13 +110,18 @@ func (e *UnknownBaseError) Error() string {
 // Blame: the request named a base that does not exist.
 func (e *UnknownBaseError) Blame() blame.Blame { return blame.Patch }
 
-// Choose picks the base a series is tested on, in this order: the base
+// Choose picks the base a series is tested on; a series longer than
+// kernel.max_patches is a *TooManyPatchesError before anything else. The
+// order: the base
 // asked for; the series' base-commit, fetched if a tree has it; a subject
 // tag that names a tree; else the newest tree (by its head's date) to
 // which the whole series applies with a 3-way apply, the kernel: base
 // last. With no trees configured it is the kernel: base (or the
 // base-commit, when that tree has it), as before trees existed.
 func (k *Kernels) Choose(ctx context.Context, w Want) (*Choice, error) {
+	if n, max := len(w.Patches), k.Tree.maxPatches(); n > max {
+		return nil, &TooManyPatchesError{Patches: n, Max: max}
+	}
 	if w.Override != "" {
 		return k.override(ctx, w.Override)
 	}

@@ -29,7 +29,39 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	}
 	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
-	got, err := b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+	build := func(bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+		return b.patchedBuild(base, patches, bd)
+	}
+	got, err := b.cached(ctx, bd, name, start, build(bd))
+	if lim := b.compare(base, err); lim != nil && ctx.Err() == nil {
+		// A limit the base kept within: the patch's, if it happens again
+		// (limits.go).
+		fmt.Fprintf(progressOr(b.Progress), "[%s] stopped at its %s limit, which the base kept within: building once more\n", name, lim.Resource)
+		bd = patchedRecord(base, patches)
+		got, err = b.cached(ctx, bd, name, time.Now(), build(bd))
+		if lim := b.compare(base, err); lim != nil {
+			err = limitError(lim, err, bd.Log)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
+	if n := len(got.NewWarnings); n > maxNewWarnings {
+		got.NewWarnings, got.MoreNewWarnings = got.NewWarnings[:maxNewWarnings], n-maxNewWarnings
+	}
+	if !got.Cached {
+		if err := saveBuild(got); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
+
+// patchedBuild is the work of one patched build into bd: copy the base's
+// tree, git am -3 the series, make.
+func (b *Builder) patchedBuild(base *Build, patches [][]byte, bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+	return func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		if err := st.run("copy base tree", func() error { return b.copyTree(ctx, base, tree) }); err != nil {
 			return err
@@ -60,20 +92,7 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		}
 		bd.Dropped = CheckConfig(b.Config.Fragments, final)
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
-	if n := len(got.NewWarnings); n > maxNewWarnings {
-		got.NewWarnings, got.MoreNewWarnings = got.NewWarnings[:maxNewWarnings], n-maxNewWarnings
-	}
-	if !got.Cached {
-		if err := saveBuild(got); err != nil {
-			return nil, err
-		}
-	}
-	return got, nil
 }
 
 // patchedView is what a patched build's sandbox shows: its own tree,
