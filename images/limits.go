@@ -121,8 +121,8 @@ func (b *Builder) compare(base *Build, err error) *Limit {
 			return nil
 		}
 		return &Limit{Resource: "output", Limit: fmt.Sprintf("%s, %d files", formatBytes(lim.Output), lim.Files),
-			Used:  fmt.Sprintf("its object tree reached %s in %d files", formatBytes(u.Output), u.Files),
-			Base:  fmt.Sprintf("left %s in its object tree", formatBytes(baseOutput(base))),
+			Used: fmt.Sprintf("its object tree reached %s in %d files", formatBytes(u.Output), u.Files),
+			Base: fmt.Sprintf("left %s in its object tree", formatBytes(baseOutput(base))),
 		}
 	case ie.resource == "disk":
 		whole := baseOutput(base)

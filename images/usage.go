@@ -110,4 +110,3 @@ func (w *watchdog) finish() (over bool, bytes int64, files int) {
 // ErrOutput: the build's object tree passed its size or file limit
 // (Limits.Output, Limits.Files).
 var ErrOutput = errors.New("build output over its limit")
-
