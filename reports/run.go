@@ -50,6 +50,9 @@ const (
 	// StageBase: the base asked for (base=, --base) is no tree and no
 	// commit any tree has.
 	StageBase Stage = "base"
+	// StageSeries: the series itself is refused before any build (longer
+	// than the configured number of patches).
+	StageSeries Stage = "series"
 )
 
 // Model is the reference cache model's view of the run (suites/refcache):

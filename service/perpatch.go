@@ -92,6 +92,10 @@ func baseFailure(err error) *reports.Failure {
 	if errors.As(err, &ub) {
 		return &reports.Failure{Stage: reports.StageBase, Detail: ub.Error()}
 	}
+	var tm *images.TooManyPatchesError
+	if errors.As(err, &tm) {
+		return &reports.Failure{Stage: reports.StageSeries, Detail: tm.Error()}
+	}
 	return &reports.Failure{Stage: reports.StageApply, Detail: "the series applies to none of the trees tried"}
 }
 

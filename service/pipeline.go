@@ -465,6 +465,11 @@ func (p *Pipeline) finish(ctx context.Context, req *Request, run *reports.Run, r
 	if err := reports.SaveReply(runDir, raw); err != nil {
 		return nil, err
 	}
+	if reply.Full != "" { // the mail was cut at reports.MaxBody; it names this file
+		if err := writeArtifact(runDir, reports.FullReplyFile, []byte(reply.Full)); err != nil {
+			return nil, err
+		}
+	}
 	return &Outcome{Run: run, Reply: reply, Raw: raw}, nil
 }
 
