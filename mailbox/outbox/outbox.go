@@ -84,7 +84,7 @@ type Outbox struct {
 	// ago than this fails for good at its next transient failure (a
 	// person may requeue it); default 72 hours.
 	MaxAge time.Duration
-	Log   *slog.Logger
+	Log    *slog.Logger
 	// OnUncertain is told of each delivery whose outcome is unknown (a
 	// metric); may be nil.
 	OnUncertain func(m store.OutboxMessage)
