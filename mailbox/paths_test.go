@@ -14,7 +14,7 @@ func TestDiffPathsGitReadsAlike(t *testing.T) {
 	}
 	tests := []struct {
 		name, diff, problem string
-		files              []string
+		files               []string
 	}{
 		{"plain", diff("a/fs/squashfs/cache.c", "b/fs/squashfs/cache.c"), "", []string{"fs/squashfs/cache.c"}},
 		{"NUL", diff("a/fs/squashfs/cache.c\x00/../../fuse/dev.c", "b/fs/squashfs/cache.c\x00/../../fuse/dev.c"), "control character", nil},
