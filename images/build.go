@@ -62,6 +62,8 @@ type Build struct {
 	Limits  *Limits       `json:",omitempty"`
 	Timeout time.Duration `json:",omitempty"`
 	Usage   *Usage        `json:",omitempty"`
+
+	pin *os.File // the caller's hold on the build against eviction (evict.go)
 }
 
 // Builder builds kernels from a base and a config into the cache. Every
@@ -73,6 +75,9 @@ type Builder struct {
 	Timeout  time.Duration // limit per build; 2 hours when 0
 	Limits   Limits        // the sandbox's limits; DefaultLimits for zero fields
 	Progress io.Writer     // a line per stage; nil for none
+	// CacheSize caps the cache (evict.go); 0 takes DefaultCacheShare of
+	// what its file system could give it.
+	CacheSize int64
 
 	bare bool // benchmark: build without the sandbox (see sandbox.bare)
 	// mountObjects, when set, is called on a patched build's empty object
@@ -252,6 +257,8 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 		}
 		done.Cached = true
 		done.Duration = time.Since(start)
+		touchUsed(done.Dir)
+		done.pin = pin(done.Dir)
 		fmt.Fprintf(progressOr(b.Progress), "[%s] cached in %s (%.1fs)\n", name, done.Dir, done.Duration.Seconds())
 		return done, nil
 	}
@@ -327,6 +334,12 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	bd.Limits, bd.Timeout, bd.Usage = &sb.limits, b.timeout(), &used
 	if err := saveBuild(bd); err != nil {
 		return nil, err
+	}
+	touchUsed(bd.Dir)
+	bd.pin = pin(bd.Dir)
+	// The new build may have taken the cache over its cap.
+	if _, err := b.Evict(ctx); err != nil {
+		fmt.Fprintf(progressOr(b.Progress), "cache: eviction failed: %v\n", err)
 	}
 	return bd, nil
 }
@@ -405,9 +418,13 @@ func (b *Builder) env(untrusted bool) []string {
 	if untrusted {
 		return append(env, "CCACHE_DISABLE=1")
 	}
+	maxsize := int64(10 << 30)
+	if b.CacheSize > 0 {
+		maxsize = min(maxsize, b.CacheSize/4) // a quarter of the cache's cap at most
+	}
 	return append(env,
 		"CCACHE_DIR="+b.ccacheDir(),
-		"CCACHE_MAXSIZE=10G",
+		"CCACHE_MAXSIZE="+strconv.FormatInt(maxsize>>20, 10)+"M",
 		// Builds of different commits sit in different directories; hash
 		// paths below the cache relative, so they share compiled objects.
 		"CCACHE_BASEDIR="+filepath.Join(b.Cache, "kernels"),

@@ -97,12 +97,23 @@ type Kernels struct {
 	Trees    *Trees
 	Progress io.Writer
 
-	mu   sync.Mutex
-	base *Base
+	mu      sync.Mutex
+	base    *Base
+	capOnce sync.Once
+}
+
+// budget gives the builder the config's cache cap, once.
+func (k *Kernels) budget() {
+	k.capOnce.Do(func() {
+		if k.Builder.CacheSize == 0 {
+			k.Builder.CacheSize = int64(k.Tree.CacheSize)
+		}
+	})
 }
 
 // Base builds (or finds in the cache) the base kernel of a choice.
 func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
+	k.budget()
 	b, err := k.Builder.Base(ctx, base)
 	if err != nil {
 		return nil, err
@@ -116,6 +127,7 @@ func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
 // Patched applies the series (one mail per patch, in order) on the base
 // build and rebuilds incrementally.
 func (k *Kernels) Patched(ctx context.Context, base *Build, patches [][]byte) (*Build, error) {
+	k.budget()
 	return k.Builder.Patched(ctx, base, patches)
 }
 

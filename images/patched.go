@@ -27,6 +27,10 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	if len(patches) == 0 {
 		return nil, errors.New("patched build: empty series")
 	}
+	// The base's tree is copied from: another run's eviction must wait.
+	if hold := pin(base.Dir); hold != nil {
+		defer hold.Close()
+	}
 	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
 	build := func(bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {

@@ -298,6 +298,13 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 
 	a, b := base, base
 	var prefixes []*images.Build
+	// The run holds its kernels against eviction until it ends; then the
+	// prefix builds go (images.Kernels.Done).
+	if d, ok := p.Builder.(interface {
+		Done(*images.Build, ...*images.Build)
+	}); ok {
+		defer func() { d.Done(base, prefixes...) }()
+	}
 	if req.AA {
 		stage("A/A: the base kernel on both sides")
 	} else {
