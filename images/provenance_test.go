@@ -1,14 +1,20 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/images/treetest"
+	"github.com/patchbot/patchbot/internal/testenv"
+	"github.com/patchbot/patchbot/mailbox"
 )
 
 // hasObject reports whether repo holds the object id.
@@ -96,4 +102,84 @@ func must(b []byte, err error) []byte {
 		panic(err)
 	}
 	return b
+}
+
+// The attack through the real build path: a first series is built
+// (git am makes its commit), and a second series names that commit as its
+// base-commit, as a stranger could from the first reply. The commit is in
+// no shared repository; the second series is tested on the configured
+// base, whose build comes from the cache: nothing is built from the first
+// series' commit, and the shared ccache is not written.
+func TestHostileSeriesAsBase(t *testing.T) {
+	testenv.NeedsKernel(t)
+	ctx := context.Background()
+	base := defaultKernel(t)
+	shared, err := DefaultBuilder(testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	b := patchedBuilder(t)
+	first, err := b.Patched(ctx, base, patchMails(t, "../testdata/hostile/base-first.patch"))
+	if err != nil {
+		t.Fatalf("the first series: %v", err)
+	}
+	if first.Head == "" || first.Head == base.Commit {
+		t.Fatalf("the first series' commit is %q", first.Head)
+	}
+	if hasObject(base.Repo, first.Head) {
+		t.Fatalf("git am wrote the first series' commit %s into the shared repository", short(first.Head))
+	}
+	if _, err := os.Stat(filepath.Join(first.Dir, treeDir)); err == nil {
+		t.Error("the patched build kept its tree (and the repository with the series' commit)")
+	}
+	raw, err := os.ReadFile("../testdata/hostile/base-from-series.patch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw = bytes.ReplaceAll(raw, []byte("@FIRST-SERIES-HEAD@"), []byte(first.Head))
+	if bytes.HasPrefix(raw, []byte("From ")) { // the mbox separator of format-patch
+		raw = raw[bytes.IndexByte(raw, '\n')+1:]
+	}
+	m, err := mailbox.ParseBytes(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := mailbox.Assemble([]*mailbox.Message{m})
+	if len(series) != 1 || series[0].Base != first.Head {
+		t.Fatalf("the second series' base-commit is not the first's commit: %+v", series)
+	}
+	k := &Kernels{Builder: b, Tree: TreeConfig{Tree: base.Repo, Base: base.Commit}}
+	c, err := k.Choose(ctx, Want{BaseCommit: series[0].Base, Patches: series[0].Mails()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Base.Commit != base.Commit || c.How == ByBaseCommit {
+		t.Errorf("chose %s by %s, want the configured base %s", short(c.Base.Commit), c.How, short(base.Commit))
+	}
+	if !strings.Contains(strings.Join(c.Notes, " "), short(first.Head)) {
+		t.Errorf("notes %q do not say the base-commit is not in the tree", c.Notes)
+	}
+	for _, ref := range []string{first.Head, first.Head[:12]} {
+		var ub *UnknownBaseError
+		if _, err := k.Choose(ctx, Want{Override: ref, Patches: series[0].Mails()}); !errors.As(err, &ub) {
+			t.Errorf("base=%s: %v, want an UnknownBaseError", ref[:12], err)
+		}
+	}
+	got, err := shared.Base(ctx, c.Base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.release()
+	if !got.Cached || got.Key != base.Key {
+		t.Errorf("the second series' base was built (cached %v, key %s; want %s)", got.Cached, got.Key, base.Key)
+	}
+	filepath.WalkDir(shared.ccacheDir(), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil && fi.ModTime().After(start) {
+				t.Errorf("ccache file %s changed", p)
+			}
+		}
+		return nil
+	})
 }
