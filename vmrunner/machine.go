@@ -216,7 +216,7 @@ func (m *machine) blame(ctx context.Context, cause error, doing string) error {
 		if guestEnded {
 			return &BootError{Reason: "the VM stopped " + doing, Excerpt: m.con.tail()}
 		}
-		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output}
+		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output, running: true}
 	default:
 	}
 	// Only our own deadline is a hang; the caller's deadline or
@@ -227,7 +227,7 @@ func (m *machine) blame(ctx context.Context, cause error, doing string) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %s: %w", m.spec.Name, doing, ctx.Err())
 	}
-	return &InfraError{Op: fmt.Sprintf("%s: %s", m.spec.Name, doing), Err: cause}
+	return &InfraError{Op: fmt.Sprintf("%s: %s", m.spec.Name, doing), Err: cause, running: true}
 }
 
 // Do sends req and gathers its events up to "done".
