@@ -84,6 +84,8 @@ type Builder struct {
 	// tree before the base's objects are copied in: a test mounts a small
 	// file system there, so that filling the disk fills only that.
 	mountObjects func(dir string) error
+	// unmountObjects undoes mountObjects before a tree is removed.
+	unmountObjects func(dir string)
 }
 
 // DefaultKernel returns the default base build: Debian's linux-source-6.1
@@ -309,6 +311,9 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	}
 	if err == nil {
 		err = b.collect(bd, filepath.Join(tree, outDir), log)
+	}
+	if b.unmountObjects != nil && (err != nil || bd.Series > 0) {
+		b.unmountObjects(filepath.Join(tree, outDir))
 	}
 	if err == nil && bd.Series > 0 {
 		// A patched build keeps its artifacts, not its tree: the next

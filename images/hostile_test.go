@@ -214,6 +214,7 @@ func boundedOutput(base *Build) func(*testing.T, *Builder) func(*testing.T, erro
 			mounted = append(mounted, dir)
 			return nil
 		}
+		b.unmountObjects = func(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
 		var host syscall.Statfs_t
 		syscall.Statfs(b.Cache, &host)
 		return func(t *testing.T, err error) {
@@ -531,6 +532,7 @@ func smallObjectTree(base *Build) func(*testing.T, *Builder) func(*testing.T, er
 			mounted = dir
 			return nil
 		}
+		b.unmountObjects = func(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
 		var host syscall.Statfs_t
 		syscall.Statfs(b.Cache, &host)
 		return func(t *testing.T, err error) {
