@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // hostileExcerpt is compiler output a patch can make: #error and #warning
@@ -100,9 +102,7 @@ func b4Trailers(t *testing.T, reply string) []string {
 // reader no control character. The control case, the same reply with the
 // lines merely indented, shows that b4 would take them.
 func TestQuotedOutputIsInert(t *testing.T) {
-	if _, err := exec.LookPath("b4"); err != nil {
-		t.Skip("b4 not installed (scripts/install-deps.sh installs it)")
-	}
+	testenv.Tools(t, "b4")
 	reply, err := Render(hostileRun(), testOptions)
 	if err != nil {
 		t.Fatal(err)
