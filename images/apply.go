@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // gitStat makes git trust whole-second mtimes and sizes only: the patched
@@ -53,7 +55,7 @@ func applySeries(ctx context.Context, tree string, patches [][]byte) error {
 	if !errors.As(err, &exit) || !amFailureRe.Match(out) {
 		return infra("running git am", err)
 	}
-	ae := &ApplyError{Output: capBytes(out, maxApplyOutput)}
+	ae := &ApplyError{Output: inert.Bytes(capBytes(out, maxApplyOutput))}
 	if m := amFailedRe.FindSubmatch(out); m != nil {
 		ae.Index, _ = strconv.Atoi(string(m[1]))
 		ae.Subject = string(m[2])

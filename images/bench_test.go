@@ -1,6 +1,7 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -177,4 +178,62 @@ func (p *stageTimes) get(name string) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.s[name]
+}
+
+// BenchmarkCacheAfterSeries builds N single-patch series (20 unless
+// PATCHBOT_BENCH_SERIES says) on the shared cache's base into a cache of
+// its own capped at 10 GiB (PATCHBOT_BENCH_CAP_MIB to change it), each
+// run ended as the pipeline ends it (Kernels.Done), and reports the
+// cache's size after them: cache-MiB, the patched builds' entries
+// (entries), their mean size (entry-MiB) and what eviction removed
+// (evicted). Run it with -benchtime 1x.
+func BenchmarkCacheAfterSeries(b *testing.B) {
+	needTools(b)
+	ctx := context.Background()
+	base, err := DefaultKernel(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, capMiB := 20, int64(10<<10)
+	if v, err := strconv.Atoi(os.Getenv("PATCHBOT_BENCH_SERIES")); err == nil && v > 0 {
+		n = v
+	}
+	if v, err := strconv.ParseInt(os.Getenv("PATCHBOT_BENCH_CAP_MIB"), 10, 64); err == nil && v > 0 {
+		capMiB = v
+	}
+	raw, err := os.ReadFile("../testdata/hostile/base-first.patch")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		bl, err := DefaultBuilder(nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bl.Cache = filepath.Join(b.TempDir(), "cache")
+		bl.CacheSize = capMiB << 20
+		k := &Kernels{Builder: bl}
+		for i := 1; i <= n; i++ {
+			mail := bytes.ReplaceAll(raw, []byte("(the first series was here)"), fmt.Appendf(nil, "(series %d of the cache benchmark)", i))
+			bd, err := k.Patched(ctx, base, [][]byte{mail})
+			if err != nil {
+				b.Fatalf("series %d: %v", i, err)
+			}
+			k.Done(base, bd)
+		}
+		dirs, _ := os.ReadDir(filepath.Join(bl.Cache, "kernels"))
+		entries := 0
+		for _, d := range dirs {
+			if d.IsDir() {
+				entries++
+			}
+		}
+		size := diskUsage(bl.Cache, map[[2]uint64]bool{})
+		b.ReportMetric(float64(size)/(1<<20), "cache-MiB")
+		b.ReportMetric(float64(entries), "entries")
+		if entries > 0 {
+			b.ReportMetric(float64(size)/float64(entries)/(1<<20), "entry-MiB")
+		}
+		b.ReportMetric(float64(n-entries), "evicted") // a single-patch series keeps its build: only eviction removes one
+	}
 }

@@ -55,6 +55,15 @@ type Build struct {
 	// Steps counts kbuild's step lines in the log ("  CC  file.o"): the
 	// next cold build of the same config reports its progress against it.
 	Steps int `json:",omitempty"`
+	// Limits and Timeout are what the build was allowed, Usage what it
+	// used: a patched build stopped at a limit its base kept within is
+	// the patch's (limits.go). Records made before they were kept say
+	// nothing; their base was built under the default limits.
+	Limits  *Limits       `json:",omitempty"`
+	Timeout time.Duration `json:",omitempty"`
+	Usage   *Usage        `json:",omitempty"`
+
+	pin *os.File // the caller's hold on the build against eviction (evict.go)
 }
 
 // Builder builds kernels from a base and a config into the cache. Every
@@ -66,12 +75,17 @@ type Builder struct {
 	Timeout  time.Duration // limit per build; 2 hours when 0
 	Limits   Limits        // the sandbox's limits; DefaultLimits for zero fields
 	Progress io.Writer     // a line per stage; nil for none
+	// CacheSize caps the cache (evict.go); 0 takes DefaultCacheShare of
+	// what its file system could give it.
+	CacheSize int64
 
 	bare bool // benchmark: build without the sandbox (see sandbox.bare)
 	// mountObjects, when set, is called on a patched build's empty object
 	// tree before the base's objects are copied in: a test mounts a small
 	// file system there, so that filling the disk fills only that.
 	mountObjects func(dir string) error
+	// unmountObjects undoes mountObjects before a tree is removed.
+	unmountObjects func(dir string)
 }
 
 // DefaultKernel returns the default base build: Debian's linux-source-6.1
@@ -245,6 +259,8 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 		}
 		done.Cached = true
 		done.Duration = time.Since(start)
+		touchUsed(done.Dir)
+		done.pin = pin(done.Dir)
 		fmt.Fprintf(progressOr(b.Progress), "[%s] cached in %s (%.1fs)\n", name, done.Dir, done.Duration.Seconds())
 		return done, nil
 	}
@@ -296,10 +312,21 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	if err == nil {
 		err = b.collect(bd, filepath.Join(tree, outDir), log)
 	}
+	if b.unmountObjects != nil && (err != nil || bd.Series > 0) {
+		b.unmountObjects(filepath.Join(tree, outDir))
+	}
+	if err == nil && bd.Series > 0 {
+		// A patched build keeps its artifacts, not its tree: the next
+		// build of any series starts from the base's again, and the
+		// repository that holds the series' commits goes with it.
+		err = infra("removing the patched tree", os.RemoveAll(tree))
+	}
 	if err != nil {
 		// Keep the log (the evidence), not the 1.3 GB tree.
 		os.RemoveAll(tree)
-		git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
+		if bd.Series == 0 {
+			git(context.WithoutCancel(ctx), "", "--git-dir="+bd.Repo, "worktree", "prune")
+		}
 		if bd.Series == 0 {
 			return nil, baseFailure(bd, err)
 		}
@@ -307,8 +334,17 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	}
 	bd.Duration = time.Since(start) // kept in the record: how long the build took
 	bd.Steps = log.stepCount()
+	used := log.used
+	used.Duration, used.Grew, used.FreeAtStart = bd.Duration, 0, 0
+	bd.Limits, bd.Timeout, bd.Usage = &sb.limits, b.timeout(), &used
 	if err := saveBuild(bd); err != nil {
 		return nil, err
+	}
+	touchUsed(bd.Dir)
+	bd.pin = pin(bd.Dir)
+	// The new build may have taken the cache over its cap.
+	if _, err := b.Evict(ctx); err != nil {
+		fmt.Fprintf(progressOr(b.Progress), "cache: eviction failed: %v\n", err)
 	}
 	return bd, nil
 }
@@ -387,9 +423,13 @@ func (b *Builder) env(untrusted bool) []string {
 	if untrusted {
 		return append(env, "CCACHE_DISABLE=1")
 	}
+	maxsize := int64(10 << 30)
+	if b.CacheSize > 0 {
+		maxsize = min(maxsize, b.CacheSize/4) // a quarter of the cache's cap at most
+	}
 	return append(env,
 		"CCACHE_DIR="+b.ccacheDir(),
-		"CCACHE_MAXSIZE=10G",
+		"CCACHE_MAXSIZE="+strconv.FormatInt(maxsize>>20, 10)+"M",
 		// Builds of different commits sit in different directories; hash
 		// paths below the cache relative, so they share compiled objects.
 		"CCACHE_BASEDIR="+filepath.Join(b.Cache, "kernels"),

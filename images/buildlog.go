@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // What a build's output may cost patchbot: the log keeps Limits.Log bytes,
@@ -29,6 +31,7 @@ const (
 type buildLog struct {
 	mu       sync.Mutex
 	f        *os.File
+	out      *inert.Writer // the build's output into f, control characters escaped
 	limit    int64
 	kept     int64
 	dropped  int64
@@ -40,6 +43,16 @@ type buildLog struct {
 	moreWarn int   // warnings beyond maxWarnings
 	cur      *scan // the command now running
 	steps    int   // kbuild's step lines (makeprogress.go)
+	used     Usage // the object tree after the last command, the peak memory of all
+}
+
+// record keeps what a finished command used.
+func (l *buildLog) record(u Usage) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	peak := max(l.used.Memory, u.Memory)
+	l.used = u
+	l.used.Memory = peak
 }
 
 // scan is what one command's output showed.
@@ -53,7 +66,7 @@ type scan struct {
 }
 
 func newBuildLog(f *os.File, limit int64) *buildLog {
-	return &buildLog{f: f, limit: limit, seen: map[string]bool{}, cur: &scan{}}
+	return &buildLog{f: f, out: inert.NewWriter(f), limit: limit, seen: map[string]bool{}, cur: &scan{}}
 }
 
 // begin starts the scan of one command's output.
@@ -72,7 +85,8 @@ func (l *buildLog) note(s string) {
 	if len(s) > maxLine {
 		s = s[:maxLine]
 	}
-	if _, err := l.f.WriteString(s + "\n"); err != nil && l.werr == nil {
+	l.out.Flush()
+	if _, err := l.f.WriteString(inert.Line(s) + "\n"); err != nil && l.werr == nil {
 		l.werr = err
 	}
 }
@@ -86,7 +100,9 @@ func (l *buildLog) Write(p []byte) (int, error) {
 		if int64(len(k)) > room {
 			k = k[:room]
 		}
-		if _, err := l.f.Write(k); err != nil && l.werr == nil {
+		// Escaped: the log is read in terminals and quoted in replies, and
+		// the build's output is a stranger's.
+		if _, err := l.out.Write(k); err != nil && l.werr == nil {
 			l.werr = err
 		}
 		l.kept += int64(len(k))
@@ -127,7 +143,9 @@ func (l *buildLog) flushLine() {
 }
 
 func (l *buildLog) endLine() {
-	s := ansiRe.ReplaceAllString(string(l.line), "")
+	// Colours go; every other control character is escaped, so that no
+	// line kept from here (error lines, warnings, hints) can carry one.
+	s := inert.String(ansiRe.ReplaceAllString(string(l.line), ""))
 	l.line, l.long = l.line[:0], false
 	sc := l.cur
 	if len(sc.head) < maxHead {
@@ -165,8 +183,10 @@ func (l *buildLog) endLine() {
 	}
 }
 
-// quoteLine caps one line that may be quoted.
+// quoteLine caps one line that may be quoted, its control characters
+// escaped.
 func quoteLine(s string) string {
+	s = inert.String(s)
 	if len(s) <= maxQuotedLine {
 		return s
 	}
@@ -193,6 +213,7 @@ func (sc *scan) excerpt() []string {
 func (l *buildLog) finish() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.out.Flush()
 	if l.dropped > 0 {
 		fmt.Fprintf(l.f, "\npatchbot: the build log was cut at %d bytes; %d more bytes of output were not kept\n", l.kept, l.dropped)
 	}

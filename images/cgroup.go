@@ -171,6 +171,17 @@ func (c *cgroup) facts() (oomKills, pidsMax int) {
 		counter(filepath.Join(c.pids, "pids.events"), "max")
 }
 
+// peakMemory is the most memory the group used at once (0 when the
+// controller does not say).
+func (c *cgroup) peakMemory() int64 {
+	data, err := os.ReadFile(filepath.Join(c.mem, "memory.max_usage_in_bytes"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
 // counter reads "name N" from a cgroup file of such lines.
 func counter(file, name string) int {
 	f, err := os.Open(file)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // Want is what a series says about its base, and what was asked for.
@@ -109,13 +110,18 @@ func (e *UnknownBaseError) Error() string {
 // Blame: the request named a base that does not exist.
 func (e *UnknownBaseError) Blame() blame.Blame { return blame.Patch }
 
-// Choose picks the base a series is tested on, in this order: the base
+// Choose picks the base a series is tested on; a series longer than
+// kernel.max_patches is a *TooManyPatchesError before anything else. The
+// order: the base
 // asked for; the series' base-commit, fetched if a tree has it; a subject
 // tag that names a tree; else the newest tree (by its head's date) to
 // which the whole series applies with a 3-way apply, the kernel: base
 // last. With no trees configured it is the kernel: base (or the
 // base-commit, when that tree has it), as before trees existed.
 func (k *Kernels) Choose(ctx context.Context, w Want) (*Choice, error) {
+	if n, max := len(w.Patches), k.Tree.maxPatches(); n > max {
+		return nil, &TooManyPatchesError{Patches: n, Max: max}
+	}
 	if w.Override != "" {
 		return k.override(ctx, w.Override)
 	}
@@ -203,7 +209,7 @@ func (k *Kernels) override(ctx context.Context, ref string) (*Choice, error) {
 		c.How, c.Detail = ByOverride, ref
 		return &c, nil
 	}
-	if commit, ok := revParse(ctx, def.Repo, ref); ok {
+	if commit, ok := revParse(ctx, def.Repo, ref); ok && k.fromDefault(ctx, def, commit) {
 		c := k.choice(ctx, Base{Repo: def.Repo, Commit: commit}, DefaultTree)
 		c.How, c.Detail = ByOverride, ref
 		return &c, nil
@@ -235,7 +241,7 @@ func (k *Kernels) byBaseCommit(ctx context.Context, commit string) (*Choice, str
 	if err != nil {
 		return nil, "", err
 	}
-	if full, ok := revParse(ctx, def.Repo, commit); ok {
+	if full, ok := revParse(ctx, def.Repo, commit); ok && k.fromDefault(ctx, def, full) {
 		c := k.choice(ctx, Base{Repo: def.Repo, Commit: full}, DefaultTree)
 		c.How = ByBaseCommit
 		return &c, "", nil
@@ -260,7 +266,7 @@ func (k *Kernels) storeCommit(ctx context.Context, commit string) (*Choice, erro
 	if len(t.list()) == 0 {
 		return nil, nil
 	}
-	full, ok := t.has(ctx, commit)
+	full, ok := t.fetched(ctx, commit)
 	if !ok {
 		k.say("trees: %s is not in the store; fetching every tree", short(commit))
 		if err := t.Fetch(ctx); err != nil {
@@ -269,7 +275,16 @@ func (k *Kernels) storeCommit(ctx context.Context, commit string) (*Choice, erro
 			}
 			k.say("trees: %v", err) // a tree that failed may not be the one that has it
 		}
-		full, ok = t.has(ctx, commit)
+		full, ok = t.fetched(ctx, commit)
+	}
+	if _, there := t.has(ctx, commit); there && !ok {
+		// The store holds the object but no tree's ref reaches it: not
+		// a commit patchbot fetched (an older patchbot's git am wrote
+		// series' commits here). Asking a server for it would not help:
+		// git skips the transfer of objects it has, and would name the
+		// stranger's commit a fetched base.
+		k.say("trees: %s is in the store but on no tree's branch: not a base", short(commit))
+		return nil, nil
 	}
 	from := ""
 	if !ok && len(commit) == 40 {
@@ -362,6 +377,16 @@ func (k *Kernels) candidates(ctx context.Context) ([]Choice, []Attempt, error) {
 	return sorted, unavailable, nil
 }
 
+// fromDefault reports whether commit of the kernel: base's repository may
+// be a base: the configured base itself, or a commit reachable from one of
+// the repository's refs (its branches and tags; the Debian import's tag).
+// An object that is merely there (a series' commit that an older patchbot
+// let git am write into this repository, or that anything else put there)
+// is not a base.
+func (k *Kernels) fromDefault(ctx context.Context, def Base, commit string) bool {
+	return commit == def.Commit || reachable(ctx, def.Repo, commit)
+}
+
 func (k *Kernels) choice(ctx context.Context, b Base, tree string) Choice {
 	return Choice{Base: b, Tree: tree, Title: b.title(ctx)}
 }
@@ -434,7 +459,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 	for i, mail := range patches {
 		info, stderr, err := run(mail, "mailinfo", msg, patch)
 		if err != nil {
-			return &ApplyError{Index: i + 1, Output: stderr, Hunk: "the mail holds no patch git can read"}
+			return &ApplyError{Index: i + 1, Output: inert.Bytes(capBytes(stderr, maxApplyOutput)), Hunk: "the mail holds no patch git can read"}
 		}
 		ae := &ApplyError{Index: i + 1, Subject: mailinfoSubject(info)}
 		if st, err := os.Stat(patch); err != nil || st.Size() == 0 {
@@ -450,7 +475,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			ae.Hunk = string(bytes.TrimSpace(append(out, stderr...)))
+			ae.Hunk = capText(string(bytes.TrimSpace(append(out, stderr...))), maxQuotedLines, maxQuotedBytes)
 			args = []string{"apply", "--cached", "--3way", "-v", patch}
 		}
 		out, stderr, err = run(nil, args...)
@@ -462,7 +487,7 @@ func TryApply(ctx context.Context, base Base, patches [][]byte) error {
 			if !errors.As(err, &exit) {
 				return infra("try-apply: running git apply", err)
 			}
-			ae.Output = append(out, stderr...)
+			ae.Output = inert.Bytes(capBytes(append(out, stderr...), maxApplyOutput))
 			return ae
 		}
 		after, _, err := run(nil, "write-tree")

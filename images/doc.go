@@ -8,6 +8,9 @@
 //
 // Errors carry blame (package blame): ApplyError and BuildError are the
 // patch's and hold the evidence to quote; InfraError and ConfigError are
-// the machine's. Subpackages build the initramfs that runs the guest agent
+// the machine's, but for a limit the base kept within (limits.go). A base
+// is only ever a commit reachable from a tree's refs, and a series'
+// commits live in its build's own repository; the cache is held to a size
+// cap by evicting the least recently used entries (evict.go). Subpackages build the initramfs that runs the guest agent
 // (initramfs) and the squashfs test images the suites read (fsimage).
 package images

@@ -38,7 +38,16 @@ type BuildError struct {
 	// line says how many ("... N more lines in the build log").
 	Lines []string
 	Log   string // path of the full build log
+	// Limit, when set, says that the build stopped at one of its limits
+	// twice where the base built within the same limits (limits.go):
+	// which limit, and by how much. Lines[0] says it too.
+	Limit *Limit `json:",omitempty"`
+	cause error  // the second attempt's *InfraError, for errors.Is
 }
+
+// Unwrap is the limit the build stopped at (ErrTimeout, ErrOutOfMemory,
+// ...), when it was one.
+func (e *BuildError) Unwrap() error { return e.cause }
 
 // Blame: a kernel that does not build with the series is the patch's.
 func (e *BuildError) Blame() blame.Blame { return blame.Patch }
@@ -94,6 +103,10 @@ func (e *ConfigError) Error() string {
 type InfraError struct {
 	Op  string // what was being done
 	Err error
+	// usage is what the build used when it stopped at a limit (nil for
+	// other failures): the comparison with the base's needs it.
+	usage    *Usage
+	resource string // the limit reached: "time", "memory", "processes", "file size", "output", "disk"
 }
 
 func (e *InfraError) Error() string      { return e.Op + ": " + e.Err.Error() }

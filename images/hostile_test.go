@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -27,14 +28,9 @@ import (
 // trace outside its own build and be blamed rightly. Heavy: each is an
 // incremental build (about 10 s); run it under the shared lock.
 func TestHostilePatches(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds kernels")
-	}
+	testenv.NeedsKernel(t)
 	base := defaultKernel(t)
-	b, err := DefaultBuilder(testWriter{t})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := patchedBuilder(t)
 	sb, err := newSandbox(b.Limits, filepath.Join(b.Cache, "sandbox"))
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +46,8 @@ func TestHostilePatches(t *testing.T) {
 		patch   string
 		probe   string      // the probe script whose last line must be in the log: it ran to the end
 		blame   blame.Blame // blame.None: the build succeeds
-		infra   error       // for blame.Infra: the sentinel it wraps
+		infra   error       // the sentinel it wraps (a limit, the machine's or the patch's)
+		limit   string      // for the patch's limit: the Limit's resource (blame by comparison)
 		either  bool        // success is as good (a race the build may win)
 		timeout time.Duration
 		setup   func(t *testing.T, b *Builder) func(t *testing.T, err error)
@@ -62,13 +59,25 @@ func TestHostilePatches(t *testing.T) {
 		{patch: "plant-tmp", probe: "probe-tmp.sh"},
 		{patch: "symlink-bzimage", blame: blame.Patch, setup: wantLines("arch/x86/boot/bzImage is or lies beneath a symbolic link")},
 		{patch: "symlink-config", blame: blame.Patch, setup: wantLines(".config is or lies beneath a symbolic link")},
-		{patch: "fork-bomb", blame: blame.Infra, infra: ErrLimit, either: true, setup: hostStaysUsable},
+		// The base kept within every limit these reach: the patch's, after
+		// a second build (limits.go).
+		{patch: "fork-bomb", blame: blame.Patch, infra: ErrLimit, limit: "processes", either: true, setup: hostStaysUsable},
+		// The disk is short, and the build wrote less than a base build
+		// does: the machine's.
 		{patch: "fill-disk", blame: blame.Infra, infra: ErrNoSpace, setup: smallObjectTree(base)},
-		{patch: "alloc", blame: blame.Infra, infra: ErrOutOfMemory},
+		{patch: "alloc", blame: blame.Patch, infra: ErrOutOfMemory, limit: "memory"},
 		{patch: "network", probe: "probe-net.sh", setup: noConnection},
 		{patch: "flood", blame: blame.Patch, setup: cappedExcerpt},
+		// The test's 30 s is far below the 2 h the base was built under:
+		// a limit the base was not held to, so the machine's (the time
+		// limit the base kept within is TestCompareWithTheBase's).
 		{patch: "hang", blame: blame.Infra, infra: ErrTimeout, timeout: 30 * time.Second},
 		{patch: "kill-all", blame: blame.Infra, infra: ErrKilled, setup: survives(sec.process)},
+		{patch: "trailers-escapes", blame: blame.Patch, setup: inertEvidence},
+		// Only words: its file systems had room. The sandbox's /tmp at
+		// most, which the base kept within: the patch's.
+		{patch: "nospace-text", blame: blame.Patch, infra: ErrNoSpace, limit: "/tmp"},
+		{patch: "output-3g", blame: blame.Patch, infra: ErrOutput, limit: "output", setup: boundedOutput(base)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.patch, func(t *testing.T) {
@@ -91,6 +100,7 @@ func TestHostilePatches(t *testing.T) {
 			if tt.probe != "" {
 				probeRan(t, filepath.Join(dir, logFile), tt.probe)
 			}
+			var be *BuildError
 			switch got := blame.Of(err); {
 			case err == nil && (tt.blame == blame.None || tt.either):
 				if bd.Cached {
@@ -100,6 +110,10 @@ func TestHostilePatches(t *testing.T) {
 				t.Errorf("blame %q, want %q (err %v)", got, tt.blame, err)
 			case tt.infra != nil && !errors.Is(err, tt.infra):
 				t.Errorf("err = %v, want it to wrap %v", err, tt.infra)
+			case tt.limit != "" && (!errors.As(err, &be) || be.Limit == nil || be.Limit.Resource != tt.limit):
+				t.Errorf("err = %v, want a BuildError at the %s limit", err, tt.limit)
+			case tt.limit != "":
+				t.Logf("%s: %s", tt.patch, be.Limit)
 			}
 			nothingEscaped(t, sec, dir, err)
 			before.unchanged(t)
@@ -119,8 +133,8 @@ func TestHostilePatches(t *testing.T) {
 			t.Errorf("new warnings %v, dropped options %v", bd.NewWarnings, bd.Dropped)
 		}
 		nothingEscaped(t, sec, dir, nil)
-		// Nothing a hostile build wrote reached ccache.
-		filepath.WalkDir(b.ccacheDir(), func(p string, d fs.DirEntry, err error) error {
+		// Nothing a hostile build wrote reached the shared ccache.
+		filepath.WalkDir(filepath.Join(filepath.Dir(filepath.Dir(base.Dir)), "ccache"), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				if fi, err := d.Info(); err == nil && fi.ModTime().After(start) {
 					t.Errorf("ccache file %s changed during the hostile builds", p)
@@ -131,10 +145,95 @@ func TestHostilePatches(t *testing.T) {
 	})
 }
 
-// dropBuild removes a build directory and its worktree registration.
+// dropBuild removes a patched build's directory (a patched build has a
+// repository of its own: nothing is registered in the base's).
 func dropBuild(base *Build, dir string) {
 	os.RemoveAll(dir)
-	git(context.Background(), "", "--git-dir="+base.Repo, "worktree", "prune")
+}
+
+// patchedBuilder builds patched kernels into a cache of the test's own, on
+// the shared cache's base: the test's builds (and the eviction after each)
+// never touch the shared cache.
+func patchedBuilder(t *testing.T) *Builder {
+	t.Helper()
+	b, err := DefaultBuilder(testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Cache = filepath.Join(t.TempDir(), "cache")
+	if err := privateDir(b.Cache); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// inertEvidence: compiler output with a trailer and escape sequences is
+// quoted with the trailer (the reply sets it off, reports) and without a
+// single control character, in the error and in the log.
+func inertEvidence(*testing.T, *Builder) func(*testing.T, error) {
+	return func(t *testing.T, err error) {
+		var be *BuildError
+		if !errors.As(err, &be) {
+			t.Fatalf("err = %v, want a BuildError", err)
+		}
+		lines := strings.Join(be.Lines, "\n")
+		if !strings.Contains(lines, "#error Reviewed-by: Mallory Hostile <mallory@example.org>") {
+			t.Errorf("the error lines lack the compiler's:\n%s", lines)
+		}
+		log, _ := os.ReadFile(be.Log)
+		for name, text := range map[string]string{"error lines": lines, "log": string(log), "error": err.Error()} {
+			for _, c := range []string{"\x1b", "\x07", "\u009b"} {
+				if strings.Contains(text, c) {
+					t.Errorf("the %s carry the control character %q", name, c)
+				}
+			}
+		}
+		if !strings.Contains(string(log), `\x1b]0;pwned\x07`) {
+			t.Error("the log does not show the escape sequence escaped")
+		}
+	}
+}
+
+// boundedOutput gives the object tree a tmpfs with room for the base's
+// objects and 3.5 GiB more, and the build an output limit of the base's
+// and 1 GiB: the 3 GiB the patch writes must be stopped by the limit, and
+// the host's disk is never at risk.
+func boundedOutput(base *Build) func(*testing.T, *Builder) func(*testing.T, error) {
+	return func(t *testing.T, b *Builder) func(*testing.T, error) {
+		if os.Geteuid() != 0 {
+			t.Skip("mounting a small file system needs root")
+		}
+		used, _ := treeUse(filepath.Join(base.Dir, treeDir, outDir), DefaultLimits.Files)
+		b.Limits.Output = used + 1<<30
+		var mounted []string
+		b.mountObjects = func(dir string) error {
+			size := fmt.Sprintf("size=%d", used+7<<29)
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", size, "hostile-output", dir).CombinedOutput(); err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			mounted = append(mounted, dir)
+			return nil
+		}
+		b.unmountObjects = func(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
+		return func(t *testing.T, err error) {
+			for _, m := range mounted {
+				syscall.Unmount(m, syscall.MNT_DETACH)
+			}
+			if len(mounted) != 2 {
+				t.Errorf("the object tree was mounted %d times, want 2 (a build and its retry)", len(mounted))
+			}
+			// The build wrote into its tmpfs only: what is left on the
+			// host's disk (the test's cache: the log, the record) is small.
+			// (The disk's free space says nothing: others share it.)
+			if n := diskUsage(b.Cache, map[[2]uint64]bool{}); n > 64<<20 {
+				t.Errorf("the build left %d MiB on the host's disk", n>>20)
+			}
+			var be *BuildError
+			if errors.As(err, &be) && be.Limit != nil {
+				t.Logf("stopped: %s", be.Limit.Used)
+			}
+		}
+	}
 }
 
 // secrets are what the hostile builds must not reach.
@@ -432,6 +531,7 @@ func smallObjectTree(base *Build) func(*testing.T, *Builder) func(*testing.T, er
 			mounted = dir
 			return nil
 		}
+		b.unmountObjects = func(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
 		var host syscall.Statfs_t
 		syscall.Statfs(b.Cache, &host)
 		return func(t *testing.T, err error) {

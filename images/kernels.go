@@ -2,11 +2,14 @@ package images
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/patchbot/patchbot/blame"
 )
 
 // TreeConfig names the base tree (the `kernel:` part of patchbot.yaml).
@@ -15,7 +18,53 @@ import (
 type TreeConfig struct {
 	Tree string `yaml:"tree"`
 	Base string `yaml:"base"`
+	// MaxPatches is the longest series patchbot builds (each patch is a
+	// build of its own, prefix by prefix): a longer one is answered at
+	// once, before any build. 0: DefaultMaxPatches.
+	MaxPatches int `yaml:"max_patches"`
+	// CacheSize caps the cache (kernels, images): after each build the
+	// least recently used entries are evicted until the cache fits.
+	// Written "10GiB", "500MiB" or in bytes; 0: DefaultCacheShare of
+	// what the cache's file system could give it (its free space and the
+	// cache's own size).
+	CacheSize Size `yaml:"cache_size"`
 }
+
+// DefaultMaxPatches is the longest series built when the config says
+// nothing: kernel series are rarely longer, and each patch costs a build.
+const DefaultMaxPatches = 50
+
+// Validate checks the limits.
+func (c TreeConfig) Validate() error {
+	if c.MaxPatches < 0 {
+		return fmt.Errorf("kernel.max_patches %d: negative", c.MaxPatches)
+	}
+	if c.CacheSize < 0 {
+		return fmt.Errorf("kernel.cache_size %d: negative", c.CacheSize)
+	}
+	return nil
+}
+
+func (c TreeConfig) maxPatches() int {
+	if c.MaxPatches > 0 {
+		return c.MaxPatches
+	}
+	return DefaultMaxPatches
+}
+
+// TooManyPatchesError says that a series is longer than the configured
+// cap: it is answered once, not built patch by patch. It is the
+// series' (blame.Patch): retrying changes nothing.
+type TooManyPatchesError struct {
+	Patches, Max int
+}
+
+func (e *TooManyPatchesError) Error() string {
+	return fmt.Sprintf("the series has %d patches; patchbot builds series of at most %d (kernel.max_patches), one build a patch", e.Patches, e.Max)
+}
+
+// Blame: the series is too long for this patchbot.
+func (e *TooManyPatchesError) Blame() blame.Blame { return blame.Patch }
 
 // OpenTree opens the base a config names: the Debian import (into cache)
 // or the ref in the operator's tree (HEAD when no ref is given). A ref with
@@ -48,8 +97,18 @@ type Kernels struct {
 	Trees    *Trees
 	Progress io.Writer
 
-	mu   sync.Mutex
-	base *Base
+	mu      sync.Mutex
+	base    *Base
+	capOnce sync.Once
+}
+
+// budget gives the builder the config's cache cap, once.
+func (k *Kernels) budget() {
+	k.capOnce.Do(func() {
+		if k.Builder.CacheSize == 0 {
+			k.Builder.CacheSize = int64(k.Tree.CacheSize)
+		}
+	})
 }
 
 // NewKernels is Kernels over the default builder and cache, choosing among
@@ -67,6 +126,7 @@ func NewKernels(tree TreeConfig, trees TreesConfig, progress io.Writer) (*Kernel
 
 // Base builds (or finds in the cache) the base kernel of a choice.
 func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
+	k.budget()
 	b, err := k.Builder.Base(ctx, base)
 	if err != nil {
 		return nil, err
@@ -80,6 +140,7 @@ func (k *Kernels) Base(ctx context.Context, base Base) (*Build, error) {
 // Patched applies the series (one mail per patch, in order) on the base
 // build and rebuilds incrementally.
 func (k *Kernels) Patched(ctx context.Context, base *Build, patches [][]byte) (*Build, error) {
+	k.budget()
 	return k.Builder.Patched(ctx, base, patches)
 }
 

@@ -1,6 +1,7 @@
 package images
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -26,9 +27,45 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	if len(patches) == 0 {
 		return nil, errors.New("patched build: empty series")
 	}
+	// The base's tree is copied from: another run's eviction must wait.
+	if hold := pin(base.Dir); hold != nil {
+		defer hold.Close()
+	}
 	bd := patchedRecord(base, patches)
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
-	got, err := b.cached(ctx, bd, name, start, func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+	build := func(bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+		return b.patchedBuild(base, patches, bd)
+	}
+	got, err := b.cached(ctx, bd, name, start, build(bd))
+	if lim := b.compare(base, err); lim != nil && ctx.Err() == nil {
+		// A limit the base kept within: the patch's, if it happens again
+		// (limits.go).
+		fmt.Fprintf(progressOr(b.Progress), "[%s] stopped at its %s limit, which the base kept within: building once more\n", name, lim.Resource)
+		bd = patchedRecord(base, patches)
+		got, err = b.cached(ctx, bd, name, time.Now(), build(bd))
+		if lim := b.compare(base, err); lim != nil {
+			err = limitError(lim, err, bd.Log)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
+	if n := len(got.NewWarnings); n > maxNewWarnings {
+		got.NewWarnings, got.MoreNewWarnings = got.NewWarnings[:maxNewWarnings], n-maxNewWarnings
+	}
+	if !got.Cached {
+		if err := saveBuild(got); err != nil {
+			return nil, err
+		}
+	}
+	return got, nil
+}
+
+// patchedBuild is the work of one patched build into bd: copy the base's
+// tree, git am -3 the series, make.
+func (b *Builder) patchedBuild(base *Build, patches [][]byte, bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
+	return func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		tree := filepath.Join(bd.Dir, treeDir)
 		if err := st.run("copy base tree", func() error { return b.copyTree(ctx, base, tree) }); err != nil {
 			return err
@@ -59,20 +96,7 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 		}
 		bd.Dropped = CheckConfig(b.Config.Fragments, final)
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
-	if n := len(got.NewWarnings); n > maxNewWarnings {
-		got.NewWarnings, got.MoreNewWarnings = got.NewWarnings[:maxNewWarnings], n-maxNewWarnings
-	}
-	if !got.Cached {
-		if err := saveBuild(got); err != nil {
-			return nil, err
-		}
-	}
-	return got, nil
 }
 
 // patchedView is what a patched build's sandbox shows: its own tree,
@@ -106,8 +130,8 @@ func patchedRecord(base *Build, patches [][]byte) *Build {
 	return bd
 }
 
-// copyTree makes tree a worktree of base's commit whose source files are
-// hard links of the base build's, with the same mtimes, and whose object
+// copyTree makes tree a checkout of base's commit, in a repository of its
+// own (buildRepo), whose source files are hard links of the base build's, with the same mtimes, and whose object
 // tree is a real copy of the base's. make then rebuilds only what git am
 // changes. The links are safe because nothing writes through them: the
 // build sees its sources read-only, and git am, which runs outside the
@@ -117,11 +141,8 @@ func patchedRecord(base *Build, patches [][]byte) *Build {
 // file system has them), never a link to the base's objects.
 func (b *Builder) copyTree(ctx context.Context, base *Build, tree string) error {
 	baseTree := filepath.Join(base.Dir, treeDir)
-	// A build directory removed by hand (or by a disk clean-up) leaves its
-	// worktree registered; forget such worktrees before adding this one.
-	git(ctx, "", "--git-dir="+base.Repo, "worktree", "prune")
-	if _, err := git(ctx, "", "--git-dir="+base.Repo, "worktree", "add", "--no-checkout", "--detach", tree, base.Commit); err != nil {
-		return infra("adding worktree", err)
+	if err := buildRepo(ctx, Base{Repo: base.Repo, Commit: base.Commit}, tree); err != nil {
+		return err
 	}
 	entries, err := os.ReadDir(baseTree)
 	if err != nil {
@@ -173,6 +194,36 @@ func (b *Builder) copyTree(ctx context.Context, base *Build, tree string) error 
 	args := append(append([]string{}, gitStat...), "update-index", "-q", "--refresh")
 	if _, err := git(ctx, tree, args...); err != nil {
 		return infra("refreshing index", err)
+	}
+	return nil
+}
+
+// buildRepo makes tree a git repository of its own whose HEAD is base's
+// commit, borrowing base's objects through git's alternates. Alternates
+// are only ever read, so the commits git am makes for a series (and
+// every object of the patches) are written here, in the build's own
+// directory, and never into the shared repository that bases are looked
+// up in: nothing a series brought can be found there, let alone become a
+// base (docs/images.md, "Provenance").
+func buildRepo(ctx context.Context, base Base, tree string) error {
+	if _, err := git(ctx, "", "init", "-q", tree); err != nil {
+		return infra("creating the build's repository", err)
+	}
+	objects, err := git(ctx, "", "--git-dir="+base.Repo, "rev-parse", "--path-format=absolute", "--git-path", "objects")
+	if err != nil {
+		return infra("finding the base's objects", err)
+	}
+	alt := filepath.Join(tree, ".git", "objects", "info", "alternates")
+	if err := os.WriteFile(alt, append(bytes.TrimSpace(objects), '\n'), 0o644); err != nil {
+		return infra("borrowing the base's objects", err)
+	}
+	for _, kv := range [][2]string{{"gc.auto", "0"}, {"maintenance.auto", "false"}, {"core.checkStat", "minimal"}, {"core.trustctime", "false"}} {
+		if _, err := git(ctx, tree, "config", kv[0], kv[1]); err != nil {
+			return infra("configuring the build's repository", err)
+		}
+	}
+	if _, err := git(ctx, tree, "update-ref", "--no-deref", "HEAD", base.Commit); err != nil {
+		return infra("setting the build's HEAD to "+short(base.Commit), err)
 	}
 	return nil
 }

@@ -19,7 +19,12 @@ type outcome struct {
 	oomKills int         // processes the kernel killed at the memory limit
 	pidsMax  int         // forks refused at the process limit
 	diskFull bool        // the object tree's file system had no room left
-	scan     *scan       // what the output showed
+	// overOutput: the watchdog stopped the command, its object tree past
+	// Limits.Output or Limits.Files.
+	overOutput bool
+	usage      Usage  // what the command used (the object tree, memory, time)
+	limits     Limits // what it was allowed
+	scan       *scan  // what the output showed
 }
 
 // cause is a sign in a build's output that the machine, not the code,
@@ -56,6 +61,14 @@ func causeOf(line string) (cause, bool) {
 	return 0, false
 }
 
+// limit is an *InfraError for a command stopped at a limit (or by the
+// machine's room running out), with what it used: a patched build compares
+// it with its base's (blame by comparison, limits.go).
+func (o *outcome) limit(resource string, err error) error {
+	u := o.usage
+	return &InfraError{Op: o.op, Err: err, usage: &u, resource: resource}
+}
+
 // rootCause says whose fault a finished command's failure is, from the
 // facts first (the context, the exit status and signal, the cgroup's
 // counters, the file system's free space) and then from the output. It is
@@ -73,8 +86,11 @@ func rootCause(o *outcome, log string) error {
 			return o.err
 		}
 		return infra("running "+o.op, o.err)
+	case o.overOutput:
+		return o.limit("output", fmt.Errorf("%w: its object tree reached %s in %d files (limits %s, %d files)",
+			ErrOutput, formatBytes(o.usage.Output), o.usage.Files, formatBytes(o.limits.Output), o.limits.Files))
 	case errors.Is(o.ctx, context.DeadlineExceeded):
-		return infra(o.op, ErrTimeout)
+		return o.limit("time", ErrTimeout)
 	case o.ctx != nil:
 		// Stopped by us (SIGINT, a shutdown): not the code's failure.
 		return infra(o.op, o.ctx)
@@ -100,19 +116,23 @@ func rootCause(o *outcome, log string) error {
 	}
 	switch {
 	case o.oomKills > 0:
-		return infra(o.op, fmt.Errorf("%w: the kernel killed %d process(es) at the build's memory limit", ErrOutOfMemory, o.oomKills))
+		return o.limit("memory", fmt.Errorf("%w: the kernel killed %d process(es) at the build's memory limit", ErrOutOfMemory, o.oomKills))
 	case o.pidsMax > 0:
-		return infra(o.op, fmt.Errorf("%w: %d fork(s) refused at the build's process limit", ErrLimit, o.pidsMax))
+		return o.limit("processes", fmt.Errorf("%w: %d fork(s) refused at the build's process limit", ErrLimit, o.pidsMax))
 	case o.diskFull:
-		return infra(o.op, fmt.Errorf("%w: the object tree's file system is full", ErrNoSpace))
+		return o.limit("disk", fmt.Errorf("%w: the object tree's file system is full", ErrNoSpace))
 	case sig == syscall.SIGXFSZ:
-		return infra(o.op, fmt.Errorf("%w: a file reached the build's size limit", ErrLimit))
+		return o.limit("file size", fmt.Errorf("%w: a file reached the build's size limit", ErrLimit))
 	case hint(causeNoSpace) != nil:
-		return infra(o.op, fmt.Errorf("%w: %v", ErrNoSpace, hint(causeNoSpace)))
+		// The object tree's file system has room (diskFull above): what
+		// filled up was the sandbox's own /tmp or /dev/shm, sized limits
+		// of the build's, or nothing and the build only printed it. Either
+		// way it is no sign of the machine's disk (limits.go).
+		return o.limit("tmp", fmt.Errorf("%w: %v", ErrNoSpace, hint(causeNoSpace)))
 	case hint(causeMemory) != nil:
-		return infra(o.op, fmt.Errorf("%w: %v", ErrOutOfMemory, hint(causeMemory)))
+		return o.limit("memory", fmt.Errorf("%w: %v", ErrOutOfMemory, hint(causeMemory)))
 	case hint(causeLimit) != nil:
-		return infra(o.op, fmt.Errorf("%w: %v", ErrLimit, hint(causeLimit)))
+		return o.limit("processes", fmt.Errorf("%w: %v", ErrLimit, hint(causeLimit)))
 	case sig != 0:
 		return infra(o.op, fmt.Errorf("%w: by signal %d (%v)", ErrKilled, int(sig), sig))
 	case hint(causeKilled) != nil:

@@ -63,6 +63,12 @@ type Limits struct {
 	// Log is how much of the build's output the build log keeps; the rest
 	// is counted and dropped.
 	Log int64
+	// Output bounds the object tree in all (a patched build's starts as a
+	// copy of the base's, 180 MB for the default kernel), and Files the
+	// entries in it: a watchdog stops a build that passes either
+	// (RLIMIT_FSIZE bounds one file only).
+	Output int64
+	Files  int
 }
 
 // DefaultLimits fit the default kernel on two cores with room to spare:
@@ -74,6 +80,8 @@ var DefaultLimits = Limits{
 	FileSize:  4 << 30,
 	Tmp:       512 << 20,
 	Log:       16 << 20,
+	Output:    8 << 30,
+	Files:     200_000,
 }
 
 func (l Limits) withDefaults() Limits {
@@ -92,6 +100,12 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.Log > 0 {
 		d.Log = l.Log
+	}
+	if l.Output > 0 {
+		d.Output = l.Output
+	}
+	if l.Files > 0 {
+		d.Files = l.Files
 	}
 	return d
 }
@@ -371,7 +385,7 @@ func readStatus(r io.Reader) bwrapStatus {
 // run runs argv in the sandbox with view v, streaming its output into log,
 // and returns what happened, for rootCause to judge.
 func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, argv ...string) *outcome {
-	o := &outcome{op: strings.Join(argv, " ")}
+	o := &outcome{op: strings.Join(argv, " "), limits: s.limits}
 	if v.untrusted && s.userns != nil {
 		o.err = s.userns
 		return o
@@ -397,6 +411,11 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	}
 	defer statusR.Close()
 	cmd.ExtraFiles = []*os.File{statusW}
+	var startBytes int64
+	if v.out != "" {
+		startBytes, _ = treeUse(v.out, s.limits.Files)
+		o.usage.FreeAtStart = freeBytes(v.out)
+	}
 	closeInherited()
 	scan := log.begin()
 	cmd.Stdout = log
@@ -411,7 +430,14 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	status := make(chan bwrapStatus, 1)
 	go func() { status <- readStatus(statusR) }()
 	started := time.Now()
+	var dog *watchdog
+	if v.out != "" {
+		dog = watchOutput(v.out, s.limits.Output, s.limits.Files, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	}
 	o.wait = cmd.Wait()
+	if dog != nil {
+		o.overOutput, o.usage.Output, o.usage.Files = dog.finish()
+	}
 	log.flushLine()
 	if ps := cmd.ProcessState; ps != nil {
 		// The CPU time of the command's whole tree. Bare, the processes
@@ -444,7 +470,16 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	}
 	if cg != nil {
 		o.oomKills, o.pidsMax = cg.facts()
+		o.usage.Memory = cg.peakMemory()
 	}
+	if v.out != "" {
+		if !o.overOutput {
+			o.usage.Output, o.usage.Files = treeUse(v.out, s.limits.Files)
+		}
+		o.usage.Grew = o.usage.Output - startBytes
+	}
+	o.usage.Duration = time.Since(started)
+	log.record(o.usage)
 	if o.wait != nil && v.out != "" {
 		o.diskFull = diskFull(v.out)
 	}

@@ -227,6 +227,11 @@ func TestSandboxLimits(t *testing.T) {
 			// Each under the per-process limit, together over the build's.
 			script: `for i in 1 2 3 4; do perl -e '$x = "a" x (100 << 20); sleep 3' & done; wait; exit 2`, want: ErrOutOfMemory},
 		{name: "killed", script: "kill -9 $$", want: ErrKilled},
+		// Many files, each under the file size limit, over the output's.
+		{name: "output in all", limits: Limits{Output: 8 << 20},
+			script: "for i in $(seq 64); do dd if=/dev/zero of=/build/tree/.out/f$i bs=1M count=1 2>/dev/null; sleep 0.05; done; sleep 5", want: ErrOutput},
+		{name: "files in all", limits: Limits{Files: 500},
+			script: "mkdir /build/tree/.out/d; cd /build/tree/.out/d; for i in $(seq 5000); do : >f$i; done; sleep 5", want: ErrOutput},
 		{name: "time limit", timeout: time.Second, script: "sleep 61 & sleep 61", want: ErrTimeout},
 	}
 	for _, tt := range tests {

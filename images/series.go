@@ -67,6 +67,27 @@ type SeriesBuild struct {
 	Failed int
 }
 
+// Releaser is a Maker that holds a run's kernels against eviction until
+// the run ends (Kernels does: see Kernels.Done).
+type Releaser interface {
+	Done(base *Build, builds ...*Build)
+}
+
+// Done ends the run's hold on what BuildSeries made, when m holds its
+// kernels: the base and the whole series stay cached, the shorter
+// prefixes' builds go. Call it once the run no longer reads them.
+func (s *SeriesBuild) Done(m Maker) {
+	r, ok := m.(Releaser)
+	if !ok || s.Base == nil {
+		return
+	}
+	builds := s.Prefixes
+	if len(builds) == 0 && s.B != nil && s.B != s.Base {
+		builds = []*Build{s.B}
+	}
+	r.Done(s.Base, builds...)
+}
+
 // Step is one prefix of a series built: patches 1..Index.
 type Step struct {
 	Index int

@@ -146,13 +146,13 @@ func OpenBase(ctx context.Context, tree, ref string) (Base, error) {
 var ErrNoCommit = errors.New("commit not in tree")
 
 // WithBaseCommit returns the series' base-commit: as the base when the tree
-// has it, else ErrNoCommit (and the caller keeps its default base).
+// has it on one of its refs, else ErrNoCommit (and the caller keeps its default base).
 func (b Base) WithBaseCommit(ctx context.Context, commit string) (Base, error) {
 	if commit == "" {
 		return b, ErrNoCommit
 	}
 	nb, err := resolve(ctx, b.Repo, commit)
-	if err != nil {
+	if err != nil || (nb.Commit != b.Commit && !reachable(ctx, b.Repo, nb.Commit)) {
 		return b, fmt.Errorf("base-commit %s: %w", commit, ErrNoCommit)
 	}
 	return nb, nil

@@ -327,6 +327,30 @@ func (t *Trees) has(ctx context.Context, rev string) (string, bool) {
 	return revParse(ctx, t.Dir, rev)
 }
 
+// fetched resolves rev to a commit of the store that patchbot fetched from
+// a tree: reachable from a tree's branch (refs/remotes/) or a commit
+// fetched on its own (refs/bases/). An object the store merely holds is
+// not one (docs/images.md, "Provenance").
+func (t *Trees) fetched(ctx context.Context, rev string) (string, bool) {
+	full, ok := t.has(ctx, rev)
+	if !ok || !reachable(ctx, t.Dir, full, "refs/remotes/", "refs/bases/") {
+		return "", false
+	}
+	return full, true
+}
+
+// reachable reports whether commit is reachable from a ref of repo under
+// one of prefixes (every ref under refs/ when none is given). Refs only:
+// not HEAD, a worktree's HEAD or ORIG_HEAD, which a git am may have moved.
+func reachable(ctx context.Context, repo, commit string, prefixes ...string) bool {
+	if len(prefixes) == 0 {
+		prefixes = []string{"refs/"}
+	}
+	args := append([]string{"for-each-ref", "--count=1", "--format=%(refname)", "--contains=" + commit}, prefixes...)
+	out, err := treeGit(ctx, repo, args...)
+	return err == nil && len(bytes.TrimSpace(out)) > 0
+}
+
 // Containing lists the trees whose branch contains commit, in config
 // order.
 func (t *Trees) Containing(ctx context.Context, commit string) []string {

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // findDiff returns the unified diff in text, from its first header line to
@@ -97,6 +99,9 @@ func hunkRange(s string) (int, string, bool) {
 // all. "" means it is well-formed (whether it applies to a tree is git's
 // question).
 func diffProblem(diff string) string {
+	if p := pathProblem(diff); p != "" {
+		return p
+	}
 	hunks, other := 0, false
 	oldLeft, newLeft := 0, 0
 	header := ""
@@ -162,6 +167,85 @@ func clip(s string) string {
 	return s
 }
 
+// pathHeaders are the diff lines that name a file.
+var pathHeaders = []string{"diff --git ", "--- ", "+++ ", "rename from ", "rename to ", "copy from ", "copy to "}
+
+// pathProblem refuses a diff whose file names git and patchbot would read
+// differently: a name with a NUL (git's C strings end there, Go's do not)
+// or another control character, a byte that is not UTF-8, or a quoted
+// name ("a/x\001") that decodes to one. The file list decides which suites
+// run and whether a series is watched: it must be git's.
+func pathProblem(diff string) string {
+	for line := range strings.Lines(diff) {
+		line = strings.TrimRight(line, "\r\n")
+		head := ""
+		for _, h := range pathHeaders {
+			if strings.HasPrefix(line, h) {
+				head = h
+				break
+			}
+		}
+		if head == "" {
+			continue
+		}
+		name := line[len(head):]
+		if head == "--- " || head == "+++ " {
+			name, _, _ = strings.Cut(name, "\t") // "+++ b/file\t2024-01-01 ..." from diff -u
+		}
+		if inert.Has(name) {
+			return fmt.Sprintf("a file name in %q holds a control character or a byte that is not UTF-8: git and patchbot would read it differently", clip(inert.Line(line)))
+		}
+		for _, q := range quotedNames(name) {
+			if inert.Has(q) {
+				return fmt.Sprintf("the quoted file name in %q decodes to a control character: git and patchbot would read it differently", clip(line))
+			}
+		}
+	}
+	return ""
+}
+
+// quotedNames decodes the C-quoted names ("a/caf\303\251.c") in s, as git
+// writes names with unusual bytes.
+func quotedNames(s string) []string {
+	var out []string
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			return out
+		}
+		s = s[i+1:]
+		var b strings.Builder
+		j := 0
+		for ; j < len(s) && s[j] != '"'; j++ {
+			c := s[j]
+			if c != '\\' || j+1 == len(s) {
+				b.WriteByte(c)
+				continue
+			}
+			j++
+			switch e := s[j]; {
+			case e >= '0' && e <= '7':
+				n := 0
+				k := j
+				for ; k < len(s) && k < j+3 && s[k] >= '0' && s[k] <= '7'; k++ {
+					n = n*8 + int(s[k]-'0')
+				}
+				b.WriteByte(byte(n))
+				j = k - 1
+			case strings.IndexByte("abtnvfr", e) >= 0:
+				b.WriteByte("\a\b\t\n\v\f\r"[strings.IndexByte("abtnvfr", e)])
+			default:
+				b.WriteByte(e)
+			}
+		}
+		out = append(out, b.String())
+		if j >= len(s) {
+			return out
+		}
+		s = s[j+1:]
+	}
+}
+
 // DiffFiles lists the files a diff touches (new paths; the old path for a
 // deletion), sorted, each once.
 func DiffFiles(diff string) []string {
@@ -170,6 +254,11 @@ func DiffFiles(diff string) []string {
 		p = strings.TrimSpace(p)
 		if i := strings.IndexByte(p, '\t'); i >= 0 {
 			p = p[:i] // "+++ b/file\t2024-01-01 ..." from plain diff -u
+		}
+		if strings.HasPrefix(p, `"`) {
+			if q := quotedNames(p); len(q) > 0 {
+				p = q[0] // git's quoting of a name with unusual bytes
+			}
 		}
 		if p == "" || p == "/dev/null" {
 			return

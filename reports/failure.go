@@ -21,6 +21,7 @@ func FailureOf(err error) *Failure {
 	var (
 		ub *images.UnknownBaseError
 		nb *images.NoBaseError
+		tm *images.TooManyPatchesError
 		ae *images.ApplyError
 		be *images.BuildError
 		ce *images.ConfigError
@@ -31,6 +32,8 @@ func FailureOf(err error) *Failure {
 	switch {
 	case errors.As(err, &ub):
 		f.Stage, f.Detail = StageBase, ub.Error()
+	case errors.As(err, &tm):
+		f.Stage, f.Detail = StageSeries, tm.Error()
 	case errors.As(err, &nb):
 		f.Stage, f.Detail = StageApply, "the series applies to none of the trees tried"
 	case errors.As(err, &ae):

@@ -89,7 +89,7 @@ func baseText(run *Run) string {
 			b.WriteString(indent("  ", wrap(treeName(t.Tree)+" at "+at(t.Commit, t.Title)+":", 70)) + "\n")
 			b.WriteString(indent("    ", wrap("patch "+t.Patch+" does not apply", 68)) + "\n")
 			if t.Hunk != "" {
-				b.WriteString(indent("      ", firstLines(t.Hunk, maxHunkLines)) + "\n")
+				b.WriteString(indent("    ", quote(firstLines(t.Hunk, maxHunkLines))) + "\n")
 			}
 		}
 	}
@@ -140,7 +140,7 @@ func buildsText(run *Run) string {
 		label := fmt.Sprintf("%d/%d", pb.Index, run.Series)
 		b.WriteString(fitLine(fmt.Sprintf("  %-6s %-28s ", label, status), pb.Subject) + "\n")
 		for _, w := range pb.NewWarnings {
-			b.WriteString(indent("         ", w) + "\n")
+			b.WriteString(indent("       ", quote(w)) + "\n")
 		}
 	}
 	if first != nil {
@@ -153,7 +153,7 @@ func buildsText(run *Run) string {
 		case run.Failure != nil && run.Failure.Excerpt != "":
 			b.WriteString("\n" + wrap(sentence+"; its output is below.", 72)) // the evidence quotes it
 		case len(first.Errors) > 0:
-			b.WriteString("\n" + wrap(sentence+":", 72) + "\n\n" + indent("    ", strings.Join(first.Errors, "\n")))
+			b.WriteString("\n" + wrap(sentence+":", 72) + "\n\n" + quote(strings.Join(first.Errors, "\n")))
 		default:
 			b.WriteString("\n" + wrap(sentence+".", 72))
 		}

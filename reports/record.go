@@ -131,6 +131,11 @@ func WriteReply(runDir string, run *Run, opt ReplyOptions) (*Reply, []byte, erro
 	if err := SaveReply(runDir, raw); err != nil {
 		return nil, nil, err
 	}
+	if reply.Full != "" { // the mail was cut at MaxBody; it names this file
+		if err := os.WriteFile(filepath.Join(runDir, FullReplyFile), []byte(reply.Full), 0o600); err != nil {
+			return nil, nil, fmt.Errorf("writing %s into the run directory: %w", FullReplyFile, err)
+		}
+	}
 	return reply, raw, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	gomail "github.com/emersion/go-message/mail"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 //go:embed templates/*.tmpl
@@ -22,6 +24,7 @@ var templateFS embed.FS
 var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.FuncMap{
 	"wrap":   func(s string) string { return wrap(s, 72) },
 	"indent": indent,
+	"quote":  quote,
 	"short":  short,
 	"join":   strings.Join,
 	"shell":  shellLines,
@@ -62,6 +65,9 @@ type Reply struct {
 	// that forgot to wrap a value. The reply still goes out (a finished
 	// run is not lost to a layout slip); tests require none.
 	Folded []int `json:"-"`
+	// Full is the whole body when Body had to be cut at MaxBody (kept as
+	// FullReplyFile with the run); empty otherwise.
+	Full string `json:"-"`
 }
 
 // ErrNotPatchFault is returned for a run that failed through no fault of
@@ -141,7 +147,13 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	if err := replyTemplate.Execute(&body, data); err != nil {
 		return nil, fmt.Errorf("rendering reply: %w", err)
 	}
-	text, folded := fold(tidy(body.String()))
+	// Whatever a stranger's text slipped in (a subject, a tree's title),
+	// no control character reaches a mail reader.
+	text, folded := fold(tidy(inert.String(body.String())))
+	full := ""
+	if len(text) > MaxBody {
+		full, text = text, cutBody(text, run.ResultsURL)
+	}
 
 	h := Header{
 		From:      from.String(),
@@ -163,7 +175,60 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
 	h.MessageID = replyID(run, from.Address)
-	return &Reply{Header: h, Body: text, Folded: folded}, nil
+	return &Reply{Header: h, Body: text, Folded: folded, Full: full}, nil
+}
+
+// MaxBody caps a reply's body: what is past it is in FullReplyFile, which
+// the reply names.
+const MaxBody = 64 << 10
+
+// FullReplyFile is the whole reply, in the run directory, when the mail
+// had to be cut.
+const FullReplyFile = "reply-full.txt"
+
+// cutBody keeps the lines of text that fit in MaxBody with the note that
+// says where the rest is.
+func cutBody(text, resultsURL string) string {
+	where := "in the run's directory"
+	if resultsURL != "" {
+		where = "with the run's files: " + resultsURL
+	}
+	note := fmt.Sprintf("\n[patchbot: this reply is cut at %d KiB; the whole of it (%d bytes) is %s %s]\n",
+		MaxBody>>10, len(text), FullReplyFile, where)
+	keep := text[:MaxBody-len(note)]
+	if i := strings.LastIndexByte(keep, '\n'); i >= 0 {
+		keep = keep[:i+1]
+	}
+	return keep + wrap(strings.TrimSpace(note), 72) + "\n"
+}
+
+// Quoted output (compiler, console, git) is capped and set off: at most
+// maxQuoteLines lines and maxQuoteBytes bytes, each line behind
+// quotePrefix. The "|" keeps every line inert: b4 (am -S) and other
+// trailer parsers take "  Reviewed-by: x" for a trailer, leading blanks
+// and all, but no line that starts with a "|".
+const (
+	maxQuoteLines = 80
+	maxQuoteBytes = 12 << 10
+	quotePrefix   = "  | "
+)
+
+// quote sets s off as quoted output: escaped, capped, each line behind
+// quotePrefix, and broken to fit MaxColumns.
+func quote(s string) string {
+	lines := strings.Split(strings.TrimRight(inert.String(s), "\n"), "\n")
+	n, size := 0, 0
+	for ; n < len(lines) && n < maxQuoteLines; n++ {
+		if size+len(lines[n])+1 > maxQuoteBytes {
+			break
+		}
+		size += len(lines[n]) + 1
+	}
+	kept := strings.Join(lines[:n], "\n")
+	if n < len(lines) {
+		kept += fmt.Sprintf("\n[... %d more lines, with the run's files]", len(lines)-n)
+	}
+	return indent(quotePrefix, kept)
 }
 
 // replyID is the reply's Message-ID: the run's own, or one derived from
@@ -213,6 +278,8 @@ func failureVerdict(run *Run) string {
 	switch f.Stage {
 	case StageBase:
 		return "The series was not tested: the base asked for is unknown" + detail
+	case StageSeries:
+		return "The series was not tested" + detail
 	case StageApply:
 		return fmt.Sprintf("The patch%s does not apply to %s%s", patch, base, detail)
 	case StageBuild:

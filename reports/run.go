@@ -61,6 +61,9 @@ const (
 	// StageConfig: the kernel config did not survive olddefconfig (the
 	// infrastructure's: never a reply's).
 	StageConfig Stage = "config"
+	// StageSeries: the series itself is refused before any build (longer
+	// than the configured number of patches).
+	StageSeries Stage = "series"
 )
 
 // Model is the reference cache model's view of the run (suites/refcache):

@@ -229,6 +229,9 @@ func (c *Config) Validate() error {
 	if err := c.Trees.Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
+	if err := c.Kernel.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}

@@ -128,6 +128,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	if err != nil {
 		return nil, err
 	}
+	// The run holds its kernels against eviction until it ends; then the
+	// prefix builds go.
+	defer kernels.Done(p.Builder)
 
 	// The suites, A against B.
 	var failed error

@@ -20,6 +20,9 @@ type Retry struct {
 	// MaxCrashes parks a job whose runner died while running it this many
 	// times (a restart found it running, or its lease ran out); default 2.
 	MaxCrashes int
+	// MaxAge gives up on a job first queued longer ago than this, however
+	// few its attempts: retries have a budget in time too; default 12h.
+	MaxAge time.Duration
 }
 
 func (r *Retry) defaults() {
@@ -32,16 +35,21 @@ func (r *Retry) defaults() {
 	if r.MaxCrashes == 0 {
 		r.MaxCrashes = 2
 	}
+	if r.MaxAge == 0 {
+		r.MaxAge = 12 * time.Hour
+	}
 }
 
 // again records err on j and either queues j for a later attempt or, after
-// MaxAttempts, fails it for good; it says which.
+// MaxAttempts or once the next attempt would start past MaxAge, fails it
+// for good; it says which.
 func (r Retry) again(j *store.Job, err error) (forGood bool) {
 	j.Blame, j.Error = blame.Of(err), err.Error()
-	if j.Attempts >= r.MaxAttempts {
+	next := time.Now().Add(r.Backoff * time.Duration(1<<(j.Attempts-1)))
+	if j.Attempts >= r.MaxAttempts || (r.MaxAge > 0 && !j.Created.IsZero() && next.Sub(j.Created) > r.MaxAge) {
 		j.State = store.JobFailed
 		return true
 	}
-	j.State, j.NotBefore = store.JobQueued, time.Now().Add(r.Backoff*time.Duration(1<<(j.Attempts-1)))
+	j.State, j.NotBefore = store.JobQueued, next
 	return false
 }

@@ -12,7 +12,7 @@ import (
 func TestRetryBacksOffThenGivesUp(t *testing.T) {
 	var r Retry
 	r.defaults()
-	if r.Backoff != time.Minute || r.MaxAttempts != 5 || r.MaxCrashes != 2 {
+	if r.Backoff != time.Minute || r.MaxAttempts != 5 || r.MaxCrashes != 2 || r.MaxAge != 12*time.Hour {
 		t.Fatalf("defaults: %+v", r)
 	}
 	r = Retry{Backoff: time.Second, MaxAttempts: 3}
@@ -40,5 +40,20 @@ func TestRetryBacksOffThenGivesUp(t *testing.T) {
 	}
 	if len(waits) != 2 || waits[0] != time.Second || waits[1] != 2*time.Second {
 		t.Errorf("waits %v, want [1s 2s] (doubling)", waits)
+	}
+}
+
+// A job's retries have a budget in time as well as in attempts: one queued
+// long ago fails for good at its next failure, whatever its attempts.
+func TestRetryGivesUpPastItsTimeBudget(t *testing.T) {
+	r := Retry{Backoff: time.Minute, MaxAttempts: 5, MaxAge: time.Hour}
+	err := errors.New("the build reached a sandbox limit")
+	young := &store.Job{Attempts: 1, Created: time.Now().Add(-10 * time.Minute)}
+	if r.again(young, err) || young.State != store.JobQueued {
+		t.Fatalf("a young job: state %s, want queued", young.State)
+	}
+	old := &store.Job{Attempts: 1, Created: time.Now().Add(-59 * time.Minute)}
+	if !r.again(old, err) || old.State != store.JobFailed {
+		t.Errorf("a job whose next attempt would start past its hour: state %s, want failed", old.State)
 	}
 }

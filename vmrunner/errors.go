@@ -14,6 +14,9 @@ import (
 type BootError struct {
 	Reason  string // e.g. "kernel panic", "oops", "no agent ready within 60s"
 	Excerpt []byte
+	// Limit, when set, says that the kernel failed twice at a limit its
+	// base kept within in the same VM (Compared): "time", "the VM's".
+	Limit string `json:",omitempty"`
 }
 
 // Blame: a kernel that does not boot is at fault (which kernel, base or
@@ -35,6 +38,10 @@ type InfraError struct {
 	Err error
 	// Output is what the failing tool printed (QEMU's stderr), if any.
 	Output []byte
+	// running: the VM had started the kernel when it failed (QEMU
+	// exited with an error, the channel broke): what a kernel can cause,
+	// so compared with the base (compare.go).
+	running bool
 }
 
 func (e *InfraError) Error() string {

@@ -21,6 +21,7 @@ import (
 //	fake.hang    the agent never reports ready (a *BootError at BootTimeout)
 //	fake.nostart the hypervisor fails to start (an *InfraError)
 //	fake.silent  the console stays empty and the agent silent
+//	fake.crash   the hypervisor fails once the kernel runs (an *InfraError, as QEMU's exit with an error)
 //
 // The kernel release it reports is "fake".
 func init() {
@@ -65,6 +66,10 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 	f.mu.Lock()
 	f.guest, f.host = net.Pipe()
 	f.mu.Unlock()
+	if f.has("fake.crash") {
+		go f.stop() // the hypervisor goes away, not ended by the guest (exitStatus)
+		return l, nil
+	}
 	if f.has("fake.panic") || f.has("fake.hang") || f.has("fake.silent") {
 		return l, nil
 	}
@@ -84,7 +89,12 @@ func (f *fakeVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 
 func (f *fakeVM) stopped() <-chan struct{} { return f.done }
 
-func (f *fakeVM) exitStatus() (bool, error, []byte) { return true, nil, nil }
+func (f *fakeVM) exitStatus() (bool, error, []byte) {
+	if f.has("fake.crash") {
+		return false, errors.New("scripted hypervisor failure"), []byte("qemu: fatal: scripted\n")
+	}
+	return true, nil, nil
+}
 
 func (f *fakeVM) stop() {
 	f.mu.Lock()

@@ -554,8 +554,7 @@ func (v *libvirtVM) exitStatus() (bool, error, []byte) {
 			}
 		}
 	}
-	con := (&console{path: v.spec.ConsoleLog}).bytes()
-	if strings.Contains(string(con), "Linux version") {
+	if (&console{path: v.spec.ConsoleLog}).alive() {
 		return true, nil, nil
 	}
 	return false, errors.New("libvirt: the domain stopped before the kernel printed anything"), nil

@@ -1,7 +1,6 @@
 package vmrunner
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,7 +64,6 @@ type machine struct {
 	log     *slog.Logger
 	hv      hypervisor
 	con     *console
-	scanned int    // console bytes already found free of trouble
 	release func() // gives the pool slot back
 
 	mu        sync.Mutex // one request at a time
@@ -99,7 +97,7 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 			m.hv.destroy()
 			m.closeChannel()
 			os.Remove(m.con.path)
-			m.con, m.scanned = &console{path: m.con.path}, 0
+			m.con = &console{path: m.con.path}
 			info, err = m.boot(ctx)
 		}
 	}
@@ -160,7 +158,7 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 				return info, err
 			}
 		case <-probe:
-			if !strings.Contains(string(m.con.refresh()), "Linux version") {
+			if !m.con.alive() {
 				return info, errNoProgress
 			}
 		case <-m.hv.stopped():
@@ -189,17 +187,12 @@ func (m *machine) dialLoop(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 }
 
-// checkConsole returns a BootError at the first sign of trouble. Only
-// lines not seen clean before are scanned: a suite may run for long.
+// checkConsole returns a BootError at the first sign of trouble. The
+// console is scanned as it arrives, each byte once (console.go): a suite
+// may run for long, and a guest may print without end.
 func (m *machine) checkConsole() error {
-	out := m.con.refresh()
-	from := min(m.scanned, len(out))
-	if reason, at := scanTrouble(out[from:]); at >= 0 {
-		return &BootError{Reason: reason, Excerpt: excerpt(out, from+at)}
-	}
-	// Rescan the last, maybe partial, line next time.
-	if i := bytes.LastIndexByte(out, '\n'); i >= 0 {
-		m.scanned = i + 1
+	if be := m.con.trouble(); be != nil {
+		return be
 	}
 	return nil
 }
@@ -217,25 +210,24 @@ func (m *machine) blame(ctx context.Context, cause error, doing string) error {
 	if err := m.checkConsole(); err != nil {
 		return err
 	}
-	out := m.con.refresh()
 	select {
 	case <-m.hv.stopped():
 		guestEnded, err, output := m.hv.exitStatus()
 		if guestEnded {
-			return &BootError{Reason: "the VM stopped " + doing, Excerpt: excerpt(out, -1)}
+			return &BootError{Reason: "the VM stopped " + doing, Excerpt: m.con.tail()}
 		}
-		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output}
+		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output, running: true}
 	default:
 	}
 	// Only our own deadline is a hang; the caller's deadline or
 	// cancellation is passed through as it is.
 	if errors.Is(context.Cause(ctx), errDeadline) {
-		return &BootError{Reason: fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing), Excerpt: excerpt(out, -1)}
+		return &BootError{Reason: fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing), Excerpt: m.con.tail()}
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %s: %w", m.spec.Name, doing, ctx.Err())
 	}
-	return &InfraError{Op: fmt.Sprintf("%s: %s", m.spec.Name, doing), Err: cause}
+	return &InfraError{Op: fmt.Sprintf("%s: %s", m.spec.Name, doing), Err: cause, running: true}
 }
 
 // Do sends req and gathers its events up to "done".

@@ -17,6 +17,10 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // command is one subcommand, git-style: "patchbot NAME [flags] [args]".
@@ -109,7 +113,18 @@ var stdout, stderr io.Writer = os.Stdout, os.Stderr
 
 // runMain is main without the process: tests call it.
 func runMain(ctx context.Context, args []string, out, errOut io.Writer) int {
-	stdout, stderr = out, errOut
+	// Everything a person reads is escaped (inert): progress, logs,
+	// errors, and stdout when it is a terminal, since subjects, file
+	// names and compiler lines come from strangers. Stdout into a pipe or
+	// a file is data (an mbox, JSON, a reply) and stays byte for byte.
+	ew := inert.NewWriter(errOut)
+	defer ew.Flush()
+	stdout, stderr = out, ew
+	if isTerminal(out) {
+		ow := inert.NewWriter(out)
+		defer ow.Flush()
+		stdout = ow
+	}
 	if len(args) == 0 {
 		listCommands(stderr)
 		return exitUsage
@@ -260,3 +275,13 @@ func writeHelp(w io.Writer, c *command, fs *flag.FlagSet) {
 // schemaVersion is the "schema" of every --json output. It changes only
 // when a field changes meaning or goes away; new fields may appear.
 const schemaVersion = 1
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}

@@ -100,3 +100,20 @@ func TestSeriesWritesAmMbox(t *testing.T) {
 		t.Errorf("-v 3 of a v1 series: exit %d, %s", code, errOut)
 	}
 }
+
+// What the command line prints on stderr is escaped: here a file name
+// with an escape sequence in the error. (Stdout into a pipe or a file is
+// data and stays byte for byte; on a terminal it is escaped too.)
+func TestStderrIsInert(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "no\x1b]0;pwned\x07such\u009b2J.mbox")
+	code, _, errOut := run(t, "series", "--mbox", name)
+	if code == 0 {
+		t.Fatal("a missing mbox was read")
+	}
+	if strings.ContainsAny(errOut, "\x1b\x07\u009b") {
+		t.Errorf("stderr carries a control character: %q", errOut)
+	}
+	if !strings.Contains(errOut, `no\x1b]0;pwned\x07such\u009b2J.mbox`) {
+		t.Errorf("stderr does not name the file, escaped: %q", errOut)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Group is a set of files of one size range, laid out as
@@ -254,6 +255,10 @@ func Build(ctx context.Context, s Spec, cacheDir string) (path string, cached bo
 	}
 	path = filepath.Join(cacheDir, s.Key(version)+".sqfs")
 	if _, err := os.Stat(path); err == nil {
+		// The file's time is its last use: the cache evicts the least
+		// recently used (images.Builder.Evict).
+		now := time.Now()
+		os.Chtimes(path, now, now)
 		return path, true, nil
 	}
 	work, err := os.MkdirTemp(cacheDir, "build-*")

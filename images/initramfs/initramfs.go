@@ -24,6 +24,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Options say what goes into the archive.
@@ -117,6 +118,10 @@ func Build(ctx context.Context, opts Options) (string, error) {
 	// QEMU loads the file from the host's page cache either way.
 	out := filepath.Join(dir, "initramfs-"+key(files)+".cpio")
 	if _, err := os.Stat(out); err == nil {
+		// The file's time is its last use: the cache evicts the least
+		// recently used (images.Builder.Evict).
+		now := time.Now()
+		os.Chtimes(out, now, now)
 		return out, nil
 	}
 	if err := privateDir(dir); err != nil {

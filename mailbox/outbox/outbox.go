@@ -80,7 +80,11 @@ type Outbox struct {
 	// Retry is the first wait after a transient failure, doubled each
 	// attempt up to an hour; default one minute.
 	Retry time.Duration
-	Log   *slog.Logger
+	// MaxAge is the retries' budget in time: a reply first queued longer
+	// ago than this fails for good at its next transient failure (a
+	// person may requeue it); default 72 hours.
+	MaxAge time.Duration
+	Log    *slog.Logger
 	// OnUncertain is told of each delivery whose outcome is unknown (a
 	// metric); may be nil.
 	OnUncertain func(m store.OutboxMessage)
@@ -264,7 +268,7 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 		}
 		next, notBefore := store.Queued, time.Now().Add(o.backoff(m.Attempts))
 		var rejected *sender.RejectedError
-		if errors.As(err, &rejected) {
+		if errors.As(err, &rejected) || o.tooOld(m, notBefore) {
 			next, notBefore = store.Failed, time.Time{}
 		}
 		if merr := o.Store.MoveOutbox(bg, m.ID, owner, from, next, err.Error(), notBefore); merr != nil {
@@ -285,6 +289,15 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 		return err
 	}
 	return o.hook(StepRecorded)
+}
+
+// tooOld says whether a retry at next would start past the budget.
+func (o *Outbox) tooOld(m *store.OutboxMessage, next time.Time) bool {
+	age := o.MaxAge
+	if age <= 0 {
+		age = 72 * time.Hour
+	}
+	return !m.Created.IsZero() && next.Sub(m.Created) > age
 }
 
 func (o *Outbox) backoff(attempts int) time.Duration {

@@ -31,6 +31,10 @@ func TestBootFailureBlamesTheKernelThatFailed(t *testing.T) {
 		{"base panics", Tester{BaseCmdline: "fake.panic"}, blame.Base, blame.Infra, true},
 		{"patched panics", Tester{PatchedCmdline: "fake.panic"}, blame.Patched, blame.Patch, true},
 		{"patched VM does not start", Tester{PatchedCmdline: "fake.nostart"}, "", blame.Infra, false},
+		// Where the base booted, a patched kernel whose VM fails once it
+		// runs is booted again, and then it is the kernel's (compared).
+		{"patched VM fails as it runs, twice", Tester{PatchedCmdline: "fake.crash"}, blame.Patched, blame.Patch, true},
+		{"base VM fails as it runs", Tester{BaseCmdline: "fake.crash"}, blame.Base, blame.Infra, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.tester.VM = VMConfig{Backend: "fake"}
@@ -47,6 +51,9 @@ func TestBootFailureBlamesTheKernelThatFailed(t *testing.T) {
 			var be *vmrunner.BootError
 			if errors.As(err, &be) != tc.wantBootErr {
 				t.Errorf("BootError in the chain: %v, want %v (%v)", !tc.wantBootErr, tc.wantBootErr, err)
+			}
+			if be != nil && be.Limit != "" && (!strings.Contains(be.Reason, "twice") || !strings.Contains(be.Reason, "the base kernel was ready in")) {
+				t.Errorf("the compared failure does not say what the base did: %q", be.Reason)
 			}
 		})
 	}

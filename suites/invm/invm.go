@@ -227,6 +227,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		}()
 	}
 	wg.Wait()
+	recheck(ctx, pool, o.Kernels, specs, insts, infos, errs, progress)
 	for _, inst := range insts {
 		if inst != nil {
 			defer inst.Close()
@@ -262,6 +263,44 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		r.Model = pred
 	}
 	return results, nil
+}
+
+// recheck boots once more a patched kernel whose VM failed or hung where
+// the base booted, and makes a second such failure the kernel's, with
+// what the base did in the same VM (vmrunner.Compared: blame by
+// comparison).
+func recheck(ctx context.Context, pool vmrunner.Pool, kernels []Kernel, specs []vmrunner.Spec,
+	insts []vmrunner.Instance, infos []vmrunner.Info, errs []error, progress io.Writer) {
+	base := -1
+	for i, k := range kernels {
+		if k.Side == blame.Base && errs[i] == nil {
+			base = i
+		}
+	}
+	if base < 0 {
+		return
+	}
+	for i, k := range kernels {
+		if k.Side != blame.Patched || !vmrunner.Recheck(errs[i]) {
+			continue
+		}
+		fmt.Fprintf(progress, "the %s kernel's VM failed where the base's booted (%v): booting it once more\n", k.Side, errs[i])
+		if insts[i] != nil {
+			insts[i].Close()
+			insts[i] = nil
+		}
+		inst, err := pool.Create(ctx, specs[i])
+		if err != nil {
+			errs[i] = fmt.Errorf("creating the %s VM: %w", specs[i].Name, err)
+			continue
+		}
+		insts[i] = inst
+		if infos[i], err = inst.Boot(ctx); err != nil {
+			errs[i] = fmt.Errorf("booting: %w", blame.On(k.Side, vmrunner.Compared(err, specs[i], infos[base])))
+		} else {
+			errs[i] = nil
+		}
+	}
 }
 
 // Spec is one suite's A/B measurement of a base and a patched build.

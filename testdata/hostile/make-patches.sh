@@ -156,4 +156,71 @@ patch hang "squashfs: hang the build"
 echo '$(shell kill -9 -1)' >>$mk
 patch kill-all "squashfs: kill every process in sight"
 
-ls "$out"/*.patch
+# 15. Compiler output carrying trailers and escape sequences, quoted back
+#     in the reply: b4 must not take the trailers, no terminal the escapes.
+printf '#warning \033]0;pwned\007 \033[2J\302\23331m the screen is yours\n#error Reviewed-by: Mallory Hostile <mallory@example.org>\n' >fs/squashfs/hostile-diag.h
+sed -i '0,/^#include/s//#include "hostile-diag.h"\n#include/' fs/squashfs/cache.c
+patch trailers-escapes "squashfs: compiler output with trailers and escape sequences"
+
+# 16. Print "No space left on device" and fail, with room on every disk.
+cat >>$mk <<'EOF'
+$(obj)/cache.o: $(obj)/hostile-nospace
+$(obj)/hostile-nospace: FORCE
+	$(Q)echo "fs/squashfs/cache.o: write error: No space left on device" >&2; exit 1
+EOF
+patch nospace-text "squashfs: say the disk is full"
+
+# 17. Write 3 GiB in 3,072 files, each under the file size limit.
+echo '$(shell for i in $$(seq 3072); do dd if=/dev/zero of=$(objtree)/hostile-out-$$i bs=1M count=1 2>/dev/null; done)' >>$mk
+touch_c
+patch output-3g "squashfs: write 3 GiB in many files"
+
+# 18. A kernel that prints a 16 MiB line (no newline, straight to the
+#     serial port) and then panics.
+sed -i '0,/^#include/s//#include <linux\/io.h>\n#include/' fs/squashfs/super.c
+cat >>fs/squashfs/super.c <<'EOF'
+
+static int __init hostile_console_flood(void)
+{
+	unsigned long i;
+
+	for (i = 0; i < (16UL << 20); i++)
+		outb('A', 0x3f8);
+	panic("hostile: after a 16 MiB console line");
+	return 0;
+}
+late_initcall(hostile_console_flood);
+EOF
+patch console-flood "squashfs: print a 16 MiB console line, then panic"
+
+# 19, 20. A series, and a second one whose base-commit names the commit git
+#     am made of the first (its id is in patchbot's reply; the test puts it
+#     in for @FIRST-SERIES-HEAD@).
+sed -i '0,/^ \* cache.c$/s// * cache.c (the first series was here)/' fs/squashfs/cache.c
+patch base-first "squashfs: a harmless first series"
+sed -i '0,/^ \* block.c$/s// * block.c (the second series was here)/' fs/squashfs/block.c
+git add -A -f fs/squashfs
+git -c gc.auto=0 commit -q -m "squashfs: a series on the first one's commit" -m "A hostile series (patchbot's provenance tests)."
+{ git format-patch -q -1 --stdout --no-signature; printf '\nbase-commit: @FIRST-SERIES-HEAD@\n'; } >"$out/base-from-series.patch"
+git reset -q --hard "$base"
+
+# 21. A series of 60 patches, threaded: one answer, no build.
+for i in $(seq 60); do
+	echo "/* long series, patch $i */" >>fs/squashfs/cache.c
+	git add -f fs/squashfs/cache.c
+	git -c gc.auto=0 commit -q -m "squashfs: patch $i of a long series"
+done
+tmp=$(mktemp -d)
+git format-patch -q --thread=shallow --no-signature -o "$tmp" "$base"
+for f in "$tmp"/*.patch; do
+	n=$(basename "$f" | cut -c1-4 | sed 's/^0*//')
+	# Fixed Message-IDs (format-patch's carry the time): byte for byte again.
+	sed -e "s|^Message-Id: <.*>|Message-Id: <long-series-$n@example.org>|" \
+		-e "s|^In-Reply-To: <.*>|In-Reply-To: <long-series-1@example.org>|" \
+		-e "s|^References: <.*>|References: <long-series-1@example.org>|" "$f"
+	echo # an empty line before the next "From " line: mbox
+done >"$out/long-series.mbox"
+rm -r "$tmp"
+git reset -q --hard "$base"
+
+ls "$out"/*.patch "$out"/*.mbox
