@@ -192,6 +192,43 @@ func (s *Server) startWatch(t testing.TB) {
 	go func() { s.watch.Wait(); log.Close() }()
 }
 
+// Rollover makes the archive start a new epoch (git/N+1.git) with the
+// next mail delivered. public-inbox starts one when the newest epoch's
+// packs reach about 2.5 GB (V2Writable's rotate_bytes, 1 GiB over a
+// packing factor of 0.4), summing the sizes of its objects/pack/*.pack;
+// a sparse file of that apparent size, which git ignores (it has no
+// .idx), makes public-inbox-mda's own check roll over at the next mail
+// without a byte of disk. Deliver with Deliver after it (a running
+// public-inbox-watch only checks when it starts a new batch).
+func (s *Server) Rollover(t testing.TB) {
+	t.Helper()
+	n := s.Epochs(t) - 1
+	if n < 0 {
+		t.Fatal("Rollover: the archive has no epoch yet")
+	}
+	f, err := os.Create(filepath.Join(s.inbox, "git", strconv.Itoa(n)+".git", "objects", "pack", "pack-loretest-rollover.pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(3 << 30); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Epochs is how many epochs (git/N.git) the archive has made.
+func (s *Server) Epochs(t testing.TB) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(s.inbox, "git", "*.git"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
+}
+
+// InboxDir is the inbox's directory (its epochs are under git/).
+func (s *Server) InboxDir() string { return s.inbox }
+
 // Logs returns what public-inbox-httpd (and -watch) wrote, for failures.
 func (s *Server) Logs() string {
 	var b strings.Builder

@@ -1,0 +1,286 @@
+package mailbox
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/mailbox/loretest"
+)
+
+// listMail is a plain list mail with the Date given.
+func listMail(id, subject string, date time.Time) []byte {
+	return []byte(fmt.Sprintf("From: Ada Dev <ada@example.org>\nTo: linux-fsdevel@vger.kernel.org\n"+
+		"Subject: %s\nDate: %s\nMessage-ID: <%s>\n\nbody of %s\n", subject, date.Format(time.RFC1123Z), id, id))
+}
+
+// seriesMail is patch i of an n-patch series as git format-patch threads
+// it (Message-IDs <stamp-i-ada@example.org>, each answering the cover
+// letter, 0/n), with a diff that applies.
+func seriesMail(stamp string, i, n int, date time.Time) []byte {
+	id := fmt.Sprintf("%s-%d-ada@example.org", stamp, i)
+	head := fmt.Sprintf("From: Ada Dev <ada@example.org>\nTo: linux-fsdevel@vger.kernel.org\n"+
+		"Subject: [PATCH %d/%d] fs: change %d\nDate: %s\nMessage-ID: <%s>\n", i, n, i, date.Format(time.RFC1123Z), id)
+	if i == 0 {
+		return []byte(head + fmt.Sprintf("Subject-Note: cover\n\nA series of %d.\n\nAda Dev (%d):\n  fs: change\n\n fs/demo.c | 2 +-\n 1 file changed\n", n, n))
+	}
+	cover := fmt.Sprintf("%s-0-ada@example.org", stamp)
+	return []byte(head + fmt.Sprintf("In-Reply-To: <%s>\nReferences: <%s>\n\nChange %d.\n\nSigned-off-by: Ada Dev <ada@example.org>\n---\n"+
+		" fs/demo%d.c | 2 +-\n\ndiff --git a/fs/demo%d.c b/fs/demo%d.c\nindex 1111111..2222222 100644\n--- a/fs/demo%d.c\n+++ b/fs/demo%d.c\n"+
+		"@@ -1,3 +1,3 @@\n line 1\n-line 2\n+line 2 changed\n line 3\n-- \n2.39.5\n", cover, cover, i, i, i, i, i, i))
+}
+
+// logRecorder keeps a source's log lines, to count what it did.
+type logRecorder struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lines = append(r.lines, rec.Message)
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *logRecorder) count(msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.lines {
+		if l == msg {
+			n++
+		}
+	}
+	return n
+}
+
+func gitSource(t *testing.T, srv *loretest.Server, mirror, since string) (*Lore, *logRecorder) {
+	t.Helper()
+	src, err := NewLore(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &logRecorder{}
+	src.Mirror, src.Since, src.Logger = mirror, since, slog.New(rec)
+	return src, rec
+}
+
+// pollGot polls once and returns the Message-IDs delivered, checking that
+// every cursor handed to fn is a git cursor and the last one is what Poll
+// returns.
+func pollGot(t *testing.T, src Source, cur string) ([]string, string) {
+	t.Helper()
+	var ids []string
+	last := ""
+	next, err := src.Poll(t.Context(), cur, func(m *Message, c string) error {
+		ids = append(ids, m.MessageID)
+		last = c
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Poll(%q): %v", cur, err)
+	}
+	if !strings.HasPrefix(next, loreGitPrefix) {
+		t.Fatalf("Poll returned cursor %q, want a git cursor", next)
+	}
+	if last != "" && last != next {
+		t.Errorf("the last mail's cursor %q is not the one Poll returned, %q", last, next)
+	}
+	return ids, next
+}
+
+// TestLoreGitPublicInbox follows a real public-inbox by its git log, over
+// HTTP from public-inbox-httpd: a watch started on an empty list, an idle
+// poll that fetches nothing, an out-of-order import (patch 1 of 3 shown
+// by the archive two polls after the rest, dated a day earlier), a mail
+// dated a year ahead and the mail after it, an epoch rollover, a lost
+// mirror and a git killed mid-fetch (its locks left behind).
+func TestLoreGitPublicInbox(t *testing.T) {
+	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@vger.kernel.org")
+	mirror := filepath.Join(t.TempDir(), "mirror")
+	src, rec := gitSource(t, srv, mirror, "now")
+
+	// An empty list: nothing yet, and a cursor that reads all to come.
+	ids, cur := pollGot(t, src, "")
+	if len(ids) != 0 || cur != loreGitPrefix {
+		t.Fatalf("empty list: %v, cursor %q", ids, cur)
+	}
+	now := time.Now()
+	for i := 1; i <= 3; i++ {
+		srv.Deliver(t, listMail(fmt.Sprintf("m%d@example.org", i), fmt.Sprintf("mail %d", i), now.Add(-time.Duration(4-i)*time.Hour)))
+	}
+	ids, cur = pollGot(t, src, cur)
+	if want := []string{"m1@example.org", "m2@example.org", "m3@example.org"}; !reflect.DeepEqual(ids, want) {
+		t.Fatalf("after 3 mails: %v, want %v", ids, want)
+	}
+	// Nothing new: the manifest's fingerprint says so, and no git fetch runs.
+	fetches := rec.count("git fetch")
+	if ids, next := pollGot(t, src, cur); len(ids) != 0 || next != cur {
+		t.Fatalf("idle poll: %v, cursor %q -> %q", ids, cur, next)
+	}
+	if n := rec.count("git fetch") - fetches; n != 0 {
+		t.Errorf("an idle poll ran %d git fetches, want 0", n)
+	}
+
+	// Out of order: patches 2 and 3 first; patch 1, dated a day before
+	// them, reaches the archive two polls later.
+	const stamp = "20261201100000.4242"
+	var got []string
+	for _, i := range []int{0, 2, 3} {
+		srv.Deliver(t, seriesMail(stamp, i, 3, now))
+	}
+	for range 2 {
+		ids, cur = pollGot(t, src, cur)
+		got = append(got, ids...)
+	}
+	srv.Deliver(t, seriesMail(stamp, 1, 3, now.Add(-24*time.Hour)))
+	ids, cur = pollGot(t, src, cur)
+	got = append(got, ids...)
+	want := []string{stamp + "-0-ada@example.org", stamp + "-2-ada@example.org", stamp + "-3-ada@example.org", stamp + "-1-ada@example.org"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("out-of-order import: %v, want %v", got, want)
+	}
+
+	// A mail dated a year ahead, then more mail dated now.
+	srv.Deliver(t, listMail("future@example.org", "from the future", now.AddDate(1, 0, 0)))
+	ids, cur = pollGot(t, src, cur)
+	for i := 4; i <= 6; i++ {
+		srv.Deliver(t, listMail(fmt.Sprintf("m%d@example.org", i), fmt.Sprintf("mail %d", i), now))
+	}
+	more, next := pollGot(t, src, cur)
+	cur = next
+	if !reflect.DeepEqual(ids, []string{"future@example.org"}) ||
+		!reflect.DeepEqual(more, []string{"m4@example.org", "m5@example.org", "m6@example.org"}) {
+		t.Fatalf("a mail a year ahead, then three: %v then %v", ids, more)
+	}
+
+	// A new epoch: read on from epoch 0's end into epoch 1.
+	srv.Rollover(t)
+	srv.Deliver(t, listMail("e1a@example.org", "epoch 1 a", now))
+	srv.Deliver(t, listMail("e1b@example.org", "epoch 1 b", now))
+	if srv.Epochs(t) != 2 {
+		t.Fatalf("the archive has %d epochs, want 2", srv.Epochs(t))
+	}
+	ids, cur = pollGot(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"e1a@example.org", "e1b@example.org"}) || !strings.Contains(cur, ",1=") {
+		t.Fatalf("after the rollover: %v, cursor %q", ids, cur)
+	}
+
+	// The mirror is lost: it is fetched again from the cursor, and nothing
+	// read before comes again.
+	if err := os.RemoveAll(mirror); err != nil {
+		t.Fatal(err)
+	}
+	srv.Deliver(t, listMail("after-loss@example.org", "after the mirror was lost", now))
+	ids, cur = pollGot(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"after-loss@example.org"}) {
+		t.Fatalf("after the mirror was removed: %v", ids)
+	}
+
+	// A git killed mid-fetch leaves its locks: the next poll removes them.
+	repo := filepath.Join(mirror, "git", "1.git")
+	for _, f := range []string{"shallow.lock", "packed-refs.lock", "refs/heads/master.lock", "objects/pack/tmp_pack_XyZ"} {
+		if err := os.WriteFile(filepath.Join(repo, f), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Deliver(t, listMail("after-kill@example.org", "after a killed fetch", now))
+	ids, cur = pollGot(t, src, cur)
+	if !reflect.DeepEqual(ids, []string{"after-kill@example.org"}) {
+		t.Fatalf("after stale locks: %v", ids)
+	}
+	t.Logf("cursor after %d epochs: %s (%d bytes)", srv.Epochs(t), cur, len(cur))
+}
+
+// TestLoreGitStart: a source's first read starts at its since: "now", a
+// time (the mirror then holds only what it needs), or a date before all
+// mail; and an older patchbot's feed cursor is migrated: what it had
+// delivered is not delivered again, what it had missed is.
+func TestLoreGitStart(t *testing.T) {
+	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@vger.kernel.org")
+	now := time.Now().Truncate(time.Second)
+	at := map[string]time.Time{}
+	for _, m := range []struct {
+		id  string
+		ago time.Duration
+	}{{"m1", 6 * time.Hour}, {"m2", 5 * time.Hour}, {"m3", 4 * time.Hour}, {"m4", 3 * time.Hour},
+		{"m5", 2 * time.Hour}, {"x", 150 * time.Minute}, {"m6", time.Hour}} {
+		// x reaches the archive after m5 though it is dated before it.
+		id := m.id + "@example.org"
+		at[id] = now.Add(-m.ago)
+		srv.Deliver(t, listMail(id, m.id, at[id]))
+	}
+	ids := func(names ...string) []string {
+		out := []string{}
+		for _, n := range names {
+			out = append(out, n+"@example.org")
+		}
+		return out
+	}
+	type start struct {
+		name, since, cursor string
+		want                []string
+	}
+	legacy := newSeenSet(loreCursorPrefix, time.Hour, 0)
+	legacy.add(at["m4@example.org"].Unix(), "m4@example.org")
+	legacy.add(at["m5@example.org"].Unix(), "m5@example.org")
+	var afters []string // mail each case delivers after its start, dated now: later cases read it too
+	for _, tc := range []start{
+		{name: "now", since: "now", want: ids()},
+		{name: "time", since: now.Add(-210 * time.Minute).Format(time.RFC3339), want: ids("m4", "m5", "x", "m6")},
+		{name: "date", since: "2000-01-01", want: ids("m1", "m2", "m3", "m4", "m5", "x", "m6")},
+		// The older feed cursor had delivered m4 and m5 and took everything
+		// older than m4 as seen; it had missed x.
+		{name: "lore1", cursor: legacy.String(), want: ids("x", "m6")},
+		{name: "rfc3339", cursor: at["m5@example.org"].UTC().Format(time.RFC3339Nano) + "|" + srv.MessageURL("m5@example.org"), want: ids("m6")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src, _ := gitSource(t, srv, filepath.Join(t.TempDir(), "mirror"), tc.since)
+			var got, cursors []string
+			cur, err := src.Poll(t.Context(), tc.cursor, func(m *Message, c string) error {
+				got, cursors = append(got, m.MessageID), append(cursors, c)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.name != "now" {
+				tc.want = append(tc.want, afters...)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("first read: %v, want %v", got, tc.want)
+			}
+			if strings.Contains(cur, ";") {
+				t.Errorf("the cursor after a whole read still carries the old one: %q", cur)
+			}
+			if tc.cursor != "" && len(cursors) > 0 && !strings.HasSuffix(cursors[0], ";"+tc.cursor) {
+				t.Errorf("a mail's cursor mid-migration %q does not keep the old cursor", cursors[0])
+			}
+			if tc.name == "time" {
+				// Shallow: the mirror holds the commits from m3 on, not m1 and m2.
+				out, err := src.gitOut(t.Context(), src.repoDir(0), nil, "rev-list", "--count", "refs/heads/master")
+				if want := fmt.Sprint(5 + len(afters)); err != nil || strings.TrimSpace(string(out)) != want {
+					t.Errorf("the mirror holds %q commits (%v), want the %s from m3 on", out, err, want)
+				}
+			}
+			// Then mail comes: it alone is read.
+			id := "after-" + tc.name + "@example.org"
+			srv.Deliver(t, listMail(id, "after", now))
+			afters = append(afters, id)
+			if got, _ := pollGot(t, src, cur); !reflect.DeepEqual(got, []string{id}) {
+				t.Fatalf("after the start: %v, want %s", got, id)
+			}
+		})
+	}
+}
