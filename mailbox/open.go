@@ -17,11 +17,11 @@ import (
 // `sources:` entry of patchbot.yaml, and what the CLI's --mbox, --maildir,
 // --imap and --lore flags make.
 type SourceConfig struct {
-	Name    string        `yaml:"name"`
-	IMAP    *IMAPConfig   `yaml:"imap,omitempty"`
-	Lore    string        `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/, or a thread URL
-	Mbox    string        `yaml:"mbox,omitempty"`
-	Maildir string        `yaml:"maildir,omitempty"`
+	Name    string      `yaml:"name"`
+	IMAP    *IMAPConfig `yaml:"imap,omitempty"`
+	Lore    string      `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/, or a thread URL
+	Mbox    string      `yaml:"mbox,omitempty"`
+	Maildir string      `yaml:"maildir,omitempty"`
 	// Poll is how often the source is read (IMAP: the safety net beside
 	// IDLE, or the NOOP interval without it); 0 is the daemon's default,
 	// 30 s.
