@@ -255,10 +255,15 @@ func linkKey(link string) string {
 
 // raw fetches one message from the list, by the Message-ID in the feed's
 // link: the link's own host is not trusted (nor needed: behind a proxy it
-// may name another). public-inbox serves /raw in mboxrd form: a
-// "From mboxrd@z ..." line first, and ">From " lines quoted.
+// may name another).
 func (l *Lore) raw(ctx context.Context, link string) ([]byte, error) {
-	link = url.PathEscape(linkKey(link)) + "/"
+	return l.rawByID(ctx, linkKey(link))
+}
+
+// rawByID fetches <list>/<msgid>/raw. public-inbox serves it in mboxrd
+// form: a "From mboxrd@z ..." line first, and ">From " lines quoted.
+func (l *Lore) rawByID(ctx context.Context, id string) ([]byte, error) {
+	link := url.PathEscape(id) + "/"
 	resp, err := l.get(ctx, link+"raw")
 	if err != nil {
 		return nil, err

@@ -206,15 +206,17 @@ func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, strin
 			return cur, err
 		}
 		c.add(e.key)
-		cur = c.String()
+		next := c.String()
 		m, err := ParseBytes(raw)
 		if err != nil {
 			logOr(l.Logger).Warn("skipping mail that cannot be parsed", "link", e.link, "err", err)
+			cur = next
 			continue
 		}
-		if err := fn(m, cur); err != nil {
-			return cur, err
+		if err := fn(m, next); err != nil {
+			return cur, err // the last good cursor
 		}
+		cur = next
 	}
 	return c.String(), nil
 }

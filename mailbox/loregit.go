@@ -329,8 +329,12 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 		if legacySeen != nil && legacySeen(ct, m.MessageID) {
 			return nil // the older patchbot delivered it
 		}
-		delivered = c.String()
-		return fn(m, delivered)
+		next := c.String()
+		if err := fn(m, next); err != nil {
+			return err
+		}
+		delivered = next
+		return nil
 	})
 	if err != nil {
 		return delivered, err

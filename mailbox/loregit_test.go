@@ -284,3 +284,22 @@ func TestLoreGitStart(t *testing.T) {
 		})
 	}
 }
+
+func TestRenumberID(t *testing.T) {
+	for _, tc := range []struct {
+		id       string
+		from, to int
+		want     string
+	}{
+		{"20261201100000.4242-2-ada@example.org", 2, 1, "20261201100000.4242-1-ada@example.org"},
+		{"20240101-topic-1-v2-3-0a1b2c3d@kernel.org", 3, 1, "20240101-topic-1-v2-1-0a1b2c3d@kernel.org"},
+		{"20261201100000.4242-12-ada@example.org", 12, 0, "20261201100000.4242-0-ada@example.org"},
+		{"random-id@example.org", 2, 1, ""},
+		{"no-at-sign-2-x", 2, 1, ""},
+	} {
+		got, ok := renumberID(tc.id, tc.from, tc.to)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("renumberID(%q, %d, %d) = %q, %v; want %q", tc.id, tc.from, tc.to, got, ok, tc.want)
+		}
+	}
+}

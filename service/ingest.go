@@ -46,7 +46,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 			if err := tx.SetAside(ctx, key, reason); err != nil {
 				return err
 			}
-			return tx.SetCursor(ctx, source, cur)
+			return setCursor(ctx, tx, source, cur)
 		})
 	}
 	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, now: time.Now()}
@@ -71,7 +71,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		if err != nil {
 			return err
 		}
-		if err := tx.SetCursor(ctx, source, cur); err != nil {
+		if err := setCursor(ctx, tx, source, cur); err != nil {
 			return err
 		}
 		if !fresh {
@@ -323,6 +323,8 @@ func (in *ingest) enqueue(ctx context.Context, trigger, dedupe, sender string, r
 // to the author alone, within the quotas.
 func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
 	c := req.Incomplete
+	// What the archive shows is fetched first: the series may be whole.
+	d.fetchMissing(ctx, j.Source, c)
 	return d.Store.Update(ctx, func(tx *store.Tx) error {
 		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
 		view, err := in.threadSeries(ctx, "", false)
