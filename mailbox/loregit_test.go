@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/loretest"
 )
 
@@ -301,5 +303,107 @@ func TestRenumberID(t *testing.T) {
 		if got != tc.want || ok != (tc.want != "") {
 			t.Errorf("renumberID(%q, %d, %d) = %q, %v; want %q", tc.id, tc.from, tc.to, got, ok, tc.want)
 		}
+	}
+}
+
+// archiveOrder is the subjects of an inbox's commits, epoch by epoch,
+// oldest first: the archive's own order.
+func archiveOrder(t *testing.T, srv *loretest.Server) []string {
+	t.Helper()
+	var out []string
+	for n := 0; n < srv.Epochs(t); n++ {
+		cmd := exec.Command("git", "--git-dir="+filepath.Join(srv.InboxDir(), "git", fmt.Sprintf("%d.git", n)),
+			"log", "--reverse", "--format=%s")
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, strings.Split(strings.TrimSpace(string(b)), "\n")...)
+	}
+	return out
+}
+
+// TestLoreGitBursts (full tier: 1,300 mails through public-inbox-watch):
+// a watch started on an empty list gets 300 mails at once; then 1,000
+// arrive while it polls every 100 ms. Every mail is read once, in the
+// archive's order.
+func TestLoreGitBursts(t *testing.T) {
+	testenv.Long(t)
+	srv := loretest.Start(t, "linux-fsdevel", "linux-fsdevel@vger.kernel.org")
+	src, _ := gitSource(t, srv, filepath.Join(t.TempDir(), "mirror"), "now")
+	_, cur := pollGot(t, src, "")
+	burst := func(from, n int) [][]byte {
+		var raws [][]byte
+		for i := from; i < from+n; i++ {
+			raws = append(raws, listMail(fmt.Sprintf("burst-%d@example.org", i), fmt.Sprintf("burst %d", i), time.Now()))
+		}
+		return raws
+	}
+	var got []string // subjects, in the order read
+	count := map[string]int{}
+	read := func(m *Message, c string) error {
+		got = append(got, m.Subject)
+		count[m.MessageID]++
+		cur = c
+		return nil
+	}
+	srv.DeliverMany(t, burst(0, 300))
+	if _, err := src.Poll(t.Context(), cur, read); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 300 {
+		t.Fatalf("after 300 mails at once on a watched empty list: %d read", len(got))
+	}
+
+	// 1,000 while polling.
+	ctx, cancel := context.WithCancel(t.Context())
+	var mu sync.Mutex
+	polls := 0
+	done := make(chan error, 1)
+	go func() {
+		for ctx.Err() == nil {
+			mu.Lock()
+			next, err := src.Poll(ctx, cur, read)
+			cur = next
+			polls++
+			mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				done <- err
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		done <- nil
+	}()
+	srv.DeliverMany(t, burst(300, 1000))
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mu.Lock()
+		n := len(count)
+		mu.Unlock()
+		if n >= 1300 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	lost, dups := 0, 0
+	for i := 0; i < 1300; i++ {
+		switch c := count[fmt.Sprintf("burst-%d@example.org", i)]; {
+		case c == 0:
+			lost++
+		case c > 1:
+			dups += c - 1
+		}
+	}
+	t.Logf("1,300 mails (300 at once on an empty list, then 1,000 over %d polls): %d lost, %d duplicated", polls, lost, dups)
+	if lost != 0 || dups != 0 {
+		t.Fatalf("%d lost, %d duplicated", lost, dups)
+	}
+	if want := archiveOrder(t, srv); !reflect.DeepEqual(got, want) {
+		t.Errorf("read in another order than the archive's")
 	}
 }

@@ -292,6 +292,7 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 		every = p
 	}
 	for ctx.Err() == nil {
+		again := false
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
 			log.Error("reading cursor", "err", err)
@@ -307,11 +308,17 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 				if err = d.Store.Update(ctx, func(tx *store.Tx) error { return tx.SetCursor(ctx, name, next) }); err != nil {
 					log.Error("saving cursor", "err", err)
 				}
+				// New mail: more may have come while it was read (a
+				// burst), so the source is read again at once.
+				again = err == nil
 			}
 		}
 		if err != nil && ctx.Err() == nil {
 			d.Metrics.SourceErrors.WithLabelValues(name).Inc()
 			log.Warn("source failed; retrying", "err", err)
+		}
+		if again {
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -123,6 +123,14 @@ func (s *Server) Deliver(t testing.TB, raw []byte) {
 // serves every one of them. Each mail needs a Message-ID.
 func (s *Server) DeliverMany(t testing.TB, raws [][]byte) {
 	t.Helper()
+	s.DeliverManyTimed(t, raws)
+}
+
+// DeliverManyTimed is DeliverMany, and says when the archive first served
+// each mail (at <msgid>/raw, looked at every 50 ms): the time a reader of
+// the archive could first have seen it.
+func (s *Server) DeliverManyTimed(t testing.TB, raws [][]byte) []time.Time {
+	t.Helper()
 	s.startWatch(t)
 	var ids []string
 	for _, raw := range raws {
@@ -137,7 +145,9 @@ func (s *Server) DeliverMany(t testing.TB, raws [][]byte) {
 		ids = append(ids, id)
 		s.mu.Lock()
 		s.seq++
-		name := fmt.Sprintf("%d.M%dP%d.loretest", time.Now().Unix(), s.seq, os.Getpid())
+		// The counter is padded so that the names sort, and the watch
+		// imports, in the order given.
+		name := fmt.Sprintf("%d.M%09dP%d.loretest", time.Now().Unix(), s.seq, os.Getpid())
 		s.mu.Unlock()
 		tmp := filepath.Join(s.maildir, "tmp", name)
 		if err := os.WriteFile(tmp, raw, 0o600); err != nil {
@@ -147,22 +157,38 @@ func (s *Server) DeliverMany(t testing.TB, raws [][]byte) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(3 * time.Minute)
-	for _, id := range ids {
-		for {
-			resp, err := http.Get(s.MessageURL(id) + "raw")
-			if err == nil {
-				resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("public-inbox-watch did not import %s in time\n%s", id, s.Logs())
-			}
-			time.Sleep(100 * time.Millisecond)
+	served := make([]time.Time, len(ids))
+	left := len(ids)
+	deadline := time.Now().Add(5 * time.Minute)
+	for next := 0; left > 0; {
+		// The oldest outstanding mail first: the watch imports in order,
+		// so the ones after it are rarely there yet.
+		for next < len(ids) && !served[next].IsZero() {
+			next++
 		}
+		for i := next; i < len(ids) && i < next+50; i++ {
+			if !served[i].IsZero() {
+				continue
+			}
+			resp, err := http.Get(s.MessageURL(ids[i]) + "raw")
+			if err != nil {
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				served[i] = time.Now()
+				left--
+			}
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("public-inbox-watch did not import %s in time\n%s", ids[next], s.Logs())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	return served
 }
 
 func (s *Server) startWatch(t testing.TB) {
