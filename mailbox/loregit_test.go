@@ -3,7 +3,9 @@ package mailbox
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,4 +408,154 @@ func TestLoreGitBursts(t *testing.T) {
 	if want := archiveOrder(t, srv); !reflect.DeepEqual(got, want) {
 		t.Errorf("read in another order than the archive's")
 	}
+}
+
+// countingTransport counts the bytes of HTTP responses.
+type countingTransport struct {
+	mu sync.Mutex
+	n  int64
+}
+
+func (c *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err == nil {
+		resp.Body = &countingBody{ReadCloser: resp.Body, c: c}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	c *countingTransport
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.c.mu.Lock()
+	b.c.n += int64(n)
+	b.c.mu.Unlock()
+	return n, err
+}
+
+// dirSize is the bytes of the files under dir.
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// BenchmarkLoreRead1000 is the cost of reading 1,000 new mails from a
+// real public-inbox over HTTP: by git, with a mirror that was current
+// before they came (fetch, log, cat-file, parse), and from nothing
+// (a first read from a date: the whole epoch); by the Atom feed (the
+// feed, search pages back, one /raw per mail); and a poll with nothing
+// new (the manifest alone). Run it with -benchtime 3x.
+func BenchmarkLoreRead1000(b *testing.B) {
+	testenv.Tools(b, "git")
+	srv := loretest.Start(b, "linux-fsdevel", "linux-fsdevel@vger.kernel.org")
+	srv.Deliver(b, listMail("first@example.org", "first", time.Now()))
+	base := b.TempDir()
+	tmpl := filepath.Join(base, "template")
+	src, err := NewLore(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	src.Mirror, src.Since = tmpl, "now"
+	c0, err := src.Poll(context.Background(), "", func(*Message, string) error { return nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	feed, _ := NewLore(srv.URL())
+	f0, err := feed.Poll(context.Background(), "", func(*Message, string) error { return nil })
+	if err != nil {
+		b.Fatal(err)
+	}
+	var raws [][]byte
+	for i := range 1000 {
+		raws = append(raws, listMail(fmt.Sprintf("bench-%d@example.org", i), fmt.Sprintf("[PATCH] bench %d", i), time.Now()))
+	}
+	srv.DeliverMany(b, raws)
+	read := func(b *testing.B, s *Lore, cur string) string {
+		n := 0
+		next, err := s.Poll(context.Background(), cur, func(*Message, string) error { n++; return nil })
+		if err != nil || n != 1000 {
+			b.Fatalf("read %d mails: %v", n, err)
+		}
+		return next
+	}
+	var last string
+	b.Run("git-mirror-current", func(b *testing.B) {
+		var pack int64
+		for i := 0; i < b.N; i++ {
+			b.StopTimer()
+			dir := filepath.Join(base, fmt.Sprintf("m%d", i))
+			if out, err := exec.Command("cp", "-a", tmpl, dir).CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+			s, _ := NewLore(srv.URL())
+			s.Mirror = dir
+			before := dirSize(dir)
+			b.StartTimer()
+			last = read(b, s, c0)
+			b.StopTimer()
+			pack = dirSize(dir) - before
+			os.RemoveAll(dir)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(pack)/1024, "KB-fetched/op")
+	})
+	b.Run("git-first-read", func(b *testing.B) {
+		var size int64
+		for i := 0; i < b.N; i++ {
+			dir := filepath.Join(base, fmt.Sprintf("f%d", i))
+			s, _ := NewLore(srv.URL())
+			s.Mirror, s.Since = dir, "2000-01-01"
+			n := 0
+			if _, err := s.Poll(context.Background(), "", func(*Message, string) error { n++; return nil }); err != nil || n != 1001 {
+				b.Fatalf("read %d mails: %v", n, err)
+			}
+			b.StopTimer()
+			size = dirSize(dir)
+			os.RemoveAll(dir)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(size)/1024, "KB-mirror/op")
+	})
+	b.Run("feed", func(b *testing.B) {
+		ct := &countingTransport{}
+		for i := 0; i < b.N; i++ {
+			s, _ := NewLore(srv.URL())
+			s.Client, s.Logger = &http.Client{Transport: ct}, slog.New(slog.DiscardHandler)
+			read(b, s, f0)
+		}
+		b.ReportMetric(float64(ct.n)/1024/float64(b.N), "KB-fetched/op")
+	})
+	b.Run("git-idle-poll", func(b *testing.B) {
+		s, _ := NewLore(srv.URL())
+		s.Mirror = filepath.Join(base, "idle")
+		exec.Command("cp", "-a", tmpl, s.Mirror).Run()
+		cur := read(b, s, c0)
+		if cur != last {
+			b.Fatalf("two mirrors read to %q and %q", cur, last)
+		}
+		ct := &countingTransport{}
+		s.Client = &http.Client{Transport: ct}
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := s.Poll(context.Background(), cur, func(*Message, string) error {
+				b.Fatal("a mail on an idle poll")
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(ct.n)/float64(b.N), "B-fetched/op")
+	})
 }
