@@ -396,7 +396,11 @@ func (l *Lore) startAt(ctx context.Context, epochs []epoch, since time.Time) (*g
 		}
 		c.epochs[e.n] = at
 	}
-	logOr(l.Logger).Info("lore source starts", "list", l.List.String(), "since", since, "cursor", c.String())
+	at := "now"
+	if !since.IsZero() {
+		at = since.UTC().Format(time.RFC3339)
+	}
+	logOr(l.Logger).Info("lore source starts", "list", l.List.String(), "since", at, "cursor", c.String())
 	return c, nil
 }
 
