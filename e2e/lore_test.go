@@ -154,16 +154,44 @@ func gitChildren(pid int) []string {
 	return out
 }
 
-// processesNaming lists the processes whose command line holds s.
+// processesNaming lists the live processes whose command line holds s:
+// not one that is dying (SIGKILL pending, as a git killed along with
+// the daemon is while it waits on a busy disk) or dead.
 func processesNaming(s string) []string {
 	var out []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
-		if args, err := os.ReadFile(p); err == nil && bytes.Contains(args, []byte(s)) {
-			out = append(out, strings.ReplaceAll(string(args), "\x00", " "))
+		args, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(args, []byte(s)) {
+			continue
 		}
+		status, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
+		if dying(string(status)) {
+			continue
+		}
+		out = append(out, strings.ReplaceAll(string(args), "\x00", " "))
 	}
 	return out
+}
+
+// dying reads /proc/PID/status: the process is a zombie or has SIGKILL
+// pending.
+func dying(status string) bool {
+	for line := range strings.Lines(status) {
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		v = strings.TrimSpace(v)
+		switch k {
+		case "State":
+			if strings.HasPrefix(v, "Z") || strings.HasPrefix(v, "X") {
+				return true
+			}
+		case "SigPnd", "ShdPnd":
+			if mask, err := strconv.ParseUint(v, 16, 64); err == nil && mask&(1<<(syscall.SIGKILL-1)) != 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func listMailAt(id string, at time.Time) []byte {
@@ -217,7 +245,9 @@ func TestLoreWatchKill9(t *testing.T) {
 			}
 			syscall.Kill(pid, syscall.SIGKILL) // the daemon alone, as the OOM killer would
 			cmd.Wait()
-			time.Sleep(200 * time.Millisecond)
+			// A git it started dies with it (PR_SET_PDEATHSIG): the kernel
+			// signals the children before the parent can be waited for, so
+			// by now each is gone or has SIGKILL pending.
 			if left := processesNaming(filepath.Join(w.state, "lore")); len(left) > 0 {
 				o.orphans = append(o.orphans, left...)
 				syscall.Kill(-pid, syscall.SIGKILL)

@@ -516,7 +516,7 @@ func BenchmarkLoreRead1000(b *testing.B) {
 		for i := 0; i < b.N; i++ {
 			dir := filepath.Join(base, fmt.Sprintf("f%d", i))
 			s, _ := NewLore(srv.URL())
-			s.Mirror, s.Since = dir, "2000-01-01"
+			s.Mirror, s.Since, s.Logger = dir, "2000-01-01", slog.New(slog.DiscardHandler)
 			n := 0
 			if _, err := s.Poll(context.Background(), "", func(*Message, string) error { n++; return nil }); err != nil || n != 1001 {
 				b.Fatalf("read %d mails: %v", n, err)
