@@ -123,17 +123,25 @@ func (s *Server) Deliver(t testing.TB, raw []byte) {
 // serves every one of them. Each mail needs a Message-ID.
 func (s *Server) DeliverMany(t testing.TB, raws [][]byte) {
 	t.Helper()
-	s.DeliverManyTimed(t, raws)
+	s.deliverMany(t, raws, false)
 }
 
-// DeliverManyTimed is DeliverMany, and says when the archive first served
-// each mail (at <msgid>/raw, looked at every 50 ms): the time a reader of
-// the archive could first have seen it.
+// DeliverManyTimed is DeliverMany, and says when each mail reached the
+// archive: when its commit appeared in one of the inbox's epochs (the
+// repositories are looked at every 10 ms), the moment a reader of the
+// archive's git could first fetch it. The mails' subjects must differ
+// (a commit's message is its mail's subject).
 func (s *Server) DeliverManyTimed(t testing.TB, raws [][]byte) []time.Time {
+	t.Helper()
+	return s.deliverMany(t, raws, true)
+}
+
+func (s *Server) deliverMany(t testing.TB, raws [][]byte, timed bool) []time.Time {
 	t.Helper()
 	s.startWatch(t)
 	var ids []string
-	for _, raw := range raws {
+	bySubject := map[string]int{}
+	for i, raw := range raws {
 		m, err := mail.ReadMessage(bytes.NewReader(raw))
 		if err != nil {
 			t.Fatalf("DeliverMany: %v", err)
@@ -143,6 +151,49 @@ func (s *Server) DeliverManyTimed(t testing.TB, raws [][]byte) []time.Time {
 			t.Fatal("DeliverMany: a mail without Message-ID cannot be waited for; use Deliver")
 		}
 		ids = append(ids, id)
+		bySubject[strings.Join(strings.Fields(m.Header.Get("Subject")), " ")] = i
+	}
+	arrived := make([]time.Time, len(raws))
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		if !timed {
+			return
+		}
+		tips := map[string]string{}
+		for {
+			epochs, _ := filepath.Glob(filepath.Join(s.inbox, "git", "*.git"))
+			for _, e := range epochs {
+				rng := "refs/heads/master"
+				if tip := tips[e]; tip != "" {
+					rng = tip + ".." + rng
+				}
+				out, err := exec.Command("git", "--git-dir="+e, "log", "--format=%H %s", rng).Output()
+				now := time.Now()
+				if err != nil {
+					continue
+				}
+				for i, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+					h, subject, _ := strings.Cut(line, " ")
+					if h == "" {
+						continue
+					}
+					if i == 0 {
+						tips[e] = h
+					}
+					if n, ok := bySubject[subject]; ok && arrived[n].IsZero() {
+						arrived[n] = now
+					}
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	for _, raw := range raws {
 		s.mu.Lock()
 		s.seq++
 		// The counter is padded so that the names sort, and the watch
@@ -157,38 +208,36 @@ func (s *Server) DeliverManyTimed(t testing.TB, raws [][]byte) []time.Time {
 			t.Fatal(err)
 		}
 	}
-	served := make([]time.Time, len(ids))
-	left := len(ids)
 	deadline := time.Now().Add(5 * time.Minute)
-	for next := 0; left > 0; {
-		// The oldest outstanding mail first: the watch imports in order,
-		// so the ones after it are rarely there yet.
-		for next < len(ids) && !served[next].IsZero() {
-			next++
-		}
-		for i := next; i < len(ids) && i < next+50; i++ {
-			if !served[i].IsZero() {
-				continue
+	for _, id := range ids {
+		for {
+			resp, err := http.Get(s.MessageURL(id) + "raw")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
 			}
-			resp, err := http.Get(s.MessageURL(ids[i]) + "raw")
-			if err != nil {
-				continue
+			if time.Now().After(deadline) {
+				close(stop)
+				t.Fatalf("public-inbox-watch did not import %s in time\n%s", id, s.Logs())
 			}
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				served[i] = time.Now()
-				left--
-			}
+			time.Sleep(100 * time.Millisecond)
 		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("public-inbox-watch did not import %s in time\n%s", ids[next], s.Logs())
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
-	return served
+	// Served: every commit is in the archive; one more look finds them.
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	<-stopped
+	if !timed {
+		return nil
+	}
+	for i, at := range arrived {
+		if at.IsZero() {
+			t.Fatalf("DeliverManyTimed: no commit has the subject of mail %d (%s)", i, ids[i])
+		}
+	}
+	return arrived
 }
 
 func (s *Server) startWatch(t testing.TB) {
