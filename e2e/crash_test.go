@@ -44,7 +44,11 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(daemonEnv); cfg != "" {
 		os.Exit(runTestDaemon(cfg, os.Getenv(crashEnv)))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if sharedBin.dir != "" {
+		os.RemoveAll(sharedBin.dir)
+	}
+	os.Exit(code)
 }
 
 // outboxSteps name the outbox's steps for crashEnv.

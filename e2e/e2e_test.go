@@ -188,7 +188,7 @@ func (d *daemon) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
-func buildPatchbot(t *testing.T) string {
+func buildPatchbot(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "patchbot")
 	out, err := exec.Command("go", "build", "-o", bin, "../cmd/patchbot").CombinedOutput()
@@ -317,7 +317,7 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func writeFile(t *testing.T, path, s string) {
+func writeFile(t testing.TB, path, s string) {
 	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}

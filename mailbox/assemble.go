@@ -361,7 +361,7 @@ func assembleVersion(thread []*entry, versions map[int]*versionSlots, newest int
 		if p.Corrupt != "" {
 			corrupt = append(corrupt, fmt.Sprintf("patch %d/%d does not apply: %s", i, vs.total, p.Corrupt))
 		}
-		p.Raw = amMail(m, e.subj, newest, i, vs.total, p.Trailers)
+		p.Raw = amMail(m, e.subj, newest, e.version != newest, p.Trailers)
 		s.Patches = append(s.Patches, p)
 		if s.Base == "" {
 			s.Base = m.BaseCommit

@@ -232,12 +232,14 @@ func TestParseSubject(t *testing.T) {
 		want Subject
 	}{
 		{"[PATCH] squashfs: foo", Subject{Patch: true, Version: 1, Title: "squashfs: foo"}},
-		{"[PATCH v3 2/5] mm: bar", Subject{Patch: true, Version: 3, Index: 2, Total: 5, Title: "mm: bar"}},
+		{"[PATCH v3 2/5] mm: bar", Subject{Patch: true, Version: 3, Versioned: true, Index: 2, Total: 5, Title: "mm: bar"}},
 		{"[RFC PATCH] fuse: x", Subject{Patch: true, RFC: true, Version: 1, Title: "fuse: x"}},
-		{"[PATCH net-next v3 2/5] net: y", Subject{Patch: true, Version: 3, Index: 2, Total: 5, Prefixes: []string{"net-next"}, Title: "net: y"}},
+		{"[PATCH net-next v3 2/5] net: y", Subject{Patch: true, Version: 3, Versioned: true, Index: 2, Total: 5, Prefixes: []string{"net-next"}, Title: "net: y"}},
 		{"Re: [PATCH 0/4] locks: z", Subject{Reply: true, Patch: true, Version: 1, Index: 0, Total: 4, Title: "locks: z"}},
-		{"RE: AW: [PATCHv2 01/12] a", Subject{Reply: true, Patch: true, Version: 2, Index: 1, Total: 12, Title: "a"}},
-		{"[PATCH RESEND] [v2] b", Subject{Patch: true, Resend: true, Version: 2, Title: "b"}},
+		{"RE: AW: [PATCHv2 01/12] a", Subject{Reply: true, Patch: true, Version: 2, Versioned: true, Index: 1, Total: 12, Title: "a"}},
+		{"[PATCH RESEND] [v2] b", Subject{Patch: true, Resend: true, Version: 2, Versioned: true, Title: "b"}},
+		{"[RFCv2 PATCH 1/1] c", Subject{Patch: true, RFC: true, Version: 1, Index: 1, Total: 1, Title: "c"}},
+		{"[PATCH v1] d", Subject{Patch: true, Version: 1, Versioned: true, Title: "d"}},
 		{"RFC fuse waitq latency", Subject{Version: 1, Title: "RFC fuse waitq latency"}},
 		{"[PATCH 3/2] bogus counter", Subject{Patch: true, Version: 1, Prefixes: []string{"3/2"}, Title: "bogus counter"}},
 		{"", Subject{Version: 1}},

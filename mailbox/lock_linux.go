@@ -19,3 +19,15 @@ func writeLocked(f *os.File) bool {
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return false
 }
+
+// lockExclusive takes an flock on f without waiting; closing f (or the
+// process's end, kill -9 included) releases it.
+func lockExclusive(f *os.File) error {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+}
+
+// childProcAttr makes a child (git) die with patchbot, so that a kill -9
+// of the daemon leaves no fetch running into its mirror.
+func childProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

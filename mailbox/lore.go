@@ -10,37 +10,51 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"sort"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
 // Lore reads a public-inbox archive (lore.kernel.org and its mirrors) over
-// HTTP, in one of two ways:
+// HTTP, in one of three ways:
 //   - one thread by Message-ID, from <list>/<msgid>/t.mbox.gz; the thread is
 //     read whole on every Poll (assembly drops mails seen twice);
-//   - a list's new mail from its Atom feed <list>/new.atom, each entry
-//     fetched from <list>/<msgid>/raw. The feed shows only the newest
-//     entries (25 on public-inbox): when every entry is new, more may have
-//     come since the last Poll than it shows, and Poll pages back through
-//     a search of what the archive received since then
-//     (<list>/?q=rt:SINCE..&x=A&o=N) until it has everything.
-//
-// The list cursor is a seenSet over (received time, Message-ID): what
-// was delivered within SeenWindow of the newest entry, so that a mail the
-// archive shows late, with an earlier time, is still read once.
+//   - a list, by the archive's own log (with a Mirror, as the daemon runs
+//     it): the list's git epochs (<list>/git/N.git, listed in
+//     <list>/manifest.js.gz) are mirrored and fetched as they grow, and each
+//     new commit is one mail, read in the archive's order. The cursor is the
+//     last commit read per epoch (loregit.go);
+//   - a list without git, or without a Mirror (the CLI), from its Atom feed
+//     <list>/new.atom, paging back through the archive's search when the
+//     feed shows only new mail, each entry fetched from <list>/<msgid>/raw.
+//     The cursor is the Message-IDs delivered last (lorefeed.go). The feed is
+//     ordered by a time the mail itself claims, so this path can miss mail
+//     that git does not (docs/mailbox.md says when).
 type Lore struct {
 	List      *url.URL // e.g. https://lore.kernel.org/linux-fsdevel/
 	MessageID string   // set to read one thread
 	Client    *http.Client
 	Logger    *slog.Logger
-	// SeenWindow: 0 means an hour. SeenMax bounds the set (0: 4096).
-	SeenWindow time.Duration
-	SeenMax    int
-	// MaxBacklog bounds how many entries one Poll pages back through
-	// (0: 100,000).
+	// Mirror is the directory that holds the list's git epochs (the
+	// daemon's default is STATE_DIR/lore/NAME). It is a cache: removed, it
+	// is fetched again from the cursor. Empty: the list is read from its
+	// Atom feed.
+	Mirror string
+	// Since is where a list is read from when there is no cursor yet:
+	// "now", a date (2006-01-02) or an RFC 3339 time (ParseSince). Empty
+	// is "now", except without a Mirror, where a first Poll delivers what
+	// the feed shows (the CLI's view of a list's newest mail).
+	Since string
+	// FetchTimeout bounds one git fetch (0: 30 minutes).
+	FetchTimeout time.Duration
+	// SeenMax bounds the feed cursor: the Message-IDs of the last mails
+	// delivered (0: 512).
+	SeenMax int
+	// MaxBacklog bounds how many entries one Poll of the feed pages back
+	// through (0: 100,000).
 	MaxBacklog int
+
+	noGit sync.Once
 }
 
 var _ Source = (*Lore)(nil)
@@ -100,7 +114,21 @@ func (l *Lore) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 	if l.MessageID != "" {
 		return cur, l.pollThread(ctx, fn)
 	}
-	return l.pollFeed(ctx, cur, fn)
+	if l.Mirror == "" || strings.HasPrefix(cur, loreFeedPrefix) {
+		return l.pollFeed(ctx, cur, fn)
+	}
+	epochs, err := l.manifest(ctx)
+	if errors.Is(err, errNoGit) && !strings.HasPrefix(cur, loreGitPrefix) {
+		l.noGit.Do(func() {
+			logOr(l.Logger).Warn("the archive serves no git epochs for this list: following its Atom feed, "+
+				"which orders mail by the time it claims and can miss some (see docs/mailbox.md)", "list", l.List.String())
+		})
+		return l.pollFeed(ctx, cur, fn)
+	}
+	if err != nil {
+		return cur, err
+	}
+	return l.pollGit(ctx, epochs, cur, fn)
 }
 
 func (l *Lore) get(ctx context.Context, ref string) (*http.Response, error) {
@@ -169,124 +197,6 @@ type atomFeed struct {
 	} `xml:"entry"`
 }
 
-// feedEntry is one Atom entry: public-inbox's <updated> is the time the
-// archive received the mail (its Received: header, else Date:), the same
-// time new.atom sorts by and rt: searches.
-type feedEntry struct {
-	updated time.Time
-	link    string
-	key     string // the Message-ID in the link
-}
-
-const loreCursorPrefix = "lore1:"
-
-// searchPage is public-inbox's page size for search results.
-const searchPage = 200
-
-func (l *Lore) pollFeed(ctx context.Context, cur string, fn func(*Message, string) error) (string, error) {
-	window := l.SeenWindow
-	if window == 0 {
-		window = time.Hour
-	}
-	set := newSeenSet(loreCursorPrefix, window, l.SeenMax)
-	ok, err := set.parse(cur)
-	if err != nil {
-		return cur, fmt.Errorf("lore cursor: %w", err)
-	}
-	seen := set.seen
-	if !ok && cur != "" {
-		// An older patchbot's "RFC3339 time|link" of the newest entry.
-		ts, link, _ := strings.Cut(cur, "|")
-		t, err := time.Parse(time.RFC3339Nano, ts)
-		if err != nil {
-			return cur, fmt.Errorf("lore cursor %q is damaged", cur)
-		}
-		set.low = t.Unix()
-		seen = func(u int64, key string) bool {
-			return u < t.Unix() || u == t.Unix() && key <= linkKey(link)
-		}
-	}
-	entries, err := l.feed(ctx, "new.atom")
-	if err != nil {
-		return cur, err
-	}
-	byKey := map[string]feedEntry{}
-	gap := len(entries) > 0 && cur != ""
-	for _, e := range entries {
-		if seen(e.updated.Unix(), e.key) {
-			gap = false // the feed reaches back to what we have
-			continue
-		}
-		byKey[e.key] = e
-	}
-	if gap {
-		// Everything the feed shows is new: more may have come than it
-		// shows. Page back through a search of what was received since.
-		logOr(l.Logger).Info("more new mail than the list feed shows; paging back through the archive",
-			"list", l.List.String(), "since", time.Unix(set.low, 0).UTC())
-		for o := 0; ; o += searchPage {
-			q := url.Values{"q": {fmt.Sprintf("rt:%d..", set.low)}, "x": {"A"}, "o": {strconv.Itoa(o)}}
-			page, err := l.feed(ctx, "?"+q.Encode())
-			if err != nil {
-				if ctx.Err() != nil {
-					return cur, err
-				}
-				// An archive without search: deliver what the feed has
-				// rather than stall on every Poll, and say what may be lost.
-				logOr(l.Logger).Error("cannot page back through the archive; mail received since may be missed",
-					"list", l.List.String(), "since", time.Unix(set.low, 0).UTC(), "err", err)
-				break
-			}
-			for _, e := range page {
-				if !seen(e.updated.Unix(), e.key) {
-					byKey[e.key] = e
-				}
-			}
-			if len(page) < searchPage {
-				break
-			}
-			if o >= l.maxBacklog() {
-				logOr(l.Logger).Warn("stopped paging back through the archive", "list", l.List.String(), "entries", o+len(page))
-				break
-			}
-		}
-	}
-	fresh := make([]feedEntry, 0, len(byKey))
-	for _, e := range byKey {
-		fresh = append(fresh, e)
-	}
-	sort.Slice(fresh, func(i, j int) bool {
-		if !fresh[i].updated.Equal(fresh[j].updated) {
-			return fresh[i].updated.Before(fresh[j].updated)
-		}
-		return fresh[i].key < fresh[j].key
-	})
-	for _, e := range fresh {
-		raw, err := l.raw(ctx, e.link)
-		if err != nil {
-			return cur, err
-		}
-		set.add(e.updated.Unix(), e.key)
-		cur = set.String()
-		m, err := ParseBytes(raw)
-		if err != nil {
-			logOr(l.Logger).Warn("skipping mail that cannot be parsed", "link", e.link, "err", err)
-			continue
-		}
-		if err := fn(m, cur); err != nil {
-			return cur, err
-		}
-	}
-	return cur, nil
-}
-
-func (l *Lore) maxBacklog() int {
-	if l.MaxBacklog > 0 {
-		return l.MaxBacklog
-	}
-	return 100000
-}
-
 // feed reads an Atom feed: new.atom, or a search's "?q=...&x=A". A search
 // without results answers 404: no entries.
 func (l *Lore) feed(ctx context.Context, ref string) ([]feedEntry, error) {
@@ -345,10 +255,15 @@ func linkKey(link string) string {
 
 // raw fetches one message from the list, by the Message-ID in the feed's
 // link: the link's own host is not trusted (nor needed: behind a proxy it
-// may name another). public-inbox serves /raw in mboxrd form: a
-// "From mboxrd@z ..." line first, and ">From " lines quoted.
+// may name another).
 func (l *Lore) raw(ctx context.Context, link string) ([]byte, error) {
-	link = url.PathEscape(linkKey(link)) + "/"
+	return l.rawByID(ctx, linkKey(link))
+}
+
+// rawByID fetches <list>/<msgid>/raw. public-inbox serves it in mboxrd
+// form: a "From mboxrd@z ..." line first, and ">From " lines quoted.
+func (l *Lore) rawByID(ctx context.Context, id string) ([]byte, error) {
+	link := url.PathEscape(id) + "/"
 	resp, err := l.get(ctx, link+"raw")
 	if err != nil {
 		return nil, err

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/mailbox/loretest"
 )
@@ -338,5 +340,58 @@ func TestLorePublicInboxBurst(t *testing.T) {
 	again := 0
 	if _, err := src.Poll(t.Context(), cur, func(*Message, string) error { again++; return nil }); err != nil || again != 0 {
 		t.Fatalf("poll after the burst: %d mails, %v", again, err)
+	}
+}
+
+// TestLoreFeedFallback: an archive that serves no git (no manifest) is
+// read from its feed even with a Mirror, by Message-ID: a mail dated a
+// year ahead sits at the top of the feed and does not hide the mail that
+// comes after it; an older patchbot's lore1: cursor becomes a feed2: one.
+func TestLoreFeedFallback(t *testing.T) {
+	a := newLoreArchive(t)
+	msgs := readFixture(t, "../testdata/mailbox/reroll.mbox")
+	if len(msgs) < 9 {
+		t.Fatalf("%d mails in the fixture", len(msgs))
+	}
+	at := func(i int) string { return fmt.Sprintf("2026-11-02T10:%02d:00Z", i) }
+	// The feed lists by claimed time: publish's last entry is its top.
+	var entries []loreEntry
+	for i := range 3 {
+		entries = append(entries, loreEntry{msgs[i], at(i)})
+	}
+	a.publish(t, "linux-demo", entries)
+	src, _ := NewLore(a.srv.URL + "/linux-demo/")
+	src.Mirror, src.Since = filepath.Join(t.TempDir(), "mirror"), "now"
+	ids, cur := pollAll(t, src, "")
+	if len(ids) != 0 || !strings.HasPrefix(cur, loreFeedPrefix) {
+		t.Fatalf("first poll at now: %v, cursor %q", ids, cur)
+	}
+	future := loreEntry{msgs[3], "2027-11-02T10:00:00Z"}
+	for i := 4; i < 8; i++ {
+		entries = append(entries, loreEntry{msgs[i], at(i)})
+	}
+	a.publish(t, "linux-demo", append(append([]loreEntry{}, entries...), future))
+	ids, cur = pollAll(t, src, cur)
+	want := []string{msgs[4].MessageID, msgs[5].MessageID, msgs[6].MessageID, msgs[7].MessageID, msgs[3].MessageID}
+	if !reflect.DeepEqual(ids, want) {
+		t.Fatalf("after a mail a year ahead and four more: %v, want %v", ids, want)
+	}
+	entries = append(entries, loreEntry{msgs[8], at(8)})
+	a.publish(t, "linux-demo", append(append([]loreEntry{}, entries...), future))
+	if ids, _ := pollAll(t, src, cur); !reflect.DeepEqual(ids, []string{msgs[8].MessageID}) {
+		t.Fatalf("the mail after the one a year ahead: %v", ids)
+	}
+	// An older patchbot had delivered the first three.
+	legacy := newSeenSet(loreCursorPrefix, time.Hour, 0)
+	for i := range 3 {
+		tm, _ := time.Parse(time.RFC3339, at(i))
+		legacy.add(tm.Unix(), msgs[i].MessageID)
+	}
+	ids, next := pollAll(t, src, legacy.String())
+	if len(ids) != 6 || slices.Contains(ids, msgs[0].MessageID) || !strings.HasPrefix(next, loreFeedPrefix) {
+		t.Fatalf("from a lore1: cursor: %v, cursor %q", ids, next)
+	}
+	if ids, _ := pollAll(t, src, next); len(ids) != 0 {
+		t.Fatalf("after the migration: %v", ids)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/mail"
 	"strings"
 	"sync"
@@ -143,10 +142,9 @@ func (m *Message) readHeader(h gomail.Header) {
 	}
 	m.References = msgIDs(h.Get("References"))
 
-	subj, err := h.Subject()
-	if err != nil {
-		subj = h.Get("Subject")
-		m.warn("Subject: %v", err)
+	subj, replaced := decodeHeaderText(h.Get("Subject"))
+	if replaced {
+		m.warn("Subject: bytes that do not decode were replaced with U+FFFD")
 	}
 	m.Subject = collapseSpace(subj)
 
@@ -183,7 +181,12 @@ func (m *Message) readPlainBody(h message.Header, body []byte) bool {
 			return false
 		}
 	}
-	m.Body = string(body)
+	if utf8.Valid(body) {
+		m.Body = string(body)
+	} else {
+		m.Body, _ = validUTF8(string(body))
+		m.warn("body: bytes that are not UTF-8 were replaced with U+FFFD")
+	}
 	if bytes.IndexByte(body, '\r') >= 0 {
 		m.Body = strings.ReplaceAll(m.Body, "\r\n", "\n")
 	}
@@ -240,8 +243,13 @@ func (m *Message) readBody(ent *message.Entity, rootErr error) error {
 			if conv, ok := fromLatin1(text, params["charset"]); ok && message.IsUnknownCharset(err) {
 				text = conv
 			} else {
-				m.warn("part %v: %v", path, err)
+				m.warn("part %v: %v (read as UTF-8)", path, err)
 			}
+		}
+		if !utf8.Valid(text) {
+			s, _ := validUTF8(string(text))
+			text = []byte(s)
+			m.warn("part %v: bytes that do not decode were replaced with U+FFFD", path)
 		}
 		patchLike := mediaType == "text/x-patch" || mediaType == "text/x-diff" ||
 			strings.HasSuffix(name, ".patch") || strings.HasSuffix(name, ".diff")
@@ -310,7 +318,7 @@ func decodeAddrList(m *Message, h gomail.Header, key string) []string {
 	addrs, err := h.AddressList(key)
 	if err != nil || len(addrs) == 0 {
 		// Kernel mail often has odd addresses ("a @ b . c"); keep the text.
-		v, _ := (&mime.WordDecoder{}).DecodeHeader(h.Get(key))
+		v, _ := decodeHeaderText(h.Get(key))
 		v = collapseSpace(v)
 		if v == "" {
 			return nil
@@ -322,7 +330,8 @@ func decodeAddrList(m *Message, h gomail.Header, key string) []string {
 	}
 	out := make([]string, 0, len(addrs))
 	for _, a := range addrs {
-		out = append(out, formatAddr(a.Name, a.Address))
+		name, _ := validUTF8(a.Name)
+		out = append(out, formatAddr(name, a.Address))
 	}
 	return out
 }
@@ -437,7 +446,7 @@ func inBodyFrom(body string) string {
 			continue
 		}
 		if v, ok := strings.CutPrefix(line, "From:"); ok {
-			v, _ = (&mime.WordDecoder{}).DecodeHeader(strings.TrimSpace(v))
+			v, _ = decodeHeaderText(strings.TrimSpace(v))
 			return collapseSpace(v)
 		}
 		return ""

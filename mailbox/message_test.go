@@ -210,8 +210,57 @@ func TestMboxSourceCursor(t *testing.T) {
 	}
 }
 
+// TestMboxReadOnce: read once (the CLI), the end of the input is the end
+// of the last mail: a pipe and a file written a moment ago without the
+// closing blank line give every mail. Followed, the same file holds the
+// last one back (TestMboxHalfWritten).
+func TestMboxReadOnce(t *testing.T) {
+	var whole bytes.Buffer
+	WriteMboxEntry(&whole, testMail(1))
+	WriteMboxEntry(&whole, testMail(2))
+	fresh := bytes.TrimSuffix(whole.Bytes(), []byte("\n"))
+	path := filepath.Join(t.TempDir(), "fresh.mbox")
+	if err := os.WriteFile(path, fresh, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"imap-1@demo.example", "imap-2@demo.example"}
+	if ids, _ := pollAll(t, &Mbox{Path: path}, ""); !reflect.DeepEqual(ids, want) {
+		t.Errorf("a file written a moment ago, read once: %v, want %v", ids, want)
+	}
+	if ids, _ := pollAll(t, &Mbox{Path: path, Follow: true, QuietPeriod: time.Hour}, ""); len(ids) != 1 {
+		t.Errorf("the same file followed: %v, want the last mail held back", ids)
+	}
+	// A pipe, by its /dev/fd path as <(...) and /dev/stdin give it, written
+	// in two pieces.
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	go func() {
+		w.Write(fresh[:len(fresh)/2])
+		time.Sleep(50 * time.Millisecond)
+		w.Write(fresh[len(fresh)/2:])
+		w.Close()
+	}()
+	pipe := fmt.Sprintf("/dev/fd/%d", r.Fd())
+	for _, follow := range []bool{false, true} {
+		if follow {
+			// A pipe cannot be read again: even followed, what it gave is all.
+			r2, w2, _ := os.Pipe()
+			defer r2.Close()
+			w2.Write(fresh)
+			w2.Close()
+			pipe = fmt.Sprintf("/dev/fd/%d", r2.Fd())
+		}
+		if ids, _ := pollAll(t, &Mbox{Path: pipe, Follow: follow}, ""); !reflect.DeepEqual(ids, want) {
+			t.Errorf("a pipe (follow %v): %v, want %v", follow, ids, want)
+		}
+	}
+}
+
 // TestMboxHalfWritten: the last mail of an mbox that is being appended to
-// is not delivered until it is whole.
+// is not delivered until it is whole, when the mbox is followed.
 func TestMboxHalfWritten(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "list.mbox")
 	var whole bytes.Buffer
@@ -219,7 +268,7 @@ func TestMboxHalfWritten(t *testing.T) {
 	WriteMboxEntry(&whole, testMail(2))
 	full := whole.Bytes()
 	cut := bytes.Index(full, []byte("body 2")) // mid-way through mail 2
-	src := &Mbox{Path: path, QuietPeriod: time.Hour}
+	src := &Mbox{Path: path, Follow: true, QuietPeriod: time.Hour}
 	os.WriteFile(path, full[:cut], 0o644)
 	ids, cur := pollAll(t, src, "")
 	if !reflect.DeepEqual(ids, []string{"imap-1@demo.example"}) {
@@ -258,12 +307,12 @@ func TestMboxHalfWritten(t *testing.T) {
 	// A file without the closing blank line is complete once it has been
 	// quiet for the period (a hand-made mbox, a bare .eml).
 	os.WriteFile(path, bytes.TrimSuffix(full, []byte("\n")), 0o644)
-	if ids, _ := pollAll(t, &Mbox{Path: path, QuietPeriod: time.Hour}, ""); len(ids) != 1 {
+	if ids, _ := pollAll(t, &Mbox{Path: path, Follow: true, QuietPeriod: time.Hour}, ""); len(ids) != 1 {
 		t.Fatalf("just written, no blank line: %v", ids)
 	}
 	old := time.Now().Add(-time.Minute)
 	os.Chtimes(path, old, old)
-	if ids, _ := pollAll(t, &Mbox{Path: path, QuietPeriod: time.Second}, ""); len(ids) != 2 {
+	if ids, _ := pollAll(t, &Mbox{Path: path, Follow: true, QuietPeriod: time.Second}, ""); len(ids) != 2 {
 		t.Fatalf("quiet, no blank line: %v", ids)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"time"
 )
@@ -16,16 +17,33 @@ import (
 // `sources:` entry of patchbot.yaml, and what the CLI's --mbox, --maildir,
 // --imap and --lore flags make.
 type SourceConfig struct {
-	Name    string        `yaml:"name"`
-	IMAP    *IMAPConfig   `yaml:"imap,omitempty"`
-	Lore    string        `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/, or a thread URL
-	Mbox    string        `yaml:"mbox,omitempty"`
-	Maildir string        `yaml:"maildir,omitempty"`
-	Poll    time.Duration `yaml:"poll"`
+	Name    string      `yaml:"name"`
+	IMAP    *IMAPConfig `yaml:"imap,omitempty"`
+	Lore    string      `yaml:"lore,omitempty"` // list URL, e.g. https://lore.kernel.org/linux-fsdevel/, or a thread URL
+	Mbox    string      `yaml:"mbox,omitempty"`
+	Maildir string      `yaml:"maildir,omitempty"`
+	// Poll is how often the source is read (IMAP: the safety net beside
+	// IDLE, or the NOOP interval without it); 0 is the daemon's default,
+	// 30 s.
+	Poll time.Duration `yaml:"poll"`
 	// Trusted says that every mail of this source comes from where it says
 	// (a private list whose server checks senders), so commands in it need
 	// no DKIM proof.
 	Trusted bool `yaml:"trusted"`
+	// Since is where a lore list starts on its first read (no cursor
+	// yet): "now" (the default: mail the archive receives from then on),
+	// a date (2006-01-02) or an RFC 3339 time (mail the archive received
+	// since). Lore lists only.
+	Since string `yaml:"since,omitempty"`
+	// Mirror is the directory where a lore list's git epochs are
+	// mirrored; the daemon's default is STATE_DIR/lore/NAME. Lore lists
+	// only.
+	Mirror string `yaml:"mirror,omitempty"`
+	// Follow is set by the daemon, never by a config file: the source is
+	// watched as it grows, so an mbox's last mail is held back while it
+	// may still be being written. Off (the CLI), the end of the input is
+	// the end of the last mail.
+	Follow bool `yaml:"-"`
 }
 
 // IMAPConfig names an IMAP mailbox. The password is read from
@@ -70,7 +88,35 @@ func (c SourceConfig) Validate() error {
 	if c.Poll < 0 {
 		return errors.New("poll: negative")
 	}
+	// A key the source's kind would ignore is refused, not dropped.
+	loreList := false
+	if c.Lore != "" {
+		l, err := NewLore(c.Lore)
+		if err != nil {
+			return err
+		}
+		loreList = l.MessageID == ""
+	}
+	if c.Since != "" {
+		if !loreList {
+			return fmt.Errorf("since: only a lore list has a start point (this source is %s)", c.describe())
+		}
+		if _, err := ParseSince(c.Since); err != nil {
+			return err
+		}
+	}
+	if c.Mirror != "" && !loreList {
+		return fmt.Errorf("mirror: only a lore list is mirrored (this source is %s)", c.describe())
+	}
 	return nil
+}
+
+// describe names the source's kind for an error.
+func (c SourceConfig) describe() string {
+	if c.Lore != "" {
+		return "a lore thread"
+	}
+	return "of kind " + c.Kind()
 }
 
 // Open makes the source a config names. It is the one way from config (or
@@ -96,10 +142,18 @@ func Open(c SourceConfig, log *slog.Logger) (Source, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.Logger = log
+		s.Logger, s.Mirror, s.Since = log, c.Mirror, c.Since
+		if s.Mirror != "" {
+			if s.Since == "" {
+				s.Since = "now"
+			}
+			if _, err := exec.LookPath("git"); err != nil {
+				return nil, fmt.Errorf("lore %s: following the archive's log needs git: %w", c.Lore, err)
+			}
+		}
 		return s, nil
 	case c.Mbox != "":
-		return &Mbox{Path: c.Mbox, Logger: log}, nil
+		return &Mbox{Path: c.Mbox, Logger: log, Follow: c.Follow}, nil
 	default:
 		return &Maildir{Dir: c.Maildir, Logger: log}, nil
 	}

@@ -273,8 +273,12 @@ func Titles(subjects []string) []string {
 
 // amMail builds the mail git am gets for a patch: a clean single-part
 // UTF-8 text with the author in From:, follow-up trailers inserted before
-// the "---" line, and an attached diff inlined.
-func amMail(m *Message, sub Subject, version, index, total int, trailers []Trailer) []byte {
+// the "---" line, and an attached diff inlined. Its subject is the one b4
+// am writes: [PATCH], RFC when the subject had it, vN when the subject
+// tagged a version (or the patch came from an earlier version in a
+// partial reroll: the series' version), m/n when it had a counter; other
+// tags (RESEND, a tree's name) are left out, as b4 leaves them.
+func amMail(m *Message, sub Subject, version int, rerolled bool, trailers []Trailer) []byte {
 	body := dropInBodyFrom(m.Body)
 	if m.DiffAttached {
 		if !strings.HasSuffix(body, "\n") && body != "" {
@@ -288,12 +292,21 @@ func amMail(m *Message, sub Subject, version, index, total int, trailers []Trail
 	if len(trailers) > 0 {
 		body = insertTrailers(body, trailers)
 	}
+	// The tags as the mail gave them (assembly numbers an untagged patch
+	// 1/1 and may give it its cover letter's version: b4 writes neither).
+	given := ParseSubject(m.Subject)
 	tag := "PATCH"
-	if version > 1 {
-		tag += fmt.Sprintf(" v%d", version)
+	if given.RFC {
+		tag += " RFC"
 	}
-	if total > 1 {
-		tag += fmt.Sprintf(" %d/%d", index, total)
+	switch {
+	case rerolled:
+		tag += fmt.Sprintf(" v%d", version)
+	case given.Versioned:
+		tag += fmt.Sprintf(" v%d", given.Version)
+	}
+	if given.Counted() {
+		tag += fmt.Sprintf(" %d/%d", given.Index, given.Total)
 	}
 	var b strings.Builder
 	b.Grow(len(body) + 512)

@@ -77,15 +77,20 @@ func logOr(l *slog.Logger) *slog.Logger {
 // just past the last message read, so a file that grows is read on from
 // there; a file shorter than the cursor (replaced) is read from the start.
 //
-// The last mail of a file that is being appended to may be half written,
-// so it is held back (the cursor stays before it, and the next Poll reads
-// it whole) while a writer holds an fcntl lock on the file or its
-// PATH.lock dot-lock exists, while the file grows under the read, and
-// while the file does not end with the blank line that closes an mbox
-// entry and was modified less than QuietPeriod ago.
+// Read once (the CLI), the end of the input is the end of the last mail,
+// whether it is a file, a pipe (/dev/stdin, <(...)) or standard input.
+// Followed as it grows (Follow, the daemon), the last mail of a regular
+// file that is being appended to may be half written, so it is held back
+// (the cursor stays before it, and the next Poll reads it whole) while a
+// writer holds an fcntl lock on the file or its PATH.lock dot-lock exists,
+// while the file grows under the read, and while the file does not end
+// with the blank line that closes an mbox entry and was modified less than
+// QuietPeriod ago.
 type Mbox struct {
 	Path   string // "-" reads standard input (the cursor is then ignored)
 	Logger *slog.Logger
+	// Follow: the file is watched while it grows; see above.
+	Follow bool
 	// QuietPeriod: 0 means 2 seconds.
 	QuietPeriod time.Duration
 }
@@ -156,7 +161,7 @@ func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 	if err != nil {
 		return pos, err
 	}
-	if pending != nil && file != nil {
+	if pending != nil && file != nil && s.Follow && regular(file) {
 		if why := s.unfinished(file, start+cr.n); why != "" {
 			logOr(s.Logger).Debug("holding back the last mail of the mbox until it is complete",
 				"mbox", s.Path, "offset", pendingOff, "why", why)
@@ -164,6 +169,13 @@ func (s *Mbox) Poll(ctx context.Context, cur string, fn func(*Message, string) e
 		}
 	}
 	return pos, deliver(start + cr.n)
+}
+
+// regular says whether f is a regular file: a pipe or a device cannot be
+// read again, so what it gave is all there is.
+func regular(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode().IsRegular()
 }
 
 // unfinished says why the mail ending at end (the end of what was read)

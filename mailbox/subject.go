@@ -8,15 +8,18 @@ import (
 // Subject is what the bracketed tags of a patch subject say, e.g.
 // "[PATCH net-next v3 2/5] foo: bar" or "Re: [RFC PATCH] baz".
 type Subject struct {
-	Reply    bool     // "Re:", "Aw:", "Fwd:" ... before the tags
-	Patch    bool     // a PATCH tag (also "PATCHv2", "PATCH-next")
-	RFC      bool     // an RFC tag
-	Resend   bool     // a RESEND tag
-	Version  int      // vN, 1 if none
-	Index    int      // m of m/n, 0 if no counter (also for a cover letter)
-	Total    int      // n of m/n, 0 if no counter
-	Prefixes []string // other tags, e.g. "net-next"
-	Title    string   // the subject without reply markers and tags
+	Reply   bool // "Re:", "Aw:", "Fwd:" ... before the tags
+	Patch   bool // a PATCH tag (also "PATCHv2", "PATCH-next")
+	RFC     bool // an RFC tag (any tag that starts with RFC, as b4 reads it)
+	Resend  bool // a RESEND tag (likewise)
+	Version int  // vN, 1 if none
+	// Versioned: the version was tagged (v1 too), not taken as 1. b4 am
+	// keeps the tag then.
+	Versioned bool
+	Index     int      // m of m/n, 0 if no counter (also for a cover letter)
+	Total     int      // n of m/n, 0 if no counter
+	Prefixes  []string // other tags, e.g. "net-next"
+	Title     string   // the subject without reply markers and tags
 }
 
 // Counted reports whether the subject had an m/n counter.
@@ -66,21 +69,21 @@ func (s *Subject) readTags(tags string) {
 		switch {
 		case low == "patch":
 			s.Patch = true
-		case low == "rfc":
+		case strings.HasPrefix(low, "rfc"):
 			s.RFC = true
-		case low == "resend":
+		case strings.HasPrefix(low, "resend"):
 			s.Resend = true
 		case strings.HasPrefix(low, "patch"):
 			// "PATCHv2", "PATCH-v2"
 			s.Patch = true
 			if v, ok := version(strings.TrimLeft(low[len("patch"):], "-_")); ok {
-				s.Version = v
+				s.Version, s.Versioned = v, true
 			} else {
 				s.Prefixes = append(s.Prefixes, tok)
 			}
 		default:
 			if v, ok := version(low); ok {
-				s.Version = v
+				s.Version, s.Versioned = v, true
 				continue
 			}
 			if m, n, ok := counter(low); ok {

@@ -55,6 +55,17 @@ func TestDecodeConfig(t *testing.T) {
 					t.Errorf("sources = %+v", c.Sources)
 				}
 			}},
+		// A key the source's kind would ignore is refused at start.
+		{name: "since on an imap source", yaml: "sources:\n- imap: {addr: 127.0.0.1:1143, user: bot}\n  since: now\n", wantErr: "since: only a lore list"},
+		{name: "mirror on an mbox", yaml: "sources:\n- mbox: /tmp/x.mbox\n  mirror: /tmp/m\n", wantErr: "mirror: only a lore list"},
+		{name: "since on a lore thread", yaml: "sources:\n- lore: https://lore.kernel.org/all/abc@x/\n  since: now\n", wantErr: "a lore thread"},
+		{name: "since not a time", yaml: "sources:\n- lore: https://lore.kernel.org/linux-fsdevel/\n  since: yesterday\n", wantErr: `since "yesterday"`},
+		{name: "lore list", yaml: "sources:\n- lore: https://lore.kernel.org/linux-fsdevel/\n  since: 2026-12-01\n  mirror: /srv/lore/fsdevel\n  poll: 1m\n",
+			check: func(t *testing.T, c Config) {
+				if s := c.Sources[0]; s.Since != "2026-12-01" || s.Mirror != "/srv/lore/fsdevel" || s.Poll != time.Minute {
+					t.Errorf("sources = %+v", c.Sources)
+				}
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -284,26 +284,47 @@ func (d *Daemon) defaults() {
 	}
 }
 
-// watch reads one source until ctx ends, logging and retrying failures.
+// watch reads one source until ctx ends, every poll: of its config (else
+// d.Poll), logging and retrying failures.
 func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	log := d.Log.With("source", name)
 	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
+	every := d.Poll
+	if p := d.sources[name].Poll; p > 0 {
+		every = p
+	}
 	for ctx.Err() == nil {
+		again := false
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
 			log.Error("reading cursor", "err", err)
 		} else if w, ok := src.(mailbox.Watcher); ok {
 			err = w.Watch(ctx, cur, fn)
 		} else {
-			_, err = src.Poll(ctx, cur, fn)
+			var next string
+			next, err = src.Poll(ctx, cur, fn)
+			// A whole Poll's cursor is past only what was stored: kept
+			// too when it moved without a mail (a first start's point,
+			// mail skipped at the end).
+			if err == nil && next != cur {
+				if err = d.Store.Update(ctx, func(tx *store.Tx) error { return tx.SetCursor(ctx, name, next) }); err != nil {
+					log.Error("saving cursor", "err", err)
+				}
+				// New mail: more may have come while it was read (a
+				// burst), so the source is read again at once.
+				again = err == nil
+			}
 		}
 		if err != nil && ctx.Err() == nil {
 			d.Metrics.SourceErrors.WithLabelValues(name).Inc()
 			log.Warn("source failed; retrying", "err", err)
 		}
+		if again {
+			continue
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(d.Poll):
+		case <-time.After(every):
 		}
 	}
 }

@@ -46,7 +46,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 			if err := tx.SetAside(ctx, key, reason); err != nil {
 				return err
 			}
-			return tx.SetCursor(ctx, source, cur)
+			return setCursor(ctx, tx, source, cur)
 		})
 	}
 	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, now: time.Now()}
@@ -71,7 +71,7 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		if err != nil {
 			return err
 		}
-		if err := tx.SetCursor(ctx, source, cur); err != nil {
+		if err := setCursor(ctx, tx, source, cur); err != nil {
 			return err
 		}
 		if !fresh {

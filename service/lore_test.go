@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,14 +30,18 @@ func TestDaemonWatchesARealPublicInbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newTestDaemon(t, t.TempDir())
+	// The source's own poll: is what the daemon polls at (its default is
+	// 30 s, which would outlast the test).
 	sc := mailbox.SourceConfig{Name: "lore-fsdevel", Lore: srv.URL(), Poll: 200 * time.Millisecond}
 	d.Config.Sources = []mailbox.SourceConfig{sc}
-	src, err := mailbox.Open(sc, nil)
+	srcs, err := OpenSources(d.Config, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Sources = map[string]mailbox.Source{sc.Name: src}
-	d.Poll = 200 * time.Millisecond
+	d.Sources = srcs
+	if l, ok := srcs[sc.Name].(*mailbox.Lore); !ok || l.Mirror != filepath.Join(d.Config.StateDir, "lore", sc.Name) || l.Since != "now" {
+		t.Fatalf("the daemon's lore source: %+v", srcs[sc.Name])
+	}
 	d.Pipeline.Tester = &fakeTester{}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -46,8 +51,20 @@ func TestDaemonWatchesARealPublicInbox(t *testing.T) {
 		cancel()
 		<-done
 	}()
+	// Started on an empty list: the start point is stored before any mail,
+	// so that a restart before the first mail reads it still.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if cur, _ := d.Store.Cursor(context.Background(), sc.Name); cur == "lore2:" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no start cursor stored for the empty list")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	srv.Deliver(t, raws[0]) // the seed patch, as the list's MTA delivers it
-	deadline := time.Now().Add(60 * time.Second)
+	deadline = time.Now().Add(60 * time.Second)
 	for {
 		jobs, _ := d.Store.Jobs(context.Background())
 		if len(jobs) == 1 && jobs[0].State == store.JobDone {

@@ -154,6 +154,8 @@ func domainOf(from string) string {
 // to the author alone, within the quotas.
 func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request) error {
 	c := req.Incomplete
+	// What the archive shows is fetched first: the series may be whole.
+	d.fetchMissing(ctx, j.Source, c)
 	return d.Store.Update(ctx, func(tx *store.Tx) error {
 		in := &ingest{d: d, tx: tx, thread: c.ThreadID, now: time.Now(), log: d.Log.With("job", j.ID)}
 		view, err := in.threadSeries(ctx, "", false)

@@ -99,12 +99,19 @@ func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, e
 	return o, nil
 }
 
-// OpenSources opens every configured source, by the name its cursor is
-// stored under.
+// OpenSources opens every configured source to be watched, by the name
+// its cursor is stored under; a lore list's git mirror defaults to
+// STATE_DIR/lore/NAME.
 func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error) {
 	out := map[string]mailbox.Source{}
 	for i, s := range cfg.Sources {
 		name := SourceName(i, s)
+		s.Follow = true
+		if s.Mirror == "" && s.Lore != "" {
+			if l, err := mailbox.NewLore(s.Lore); err == nil && l.MessageID == "" {
+				s.Mirror = filepath.Join(cfg.StateDir, "lore", name)
+			}
+		}
 		src, err := mailbox.Open(s, log)
 		if err != nil {
 			return nil, fmt.Errorf("source %s: %w", name, err)
