@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/imaptest"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
@@ -407,17 +408,10 @@ func (w *crashWorld) store(t *testing.T) *store.Store {
 }
 
 func crashTestEnv(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash tests: real Dovecot and Postfix; skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("crash tests: need root (Postfix, Dovecot's users)")
-	}
-	for _, bin := range []string{"dovecot", "postfix"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("crash tests: %s is not installed (scripts/install-deps.sh installs it)", bin)
-		}
-	}
+	t.Helper()
+	testenv.Long(t) // a Dovecot, a Postfix and daemons started and killed
+	testenv.Root(t) // Postfix, Dovecot's users
+	testenv.Tools(t, "dovecot", "postfix")
 }
 
 // The daemon is killed (SIGKILL) at each step of handling mail, running a

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -27,9 +28,6 @@ import (
 // trace outside its own build and be blamed rightly. Heavy: each is an
 // incremental build (about 10 s); run it under the shared lock.
 func TestHostilePatches(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds kernels")
-	}
 	base := defaultKernel(t)
 	b, err := DefaultBuilder(testWriter{t})
 	if err != nil {
@@ -411,9 +409,7 @@ func hostStaysUsable(t *testing.T, _ *Builder) func(*testing.T, error) {
 // disk full, and the host's disk stays as it was.
 func smallObjectTree(base *Build) func(*testing.T, *Builder) func(*testing.T, error) {
 	return func(t *testing.T, b *Builder) func(*testing.T, error) {
-		if os.Geteuid() != 0 {
-			t.Skip("mounting a small file system needs root")
-		}
+		testenv.Root(t) // to mount a small file system
 		var used int64
 		filepath.WalkDir(filepath.Join(base.Dir, treeDir, outDir), func(p string, d fs.DirEntry, err error) error {
 			if err == nil {
