@@ -115,6 +115,9 @@ func (d *Daemon) step(s Step) {
 func (d *Daemon) Run(ctx context.Context) error {
 	d.defaults()
 	if err := d.recoverJobs(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return err
 	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
@@ -150,7 +153,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := d.Worker.Run(ctx); err != nil {
+			if err := d.Worker.Run(ctx); err != nil && ctx.Err() == nil {
 				d.Log.Error("the worker stopped", "err", err)
 			}
 		}()

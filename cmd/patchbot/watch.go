@@ -31,7 +31,7 @@ then coordinates (mail, queue, collected results, replies, dashboard) and
 				if err := noArgs(args); err != nil {
 					return err
 				}
-				cfg, err := service.LoadConfig(*configPath)
+				cfg, err := loadConfig(*configPath)
 				if err != nil {
 					return err
 				}

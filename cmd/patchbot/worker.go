@@ -56,7 +56,7 @@ patchbot worker --config patchbot.yaml --suites cache-contention,readahead --htt
 				if err := service.CheckSuites(only, ""); err != nil {
 					return usagef("--suites: %v", err)
 				}
-				cfg, err := service.LoadConfig(*configPath)
+				cfg, err := loadConfig(*configPath)
 				if err != nil {
 					return err
 				}
