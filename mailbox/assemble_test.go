@@ -351,6 +351,7 @@ func TestB4Agrees(t *testing.T) {
 	home := t.TempDir()
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel() // each b4 is a process of its own
 			var ours []string
 			for _, s := range Assemble(readFixture(t, f)) {
 				for _, p := range s.Patches {

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/patchbot/patchbot/internal/testenv"
@@ -97,32 +98,41 @@ func TestB4Compare(t *testing.T) {
 		files = append(files, m...)
 	}
 	home := t.TempDir()
+	var mu sync.Mutex
 	agree := map[string]int{}
 	total := map[string]int{}
-	for _, f := range files {
-		set := filepath.Base(filepath.Dir(f))
-		name := filepath.Base(f)
-		total[set]++
-		series := Assemble(readFixture(t, f))
-		ours := ourAdded(series)
-		theirs := b4Added(t, b4, home, f)
-		if name := b4AmName(t, b4, home, f); len(series) == 1 && name != series[0].AmName() && b4Differs[filepath.Base(f)] == "" {
-			t.Errorf("%s: b4 am -o names the mbox %s, AmName gives %s", f, name, series[0].AmName())
+	// Each b4 is a Python process of its own: two at a time on two cores.
+	t.Run("cases", func(t *testing.T) {
+		for _, f := range files {
+			set := filepath.Base(filepath.Dir(f))
+			name := filepath.Base(f)
+			t.Run(set+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				series := Assemble(readFixture(t, f))
+				ours := ourAdded(series)
+				theirs := b4Added(t, b4, home, f)
+				if name := b4AmName(t, b4, home, f); len(series) == 1 && name != series[0].AmName() && b4Differs[filepath.Base(f)] == "" {
+					t.Errorf("%s: b4 am -o names the mbox %s, AmName gives %s", f, name, series[0].AmName())
+				}
+				same := ours == theirs
+				mu.Lock()
+				total[set]++
+				if same {
+					agree[set]++
+				}
+				mu.Unlock()
+				why, differs := b4Differs[name]
+				switch {
+				case !same && !differs:
+					t.Errorf("%s: b4 0.12 gives\n%s\npatchbot gives\n%s", f, theirs, ours)
+				case same && differs:
+					t.Errorf("%s: listed as differing (%s) but b4 agrees", f, why)
+				case !same:
+					t.Logf("%s: b4 0.12 differs, as expected: %s", name, why)
+				}
+			})
 		}
-		same := ours == theirs
-		if same {
-			agree[set]++
-		}
-		why, differs := b4Differs[name]
-		switch {
-		case !same && !differs:
-			t.Errorf("%s: b4 0.12 gives\n%s\npatchbot gives\n%s", f, theirs, ours)
-		case same && differs:
-			t.Errorf("%s: listed as differing (%s) but b4 agrees", f, why)
-		case !same:
-			t.Logf("%s: b4 0.12 differs, as expected: %s", name, why)
-		}
-	}
+	})
 	for _, set := range []string{"b4", "mbox", "mailbox"} {
 		t.Logf("testdata/%s: b4 0.12 agrees on %d of %d", set, agree[set], total[set])
 	}
