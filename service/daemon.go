@@ -292,7 +292,9 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	for ctx.Err() == nil {
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
-			log.Error("reading cursor", "err", err)
+			if ctx.Err() == nil { // not a stop
+				log.Error("reading cursor", "err", err)
+			}
 		} else if w, ok := src.(mailbox.Watcher); ok {
 			err = w.Watch(ctx, cur, fn)
 		} else {
