@@ -420,6 +420,7 @@ func crashTestEnv(t *testing.T) {
 // every recipient exactly once, and every job end done.
 func TestCrashAtEachStepLosesNothing(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	points := []string{
 		// Ingest: the seed patch (1st mail), the maintainer's command (4th),
 		// the stranger's help (5th).
@@ -508,6 +509,7 @@ func TestCrashAtEachStepLosesNothing(t *testing.T) {
 // run again, its author is not mailed, and the rest of the queue goes on.
 func TestCrashingJobIsParkedNotRetried(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	w := newCrashWorld(t)
 	w.deliverThread(t)
 	// Every start's first build kills the daemon. Which job a start
@@ -546,6 +548,7 @@ func TestCrashingJobIsParkedNotRetried(t *testing.T) {
 // From:. Count what Postfix delivers, and to whom.
 func TestHostileThreadThroughPostfix(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	w := newCrashWorld(t)
 	deliverMbox(t, w.imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
 	var victims []string
