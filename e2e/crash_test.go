@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/imaptest"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
@@ -411,17 +413,10 @@ func (w *crashWorld) store(t *testing.T) *store.Store {
 }
 
 func crashTestEnv(t *testing.T) {
-	if testing.Short() {
-		t.Skip("crash tests: real Dovecot and Postfix; skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("crash tests: need root (Postfix, Dovecot's users)")
-	}
-	for _, bin := range []string{"dovecot", "postfix"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("crash tests: %s is not installed (scripts/install-deps.sh installs it)", bin)
-		}
-	}
+	t.Helper()
+	testenv.Long(t) // a Dovecot, a Postfix and daemons started and killed
+	testenv.Root(t) // Postfix, Dovecot's users
+	testenv.Tools(t, "dovecot", "postfix")
 }
 
 // The daemon is killed (SIGKILL) at each step of handling mail, running a
@@ -429,6 +424,7 @@ func crashTestEnv(t *testing.T) {
 // every recipient exactly once, and every job end done.
 func TestCrashAtEachStepLosesNothing(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	points := []string{
 		// Ingest: the seed patch (1st mail), the maintainer's command (4th),
 		// the stranger's help (5th).
@@ -442,58 +438,69 @@ func TestCrashAtEachStepLosesNothing(t *testing.T) {
 		point                                         string
 		lost, dups, replies, copies, uncertain, spent int
 	}
-	var rows []row
-	for _, point := range points {
-		t.Run(point, func(t *testing.T) {
-			w := newCrashWorld(t)
-			w.deliverThread(t)
-			w.crashAt(t, point)
-			d := w.settle(t, crashWant, 90*time.Second)
-			st := w.store(t)
-			uncertain, _ := st.OutboxIn(context.Background(), store.Uncertain)
-			r := row{point: point, uncertain: len(uncertain)}
-			if point == "outbox-delivering#1" {
-				// Killed before the final ".": nothing was delivered, and the
-				// record cannot know it. The reply is reported once and left
-				// for a person, who sees it never arrived and queues it again.
-				if len(uncertain) != 1 {
-					t.Fatalf("%d uncertain replies, want 1:\n%s", len(uncertain), d.logTail())
+	var (
+		mu   sync.Mutex
+		rows []row
+	)
+	// Each point is a world of its own, mostly waiting on its daemon:
+	// two at a time.
+	t.Run("points", func(t *testing.T) {
+		for _, point := range points {
+			t.Run(point, func(t *testing.T) {
+				t.Parallel()
+				w := newCrashWorld(t)
+				w.deliverThread(t)
+				w.crashAt(t, point)
+				d := w.settle(t, crashWant, 90*time.Second)
+				st := w.store(t)
+				uncertain, _ := st.OutboxIn(context.Background(), store.Uncertain)
+				r := row{point: point, uncertain: len(uncertain)}
+				if point == "outbox-delivering#1" {
+					// Killed before the final ".": nothing was delivered, and the
+					// record cannot know it. The reply is reported once and left
+					// for a person, who sees it never arrived and queues it again.
+					if len(uncertain) != 1 {
+						t.Fatalf("%d uncertain replies, want 1:\n%s", len(uncertain), d.logTail())
+					}
+					if !strings.Contains(d.logText(), "reply delivery uncertain") {
+						t.Errorf("no log line for the uncertain delivery:\n%s", d.logTail())
+					}
+					if dl := readDelivered(t, w.pf.Maildir); dl.copies[uncertain[0].MessageID] != 0 {
+						t.Errorf("the reply cut before its final \".\" was delivered %d times", dl.copies[uncertain[0].MessageID])
+					}
+					if err := st.RequeueUncertain(context.Background(), uncertain[0].ID); err != nil {
+						t.Fatal(err)
+					}
+					w.settle(t, crashWant, 60*time.Second)
 				}
-				if !strings.Contains(d.logText(), "reply delivery uncertain") {
-					t.Errorf("no log line for the uncertain delivery:\n%s", d.logTail())
+				if point == "outbox-accepted#1" && len(uncertain) != 0 {
+					t.Errorf("a reply delivered before the crash is still uncertain: its copy came back over IMAP and should settle it")
 				}
-				if dl := readDelivered(t, w.pf.Maildir); dl.copies[uncertain[0].MessageID] != 0 {
-					t.Errorf("the reply cut before its final \".\" was delivered %d times", dl.copies[uncertain[0].MessageID])
+				dl := readDelivered(t, w.pf.Maildir)
+				for _, e := range dl.check(crashWant) {
+					t.Error(e)
+					if strings.Contains(e, "want 1") {
+						r.lost++
+					}
 				}
-				if err := st.RequeueUncertain(context.Background(), uncertain[0].ID); err != nil {
-					t.Fatal(err)
+				r.replies, r.copies, r.dups = dl.total()
+				jobs, _ := st.Jobs(context.Background())
+				for _, j := range jobs {
+					if j.State != store.JobDone {
+						t.Errorf("job %d (%s) ended %s: %s", j.ID, j.Title, j.State, j.Error)
+						r.lost++
+					}
 				}
-				w.settle(t, crashWant, 60*time.Second)
-			}
-			if point == "outbox-accepted#1" && len(uncertain) != 0 {
-				t.Errorf("a reply delivered before the crash is still uncertain: its copy came back over IMAP and should settle it")
-			}
-			dl := readDelivered(t, w.pf.Maildir)
-			for _, e := range dl.check(crashWant) {
-				t.Error(e)
-				if strings.Contains(e, "want 1") {
-					r.lost++
+				if len(jobs) != 2 {
+					t.Errorf("%d jobs, want 2 (the series', the command's)", len(jobs))
 				}
-			}
-			r.replies, r.copies, r.dups = dl.total()
-			jobs, _ := st.Jobs(context.Background())
-			for _, j := range jobs {
-				if j.State != store.JobDone {
-					t.Errorf("job %d (%s) ended %s: %s", j.ID, j.Title, j.State, j.Error)
-					r.lost++
-				}
-			}
-			if len(jobs) != 2 {
-				t.Errorf("%d jobs, want 2 (the series', the command's)", len(jobs))
-			}
-			rows = append(rows, r)
-		})
-	}
+				mu.Lock()
+				rows = append(rows, r)
+				mu.Unlock()
+			})
+		}
+	})
+	sort.Slice(rows, func(i, j int) bool { return slices.Index(points, rows[i].point) < slices.Index(points, rows[j].point) })
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-24s %5s %5s %8s %7s %10s\n", "killed at", "lost", "dups", "replies", "copies", "uncertain")
 	for _, r := range rows {
@@ -506,6 +513,7 @@ func TestCrashAtEachStepLosesNothing(t *testing.T) {
 // run again, its author is not mailed, and the rest of the queue goes on.
 func TestCrashingJobIsParkedNotRetried(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	w := newCrashWorld(t)
 	w.deliverThread(t)
 	// Every start's first build kills the daemon. Which job a start
@@ -544,6 +552,7 @@ func TestCrashingJobIsParkedNotRetried(t *testing.T) {
 // From:. Count what Postfix delivers, and to whom.
 func TestHostileThreadThroughPostfix(t *testing.T) {
 	crashTestEnv(t)
+	t.Parallel()
 	w := newCrashWorld(t)
 	deliverMbox(t, w.imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
 	var victims []string

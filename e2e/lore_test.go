@@ -376,7 +376,8 @@ func TestSeriesCLIReadsEveryMail(t *testing.T) {
 			t.Errorf("%s: %d patches (want %d), last mail lost?\n%s", c.name, count(out), want, out)
 		}
 	}
-	if _, err := exec.LookPath("git"); err == nil {
+	{
+		testenv.Tools(t, "git")
 		// -o - too: the am mbox of the series.
 		out, err := exec.Command("sh", "-c", `cat "$1" | "$0" series --mbox /dev/stdin -o -`, bin, fresh).Output()
 		if err != nil || strings.Count(string(out), "\nSubject: [PATCH v2 ") != 3 {

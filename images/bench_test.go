@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // BenchmarkCacheHit measures DefaultKernel when the build is cached
@@ -76,9 +78,7 @@ func BenchmarkPatchedRebuild(b *testing.B) {
 // tree, which other load on the machine disturbs least.
 func BenchmarkSandboxCost(b *testing.B) {
 	needTools(b)
-	if os.Geteuid() != 0 {
-		b.Skip("the bare baseline mounts as root")
-	}
+	testenv.Root(b) // the bare baseline mounts
 	ctx := context.Background()
 	base, err := DefaultKernel(ctx, nil)
 	if err != nil {

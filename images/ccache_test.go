@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // A base build's ccache runs in depend mode: a miss compiles once and takes
@@ -17,11 +19,7 @@ import (
 // that gives back the dependency file (fixdep reads it), and a changed
 // header is a miss, not a stale object.
 func TestCcacheDependModeWithKbuildDependencyFiles(t *testing.T) {
-	for _, tool := range []string{"gcc", "ccache"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
+	testenv.Tools(t, "gcc", "ccache")
 	b := &Builder{Cache: t.TempDir()}
 	src := filepath.Join(b.Cache, "kernels", "k", "tree") // below CCACHE_BASEDIR, as a real tree
 	if err := os.MkdirAll(src, 0o755); err != nil {

@@ -5,13 +5,16 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // A patchbot killed mid-build leaves its groups behind; the next one
 // removes them, and only those of dead processes.
 func TestRemoveStaleCgroups(t *testing.T) {
-	if os.Geteuid() != 0 || !cgroupsUsable() {
-		t.Skip("cgroup v1 memory and pids are not ours here (not root, or not mounted)")
+	testenv.Root(t)
+	if !cgroupsUsable() {
+		t.Skip("cgroup v1 memory and pids are not mounted here")
 	}
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {

@@ -28,7 +28,6 @@ import (
 // trace outside its own build and be blamed rightly. Heavy: each is an
 // incremental build (about 10 s); run it under the shared lock.
 func TestHostilePatches(t *testing.T) {
-	testenv.NeedsKernel(t)
 	base := defaultKernel(t)
 	b := patchedBuilder(t)
 	sb, err := newSandbox(b.Limits, filepath.Join(b.Cache, "sandbox"))
@@ -200,9 +199,7 @@ func inertEvidence(*testing.T, *Builder) func(*testing.T, error) {
 // the host's disk is never at risk.
 func boundedOutput(base *Build) func(*testing.T, *Builder) func(*testing.T, error) {
 	return func(t *testing.T, b *Builder) func(*testing.T, error) {
-		if os.Geteuid() != 0 {
-			t.Skip("mounting a small file system needs root")
-		}
+		testenv.Root(t) // mounting a small file system
 		used, _ := treeUse(filepath.Join(base.Dir, treeDir, outDir), DefaultLimits.Files)
 		b.Limits.Output = used + 1<<30
 		var mounted []string
@@ -510,9 +507,7 @@ func hostStaysUsable(t *testing.T, _ *Builder) func(*testing.T, error) {
 // disk full, and the host's disk stays as it was.
 func smallObjectTree(base *Build) func(*testing.T, *Builder) func(*testing.T, error) {
 	return func(t *testing.T, b *Builder) func(*testing.T, error) {
-		if os.Geteuid() != 0 {
-			t.Skip("mounting a small file system needs root")
-		}
+		testenv.Root(t) // to mount a small file system
 		var used int64
 		filepath.WalkDir(filepath.Join(base.Dir, treeDir, outDir), func(p string, d fs.DirEntry, err error) error {
 			if err == nil {

@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // These tests use the real tools: git, make, gcc, ccache, bwrap, prlimit,
@@ -19,14 +20,7 @@ import (
 
 func needTools(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"git", "make", "gcc", "ccache", "bwrap", "prlimit", "unshare", "setpriv", "flex", "bison", "bc"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
-	if _, err := os.Stat(debianTarball); err != nil {
-		t.Skipf("%s not installed (scripts/install-deps.sh installs it)", DebianSource)
-	}
+	testenv.NeedsKernel(t)
 }
 
 // patchMails reads a fixture mbox and returns the mails that carry a diff,

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // These tests run real commands in the real sandbox (bwrap), cheaply: no
@@ -23,11 +24,7 @@ import (
 
 func needSandbox(t testing.TB) {
 	t.Helper()
-	for _, tool := range []string{"bwrap", "prlimit", "unshare", "setpriv", "make", "git", "perl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
+	testenv.Tools(t, "bwrap", "prlimit", "unshare", "setpriv", "make", "git", "perl")
 }
 
 // sandboxFixture is a cache-like directory closed to others, holding a
@@ -315,9 +312,7 @@ func processesMatching(s string) []string {
 // whatever the build printed.
 func TestSandboxDiskFull(t *testing.T) {
 	sb := testSandbox(t, Limits{})
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a small file system needs root")
-	}
+	testenv.Root(t) // to mount a small file system
 	f := newSandboxFixture(t)
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", f.out).CombinedOutput(); err != nil {
 		t.Skipf("mount tmpfs: %v: %s", err, out)

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // readFixture parses every mail of an mbox file in testdata.
@@ -254,9 +256,7 @@ func TestParseSubject(t *testing.T) {
 // TestWriteMboxGitAm applies assembled series with git am -3 on the tree
 // the demo fixtures were made from, and checks the result.
 func TestWriteMboxGitAm(t *testing.T) {
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	testenv.Tools(t, "git")
 	tests := []struct {
 		fixture string
 		a3      string // line 3 of fs/demo/a.c afterwards
@@ -341,10 +341,7 @@ func demoRepo(t *testing.T) string {
 // TestB4Agrees runs b4 (Debian package b4) on every fixture and checks that
 // it picks the same patches in the same order as Assemble.
 func TestB4Agrees(t *testing.T) {
-	b4, err := exec.LookPath("b4")
-	if err != nil {
-		t.Skip("b4 is not installed (Debian package b4)")
-	}
+	b4 := testenv.Tool(t, "b4")
 	var files []string
 	for _, pat := range []string{"../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox", "../testdata/seeds/003_*.txt"} {
 		m, _ := filepath.Glob(pat)
@@ -356,6 +353,7 @@ func TestB4Agrees(t *testing.T) {
 	home := t.TempDir()
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel() // each b4 is a process of its own
 			var ours []string
 			for _, s := range Assemble(readFixture(t, f)) {
 				for _, p := range s.Patches {

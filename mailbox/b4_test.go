@@ -12,7 +12,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/b4/*.want from what Assemble gives (then read the diff)")
@@ -90,42 +93,48 @@ var b4Differs = map[string]string{
 // the subject of each am mail (the tags b4 keeps, RFC among them, and
 // undecodable bytes as U+FFFD).
 func TestB4Compare(t *testing.T) {
-	b4, err := exec.LookPath("b4")
-	if err != nil {
-		t.Skip("b4 is not installed (Debian package b4)")
-	}
+	b4 := testenv.Tool(t, "b4")
 	var files []string
 	for _, pat := range []string{"../testdata/b4/*.mbox", "../testdata/mbox/*.mbox", "../testdata/mailbox/*.mbox"} {
 		m, _ := filepath.Glob(pat)
 		files = append(files, m...)
 	}
 	home := t.TempDir()
+	var mu sync.Mutex
 	agree := map[string]int{}
 	total := map[string]int{}
-	for _, f := range files {
-		set := filepath.Base(filepath.Dir(f))
-		name := filepath.Base(f)
-		total[set]++
-		series := Assemble(readFixture(t, f))
-		ours := ourAdded(series)
-		theirs := b4Added(t, b4, home, f)
-		if name := b4AmName(t, b4, home, f); len(series) == 1 && name != series[0].AmName() && b4Differs[filepath.Base(f)] == "" {
-			t.Errorf("%s: b4 am -o names the mbox %s, AmName gives %s", f, name, series[0].AmName())
+	// Each b4 is a Python process of its own: two at a time on two cores.
+	t.Run("cases", func(t *testing.T) {
+		for _, f := range files {
+			set := filepath.Base(filepath.Dir(f))
+			name := filepath.Base(f)
+			t.Run(set+"/"+name, func(t *testing.T) {
+				t.Parallel()
+				series := Assemble(readFixture(t, f))
+				ours := ourAdded(series)
+				theirs := b4Added(t, b4, home, f)
+				if name := b4AmName(t, b4, home, f); len(series) == 1 && name != series[0].AmName() && b4Differs[filepath.Base(f)] == "" {
+					t.Errorf("%s: b4 am -o names the mbox %s, AmName gives %s", f, name, series[0].AmName())
+				}
+				same := ours == theirs
+				mu.Lock()
+				total[set]++
+				if same {
+					agree[set]++
+				}
+				mu.Unlock()
+				why, differs := b4Differs[name]
+				switch {
+				case !same && !differs:
+					t.Errorf("%s: b4 0.12 gives\n%s\npatchbot gives\n%s", f, theirs, ours)
+				case same && differs:
+					t.Errorf("%s: listed as differing (%s) but b4 agrees", f, why)
+				case !same:
+					t.Logf("%s: b4 0.12 differs, as expected: %s", name, why)
+				}
+			})
 		}
-		same := ours == theirs
-		if same {
-			agree[set]++
-		}
-		why, differs := b4Differs[name]
-		switch {
-		case !same && !differs:
-			t.Errorf("%s: b4 0.12 gives\n%s\npatchbot gives\n%s", f, theirs, ours)
-		case same && differs:
-			t.Errorf("%s: listed as differing (%s) but b4 agrees", f, why)
-		case !same:
-			t.Logf("%s: b4 0.12 differs, as expected: %s", name, why)
-		}
-	}
+	})
 	for _, set := range []string{"b4", "mbox", "mailbox"} {
 		t.Logf("testdata/%s: b4 0.12 agrees on %d of %d", set, agree[set], total[set])
 	}
@@ -252,21 +261,21 @@ func TestCoverTrailersApplied(t *testing.T) {
 			t.Errorf("patch %d trailers %+v lack the cover's", i+1, p.Trailers)
 		}
 	}
-	if _, err := exec.LookPath("git"); err == nil {
-		dir := demoRepo(t)
-		var mbox bytes.Buffer
-		if err := s.WriteMbox(&mbox); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command("git", "am", "-3")
-		cmd.Dir, cmd.Stdin, cmd.Env = dir, &mbox, gitEnv()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git am: %v\n%s", err, out)
-		}
-		log := git(t, dir, "log", "--format=%B%x00", "-n", "2")
-		if n := strings.Count(log, want.String()); n != 2 {
-			t.Errorf("the cover's trailer is in %d of 2 commits:\n%s", n, log)
-		}
+	// And git am -3 puts the cover's trailers in both commits.
+	testenv.Tools(t, "git")
+	dir := demoRepo(t)
+	var mbox bytes.Buffer
+	if err := s.WriteMbox(&mbox); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("git", "am", "-3")
+	cmd.Dir, cmd.Stdin, cmd.Env = dir, &mbox, gitEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git am: %v\n%s", err, out)
+	}
+	log := git(t, dir, "log", "--format=%B%x00", "-n", "2")
+	if n := strings.Count(log, want.String()); n != 2 {
+		t.Errorf("the cover's trailer is in %d of 2 commits:\n%s", n, log)
 	}
 
 	path, err := s.WriteAmFile(filepath.Join(t.TempDir(), "out"))
@@ -285,82 +294,6 @@ func TestCoverTrailersApplied(t *testing.T) {
 	}
 }
 
-// TestB4Samples compares Assemble with the answers in b4's own test
-// samples (b4 0.17's src/tests/samples, GPL-2.0, so not shipped here):
-// PATCHBOT_B4_SAMPLES=/path/to/b4/src/tests/samples go test -run B4Samples -v ./mailbox/
-// For each trailers-followup-NAME.mbox with a NAME-ref-defaults.txt (the
-// am mbox b4 writes), the patches and the trailers each gains must match;
-// the naked-cover samples must give b4's cover.
-func TestB4Samples(t *testing.T) {
-	dir := os.Getenv("PATCHBOT_B4_SAMPLES")
-	if dir == "" {
-		t.Skip("PATCHBOT_B4_SAMPLES is not set (a checkout of b4's src/tests/samples)")
-	}
-	refs, _ := filepath.Glob(filepath.Join(dir, "trailers-followup-*-ref-defaults.txt"))
-	if len(refs) == 0 {
-		t.Fatalf("no trailers-followup-*-ref-defaults.txt in %s", dir)
-	}
-	agree, total := 0, 0
-	for _, ref := range refs {
-		src := strings.TrimSuffix(ref, "-ref-defaults.txt") + ".mbox"
-		name := filepath.Base(src)
-		total++
-		msgs := readFixture(t, src)
-		ours := ourAdded(Assemble(msgs))
-		theirs := amAdded(t, msgs, ref)
-		if ours == theirs {
-			agree++
-			continue
-		}
-		t.Errorf("%s: b4 0.17 gives\n%s\npatchbot gives\n%s", name, theirs, ours)
-	}
-	for _, c := range []struct {
-		file, cover string
-	}{{"naked-cover-single.mbox", "do a thing to the widget subsystem"}, {"naked-cover-bugreport.mbox", ""}} {
-		total++
-		s := Assemble(readFixture(t, filepath.Join(dir, c.file)))
-		got := ""
-		if len(s) == 1 && s[0].Cover != nil {
-			got = ParseSubject(s[0].Cover.Subject).Title
-		}
-		if len(s) == 1 && got == c.cover {
-			agree++
-		} else {
-			t.Errorf("%s: cover %q, b4 0.17 gives %q", c.file, got, c.cover)
-		}
-	}
-	t.Logf("b4's own samples: patchbot agrees with b4 0.17 on %d of %d", agree, total)
-}
-
-// amAdded reads an am mbox b4 wrote and gives what ourAdded gives, less
-// the Signed-off-by b4's test identity adds (addmysob).
-func amAdded(t *testing.T, orig []*Message, ref string) string {
-	byID := map[string]*Message{}
-	for _, m := range orig {
-		byID[m.MessageID] = m
-	}
-	var b strings.Builder
-	for _, m := range readFixture(t, ref) {
-		had := ""
-		if o := byID[m.MessageID]; o != nil {
-			had = "\n" + o.Body
-		}
-		msg, _, _ := strings.Cut(m.Body, "\n---\n")
-		msg, _, _ = strings.Cut(msg, "\ndiff --git ")
-		var add []string
-		for line := range strings.Lines(msg) {
-			line = strings.TrimRight(line, "\n")
-			if trailerShaped.MatchString(line) && !strings.Contains(had, "\n"+line+"\n") &&
-				!strings.Contains(line, "test-override@example.com") {
-				add = append(add, line)
-			}
-		}
-		sort.Strings(add)
-		fmt.Fprintf(&b, "%s %s\n", m.MessageID, strings.Join(add, " | "))
-	}
-	return b.String()
-}
-
 // b4CommitsDiffer lists the fixtures whose commits differ from Debian's
 // b4 0.12's, and why.
 var b4CommitsDiffer = map[string]string{
@@ -374,13 +307,8 @@ var b4CommitsDiffer = map[string]string{
 // body in that charset and one said to be UTF-8 that is not: both
 // decode it as U+FFFD, keep [PATCH RFC m/n], and git am applies both.
 func TestB4SameCommits(t *testing.T) {
-	b4, err := exec.LookPath("b4")
-	if err != nil {
-		t.Skip("b4 is not installed (Debian package b4)")
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
+	b4 := testenv.Tool(t, "b4")
+	testenv.Tools(t, "git")
 	files, _ := filepath.Glob("../testdata/mailbox/*.mbox")
 	home := t.TempDir()
 	compared := 0

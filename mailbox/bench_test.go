@@ -4,9 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // genMbox makes an mbox of topics*10 mails: per topic a v1 series (cover
@@ -120,10 +121,7 @@ func BenchmarkThread(b *testing.B) {
 
 // BenchmarkB4Thread runs "b4 am --offline-mode" on the same thread.
 func BenchmarkB4Thread(b *testing.B) {
-	b4, err := exec.LookPath("b4")
-	if err != nil {
-		b.Skip("b4 is not installed")
-	}
+	b4 := testenv.Tool(b, "b4")
 	home := b.TempDir()
 	for b.Loop() {
 		if ids := b4Patches(b, b4, home, "../testdata/mbox/squashfs-thundering-herd.mbox"); len(ids) != 1 {

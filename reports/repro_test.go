@@ -4,14 +4,14 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // Hostile Message-IDs and suite names must come out of a shell as the
 // very arguments they were: never a second command.
 func TestReproCommandsAreShellSafe(t *testing.T) {
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
+	testenv.Tools(t, "sh")
 	for _, id := range []string{
 		"<20261201.123@example.org>",
 		"<a'; touch /tmp/pwned; echo '@x>",

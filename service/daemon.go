@@ -117,6 +117,9 @@ func (d *Daemon) step(s Step) {
 func (d *Daemon) Run(ctx context.Context) error {
 	d.defaults()
 	if err := d.recoverJobs(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return err
 	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
@@ -152,7 +155,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := d.Worker.Run(ctx); err != nil {
+			if err := d.Worker.Run(ctx); err != nil && ctx.Err() == nil {
 				d.Log.Error("the worker stopped", "err", err)
 			}
 		}()
@@ -297,7 +300,9 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 		again := false
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
-			log.Error("reading cursor", "err", err)
+			if ctx.Err() == nil { // not a stop
+				log.Error("reading cursor", "err", err)
+			}
 		} else if w, ok := src.(mailbox.Watcher); ok {
 			err = w.Watch(ctx, cur, fn)
 		} else {

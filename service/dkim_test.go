@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // mx runs testdata/mx.py, a receiving server's DKIM step written with
@@ -25,7 +27,7 @@ type mx struct {
 func newMX(t *testing.T) *mx {
 	const py = "/usr/bin/python3"
 	if err := exec.Command(py, "-c", "import dkim").Run(); err != nil {
-		t.Skip("python3-dkim is not installed (scripts/install-deps.sh installs it)")
+		testenv.Missing(t, "python3-dkim is not installed (scripts/install-deps.sh installs it)")
 	}
 	k, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {

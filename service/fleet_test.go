@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -452,9 +453,7 @@ func (w *fleetWorld) delivered() (copies map[string]int, perRcpt map[string]int)
 // its recipients once, every run reaches the coordinator's runs
 // directory, and the dashboard shows both workers.
 func TestFleetSurvivesAWorkerKilledMidJob(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL, Postfix and three processes; skipped with -short")
-	}
+	testenv.Long(t) // PostgreSQL, Postfix and three processes
 	w := newFleetWorld(t, 2, "{local_worker: false, lease: 2s, poll: 200ms}", "suites: {runs: 2}\n")
 	seed := seedPatch(t)
 	const perList = 5
@@ -614,22 +613,15 @@ func TestFleetSurvivesAWorkerKilledMidJob(t *testing.T) {
 // the coordinator through the database and its reply goes out once.
 // Heavy: run it under the shared lock.
 func TestFleetRealKernel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and boots kernels; skipped with -short")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("needs root (Postfix, mounts in the build sandbox)")
-	}
-	for _, bin := range []string{"qemu-system-x86_64", "mksquashfs", "postfix", "bwrap"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s is not installed (scripts/install-deps.sh installs it)", bin)
-		}
-	}
-	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
-		t.Skip("Debian's linux-source-6.1 is not installed")
-	}
+	testenv.NeedsKernel(t)
+	testenv.NeedsVM(t)
+	testenv.Root(t) // Postfix, mounts in the build sandbox
+	testenv.Tools(t, "mksquashfs", "postfix")
+	// One round a side: the point is that a real measurement travels from
+	// the worker to the coordinator and out; judging it is the end-to-end
+	// test's, which measures the seed change in VMs too.
 	w := newFleetWorld(t, 1, "{local_worker: false, lease: 30s, poll: 500ms}",
-		"vm: {backend: qemu, cpus: 2, mem_mib: 1024}\nsuites: {profile: quick, runs: 3}\n")
+		"vm: {backend: qemu, cpus: 2, mem_mib: 1024}\nsuites: {profile: quick, runs: 1}\n")
 	id := w.post(0, 0, seedPatch(t))
 	cache := os.Getenv("PATCHBOT_CACHE")
 	if cache == "" {

@@ -2,20 +2,18 @@ package service
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/treetest"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
-// These tests build real kernels (and one boots them): run them under the
-// shared lock. The base is the cached default build; the trees are the
+// These tests build real kernels: run them under the shared lock. The base is the cached default build; the trees are the
 // Debian import as "mainline" and trees derived from it
 // (treetest.KernelTrees) where the fixture series do not apply.
 
@@ -24,25 +22,6 @@ type logWriter struct{ t testing.TB }
 func (w logWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-func needKernel(t *testing.T, vm bool) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: builds kernels")
-	}
-	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
-		t.Skip("linux-source-6.1 not installed (scripts/install-deps.sh installs it)")
-	}
-	tools := []string{"git", "make", "gcc", "ccache", "unshare", "setpriv"}
-	if vm {
-		tools = append(tools, "qemu-system-x86_64", "mksquashfs")
-	}
-	for _, tool := range tools {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (scripts/install-deps.sh installs it)", tool)
-		}
-	}
 }
 
 // realKernels is images.Kernels over the real builder and cache, choosing
@@ -94,7 +73,7 @@ func (n neverTester) Test(ctx context.Context, s invm.Spec) (*invm.Outcome, erro
 // A series whose second patch breaks the build, built patch by patch on
 // the tree it applies to: the reply names 2/3 and quotes gcc.
 func TestSecondPatchBreaksTheRealBuild(t *testing.T) {
-	needKernel(t, false)
+	testenv.NeedsKernel(t)
 	kern, _ := realKernels(t, "mainline", "net")
 	p := &Pipeline{Builder: kern, Tester: neverTester{t}, Progress: logWriter{t},
 		Reply: DefaultConfig().Reply}
@@ -123,58 +102,4 @@ func TestSecondPatchBreaksTheRealBuild(t *testing.T) {
 			t.Errorf("reply lacks %q:\n%s", want, out.Reply.Body)
 		}
 	}
-}
-
-// The bisection on real kernels in real VMs: of a comment fix, the seed
-// change and a documentation line, it names 2/3.
-//
-// It measures three times in VMs (the series, then up to two prefixes):
-// about as long as the end-to-end test three times over under TCG, so it
-// runs only when PATCHBOT_LONG_TESTS=1 (docs/service.md says how long).
-func TestRealBisectionNamesTheSeedPatch(t *testing.T) {
-	if os.Getenv("PATCHBOT_LONG_TESTS") != "1" {
-		t.Skip("measures three times in VMs; set PATCHBOT_LONG_TESTS=1 to run it")
-	}
-	needKernel(t, true)
-	kern, _ := realKernels(t, "mainline", "next", "net")
-	timer := &timedTester{ABTester: &invm.Tester{VM: invm.DefaultVM()}}
-	p := &Pipeline{Builder: kern, Tester: timer, Progress: logWriter{t}, Reply: DefaultConfig().Reply}
-	req := requestFrom(t, "../testdata/trees/squashfs-3.mbox")
-	start := time.Now()
-	out, err := p.Execute(context.Background(), req, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("whole job %s; the series' own measurement %s; the bisection's %d measurements %s",
-		time.Since(start).Round(time.Second), timer.took[0].Round(time.Second), len(timer.took)-1,
-		sum(timer.took[1:]).Round(time.Second))
-	t.Logf("reply:\n%s", out.Reply.Body)
-	bi := out.Run.Bisection
-	if bi == nil || bi.Cause != 2 || bi.Measurements > 3 {
-		t.Fatalf("bisection %+v, want 2/3 named in at most 3 measurements", bi)
-	}
-	if !says(out.Reply.Body, `The change comes from 2/3 ("squashfs: avoid thundering-herd cache wakeups").`) {
-		t.Errorf("reply does not name 2/3")
-	}
-}
-
-// timedTester records how long each measurement took.
-type timedTester struct {
-	invm.ABTester
-	took []time.Duration
-}
-
-func (tt *timedTester) Test(ctx context.Context, s invm.Spec) (*invm.Outcome, error) {
-	start := time.Now()
-	out, err := tt.ABTester.Test(ctx, s)
-	tt.took = append(tt.took, time.Since(start))
-	return out, err
-}
-
-func sum(ds []time.Duration) time.Duration {
-	var s time.Duration
-	for _, d := range ds {
-		s += d
-	}
-	return s
 }

@@ -143,16 +143,22 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.WorkDir = dir
 	}
 	if err := w.Store.RegisterWorker(ctx, store.WorkerInfo{Name: w.Name, Host: w.Host, Caps: *w.Caps}); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return err
 	}
 	if err := w.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	w.Log.Info("worker started", "accel", w.Caps.Accel, "cpus", w.Caps.CPUs, "mem_mib", w.Caps.MemMiB,
 		"suites", w.Caps.Suites, "lease", w.Lease)
 	for ctx.Err() == nil {
 		ran, err := w.RunOnce(ctx)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			w.Log.Error("claiming a job", "err", err)
 		}
 		if ran {

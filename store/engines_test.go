@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/store/pgtest"
 )
 
@@ -41,7 +42,7 @@ var engines = []engine{
 	{"postgres", func(t testing.TB) string {
 		pg.once.Do(func() { pg.srv, pg.err = pgtest.New() })
 		if pg.err != nil {
-			t.Skipf("PostgreSQL: %v", pg.err)
+			testenv.Missing(t, "PostgreSQL: %v", pg.err)
 		}
 		dsn, err := pg.srv.NewDB()
 		if err != nil {

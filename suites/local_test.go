@@ -3,12 +3,12 @@ package suites
 import (
 	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/patchbot/patchbot/images/fsimage"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
@@ -16,16 +16,12 @@ import (
 // mount file systems and drop caches.
 func needLocal(t *testing.T, fstype string) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("not root: the suites mount images and drop caches")
-	}
+	testenv.Root(t) // the suites mount images and drop caches
 	if fstype == "squashfs" {
 		if _, err := os.Stat("/dev/loop-control"); err != nil {
 			t.Skip("no /dev/loop-control: loop devices unavailable")
 		}
-		if _, err := exec.LookPath("mksquashfs"); err != nil {
-			t.Skip("mksquashfs not installed (squashfs-tools)")
-		}
+		testenv.Tools(t, "mksquashfs")
 	}
 	if fstype == "fuse" {
 		if _, err := os.Stat("/dev/fuse"); err != nil {

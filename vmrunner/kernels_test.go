@@ -3,7 +3,6 @@ package vmrunner
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/initramfs"
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // kernel is a kernel to boot in tests, with an initramfs that fits it.
@@ -23,13 +23,14 @@ type kernel struct {
 }
 
 // debianKernel is the distribution kernel at /boot (linux-image-amd64),
-// whose virtio drivers are modules packed into its initramfs.
+// whose virtio drivers are modules packed into its initramfs. It is
+// there only to be booted.
 func debianKernel(t testing.TB) kernel {
 	t.Helper()
-	skipShort(t)
+	testenv.NeedsVM(t)
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	if len(ks) == 0 {
-		t.Skip("no /boot/vmlinuz-*: scripts/install-deps.sh installs linux-image-amd64")
+		testenv.Missing(t, "no /boot/vmlinuz-*: scripts/install-deps.sh installs linux-image-amd64")
 	}
 	k := ks[len(ks)-1]
 	rd, err := initramfs.ForKernel(context.Background(), k, initramfs.Options{})
@@ -42,7 +43,6 @@ func debianKernel(t testing.TB) kernel {
 var (
 	minimalOnce sync.Once
 	minimal     kernel
-	minimalSkip string
 	minimalErr  error
 )
 
@@ -51,18 +51,8 @@ var (
 // minutes; it is cached and shared with images' own tests through a lock.
 func minimalKernel(t testing.TB) kernel {
 	t.Helper()
-	skipShort(t)
+	testenv.NeedsKernel(t)
 	minimalOnce.Do(func() {
-		for _, tool := range []string{"make", "gcc", "ccache", "flex", "bison", "bc", "unshare", "setpriv"} {
-			if _, err := exec.LookPath(tool); err != nil {
-				minimalSkip = tool + " not installed (scripts/install-deps.sh installs it)"
-				return
-			}
-		}
-		if _, err := os.Stat(filepath.Join("/usr/src", images.DebianSource+".tar.xz")); err != nil {
-			minimalSkip = images.DebianSource + " not installed (scripts/install-deps.sh installs it)"
-			return
-		}
 		b, err := images.DefaultKernel(context.Background(), nil)
 		if err != nil {
 			minimalErr = err
@@ -75,20 +65,16 @@ func minimalKernel(t testing.TB) kernel {
 		}
 		minimal = kernel{name: "minimal", bzImage: b.BzImage, vmlinux: b.Vmlinux, initramfs: rd}
 	})
-	if minimalSkip != "" {
-		t.Skip(minimalSkip)
-	}
 	if minimalErr != nil {
 		t.Fatalf("default kernel: %v", minimalErr)
 	}
 	return minimal
 }
 
+// needQEMU gates a test that starts QEMU, even only to see it fail.
 func needQEMU(t testing.TB) {
 	t.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed (qemu-system-x86)")
-	}
+	testenv.NeedsVM(t)
 }
 
 // rawDisk makes a small raw image in dir holding text at its start, to find it
@@ -148,13 +134,4 @@ func procStatus(t testing.TB, pid int) map[string]string {
 		}
 	}
 	return m
-}
-
-// skipShort skips what boots a VM or builds a kernel under -short: those
-// are heavy jobs, run under the shared lock, not with the unit tests.
-func skipShort(t testing.TB) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("boots a VM or builds a kernel: not with -short")
-	}
 }

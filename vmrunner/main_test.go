@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // libvirtSocket is where the local libvirtd listens.
@@ -24,17 +26,13 @@ var (
 // in the foreground as our children and stop them after the tests.
 func needLibvirtd(t testing.TB) {
 	t.Helper()
-	skipShort(t)
+	testenv.NeedsVM(t)
+	if !libvirtdUp() {
+		testenv.Tools(t, "libvirtd", "virtlogd")
+		testenv.Root(t) // to start libvirtd
+	}
 	daemonsOnce.Do(func() {
 		if libvirtdUp() {
-			return
-		}
-		if _, err := exec.LookPath("libvirtd"); err != nil {
-			daemonsErr = "libvirtd not installed (libvirt-daemon-system)"
-			return
-		}
-		if os.Geteuid() != 0 {
-			daemonsErr = "no libvirtd running and not root to start one"
 			return
 		}
 		for _, name := range []string{"virtlogd", "libvirtd"} {
@@ -55,7 +53,7 @@ func needLibvirtd(t testing.TB) {
 		daemonsErr = "libvirtd started but " + libvirtSocket + " did not appear in 10s"
 	})
 	if daemonsErr != "" {
-		t.Skip(daemonsErr)
+		testenv.Missing(t, "%s", daemonsErr)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
@@ -22,22 +22,10 @@ import (
 
 var screenshots = flag.String("screenshots", "", "save the browser test's screenshots in this `directory` (default: a temporary one)")
 
-// browserPath finds Debian's chromium: the binary itself rather than the
-// wrapper script, when it is there.
-func browserPath(t *testing.T) string {
-	for _, p := range []string{"/usr/lib/chromium/chromium", "chromium", "chromium-browser"} {
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	t.Skip("chromium is not installed (apt-get install chromium; scripts/install-deps.sh does)")
-	return ""
-}
-
 // newBrowser starts a headless chromium of its own, with a fresh profile.
 func newBrowser(t *testing.T) context.Context {
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(browserPath(t)),
+		chromedp.ExecPath(testenv.NeedsBrowser(t)),
 		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
 		chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true),
@@ -164,9 +152,6 @@ type browserArtifact struct {
 // its live progress, the page of the seed run patchbot measured (table,
 // plots, artifacts), its series, and the form with and without the token.
 func TestBrowser(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
 	ctx := newBrowser(t)
 	state := stateWith(t, seedRun, "readahead-warning", "does-not-apply")
 	st := openStore(t, state)

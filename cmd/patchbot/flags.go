@@ -114,7 +114,7 @@ func (c *configFlags) declare(fs *flag.FlagSet) {
 }
 
 func (c *configFlags) load() (service.Config, error) {
-	cfg, err := service.LoadConfig(c.path)
+	cfg, err := loadConfig(c.path)
 	if err != nil {
 		return cfg, err
 	}
@@ -122,6 +122,38 @@ func (c *configFlags) load() (service.Config, error) {
 		cfg.StateDir = c.state
 	}
 	return cfg, nil
+}
+
+// loadConfig reads the config file a command was given. A config that
+// cannot be read, decoded or validated is a usage error, as a bad flag
+// is: one line (the YAML decoder's list of errors joined), exit status 2.
+func loadConfig(path string) (service.Config, error) {
+	cfg, err := service.LoadConfig(path)
+	if err != nil {
+		return cfg, usageError{oneLine(err.Error())}
+	}
+	return cfg, nil
+}
+
+// oneLine joins a message of several lines into one: "a:\n  b\n  c" is
+// "a: b; c".
+func oneLine(s string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" {
+			continue
+		}
+		if b.Len() > 0 {
+			if strings.HasSuffix(b.String(), ":") {
+				b.WriteString(" ")
+			} else {
+				b.WriteString("; ")
+			}
+		}
+		b.WriteString(l)
+	}
+	return b.String()
 }
 
 // vmFlags choose the VM shape, over the config's.

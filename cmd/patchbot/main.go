@@ -246,12 +246,14 @@ func listCommands(w io.Writer) {
 	fmt.Fprintln(w, "usage: patchbot COMMAND [flags]   (patchbot help COMMAND for one command)")
 	fmt.Fprintln(w, "\npatchbot tests Linux kernel patch series posted to mailing lists and answers in\nthe thread with measured evidence.\n\ncommands:")
 	names := make([]string, 0, len(commands))
+	width := 0
 	for n := range commands {
 		names = append(names, n)
+		width = max(width, len(n))
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-*s  %s\n", width, n, commands[n].summary)
 	}
 	fmt.Fprintln(w, "\nExit status: 0 done, 1 infrastructure failure, 2 usage error, 3 the patch's fault (run, build).")
 }

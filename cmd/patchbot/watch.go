@@ -28,7 +28,7 @@ then coordinates (mail, queue, collected results, replies, dashboard) and
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			configPath := fs.String("config", "patchbot.yaml", "the daemon's config `file`")
 			return func(ctx context.Context, args []string) error {
-				cfg, err := service.LoadConfig(*configPath)
+				cfg, err := loadConfig(*configPath)
 				if err != nil {
 					return err
 				}

@@ -54,7 +54,7 @@ patchbot worker --config patchbot.yaml --suites cache-contention,readahead --htt
 				if err := suites.Check(only, ""); err != nil {
 					return usagef("--suites: %v", err)
 				}
-				cfg, err := service.LoadConfig(*configPath)
+				cfg, err := loadConfig(*configPath)
 				if err != nil {
 					return err
 				}

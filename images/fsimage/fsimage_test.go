@@ -4,17 +4,16 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 func needMksquashfs(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("mksquashfs"); err != nil {
-		t.Skip("mksquashfs not installed (apt-get install squashfs-tools)")
-	}
+	testenv.Tools(t, "mksquashfs")
 }
 
 func testSpec() Spec {

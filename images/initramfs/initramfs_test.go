@@ -9,13 +9,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 func debianKernel(t *testing.T) string {
 	t.Helper()
 	ks, _ := filepath.Glob("/boot/vmlinuz-*")
 	if len(ks) == 0 {
-		t.Skip("no /boot/vmlinuz-* (install linux-image-amd64)")
+		testenv.Missing(t, "no /boot/vmlinuz-* (scripts/install-deps.sh installs linux-image-amd64)")
 	}
 	return ks[len(ks)-1]
 }
@@ -37,9 +39,7 @@ func TestKernelRelease(t *testing.T) {
 // listing unpacks an archive with cpio(1), the independent reader.
 func listing(t *testing.T, archive string) string {
 	t.Helper()
-	if _, err := exec.LookPath("cpio"); err != nil {
-		t.Skip("cpio not installed")
-	}
+	testenv.Tools(t, "cpio")
 	raw, err := os.ReadFile(archive)
 	if err != nil {
 		t.Fatal(err)
@@ -116,9 +116,7 @@ func TestModuleErrors(t *testing.T) {
 }
 
 func TestBuildAgentIsStatic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the agent")
-	}
+	testenv.Long(t) // builds the agent
 	t.Setenv("PATCHBOT_CACHE", t.TempDir())
 	p, err := BuildAgent(context.Background(), "")
 	if err != nil {

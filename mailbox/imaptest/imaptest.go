@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // Server is a running Dovecot.
@@ -35,26 +37,19 @@ type Server struct {
 	seq      atomic.Int64
 }
 
-// Start runs Dovecot until the test ends. It skips the test when Dovecot
-// or its dovecot/dovenull users are not installed.
+// Start runs Dovecot until the test ends. It skips the test (fails it in
+// the full tier) when Dovecot or its dovecot/dovenull users are not
+// installed, or the test does not run as root.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	bin, err := exec.LookPath("dovecot")
-	if err != nil {
-		if _, err2 := os.Stat("/usr/sbin/dovecot"); err2 != nil {
-			t.Skip("dovecot is not installed (Debian package dovecot-imapd)")
-		}
-		bin = "/usr/sbin/dovecot"
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("starting Dovecot with its own users needs root")
-	}
+	bin := dovecotPath(t)
+	testenv.Root(t) // Dovecot with its own users
 	dc, err := user.Lookup("dovecot")
 	if err != nil {
-		t.Skip("no dovecot user: ", err)
+		testenv.Missing(t, "no dovecot user (Debian package dovecot-imapd): %v", err)
 	}
 	if _, err := user.Lookup("dovenull"); err != nil {
-		t.Skip("no dovenull user: ", err)
+		testenv.Missing(t, "no dovenull user (Debian package dovecot-imapd): %v", err)
 	}
 	uid, _ := strconv.Atoi(dc.Uid)
 	gid, _ := strconv.Atoi(dc.Gid)
@@ -197,10 +192,7 @@ func (s *Server) Stop(t testing.TB) {
 // Restart stops Dovecot and starts it again on the same address and mail.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	bin := "/usr/sbin/dovecot"
-	if p, err := exec.LookPath("dovecot"); err == nil {
-		bin = p
-	}
+	bin := dovecotPath(t)
 	s.Stop(t)
 	s.start(t, bin)
 }
@@ -236,11 +228,18 @@ func (s *Server) ResetUIDValidity(t testing.TB) {
 	}
 	// UIDVALIDITY is a timestamp: make sure the new one differs.
 	time.Sleep(1100 * time.Millisecond)
-	bin := "/usr/sbin/dovecot"
-	if p, err := exec.LookPath("dovecot"); err == nil {
-		bin = p
+	s.start(t, dovecotPath(t))
+}
+
+// dovecotPath is Dovecot's binary: on PATH, or where Debian puts it
+// (/usr/sbin, off a user's PATH).
+func dovecotPath(t testing.TB) string {
+	t.Helper()
+	const debian = "/usr/sbin/dovecot"
+	if _, err := os.Stat(debian); err == nil {
+		return debian
 	}
-	s.start(t, bin)
+	return testenv.Tool(t, "dovecot")
 }
 
 func chownTree(t testing.TB, root string, uid, gid int) {

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // Server is a running public-inbox-httpd serving one inbox.
@@ -48,11 +50,7 @@ type Server struct {
 // test when public-inbox is not installed.
 func Start(t testing.TB, name, address string) *Server {
 	t.Helper()
-	for _, bin := range []string{"public-inbox-init", "public-inbox-mda", "public-inbox-httpd"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s is not installed (Debian package public-inbox)", bin)
-		}
-	}
+	testenv.Tools(t, "public-inbox-init", "public-inbox-mda", "public-inbox-httpd")
 	dir := t.TempDir()
 	s := &Server{Name: name, Address: address, dir: dir,
 		home: filepath.Join(dir, "home"), inbox: filepath.Join(dir, "inbox")}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver, to create databases
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // Server is a running cluster.
@@ -58,7 +59,7 @@ func Start(t testing.TB) *Server {
 	t.Helper()
 	s, err := New()
 	if errors.Is(err, ErrNotInstalled) || errors.Is(err, errNoOwner) {
-		t.Skip(err)
+		testenv.Missing(t, "%v", err)
 	}
 	if err != nil {
 		t.Fatal(err)

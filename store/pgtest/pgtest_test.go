@@ -4,14 +4,13 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 func TestStart(t *testing.T) {
 	s := Start(t)
-	if _, err := exec.LookPath("psql"); err != nil {
-		t.Skip("no psql to ask the server")
-	}
-	out, err := exec.Command("psql", s.DSN("postgres"), "-Atc", "select current_user || ' ' || host(inet_server_addr())").CombinedOutput()
+	out, err := exec.Command(testenv.Tool(t, "psql"), s.DSN("postgres"), "-Atc", "select current_user || ' ' || host(inet_server_addr())").CombinedOutput()
 	if err != nil {
 		t.Fatalf("psql: %v\n%s", err, out)
 	}

@@ -2,14 +2,13 @@ package invm
 
 import (
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner"
 )
@@ -149,18 +148,9 @@ func TestPVHRoundUnderTCG(t *testing.T) {
 // other packages' tests.
 func guestKernel(t *testing.T) *images.Build {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: boots a VM")
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Skip("qemu-system-x86_64 not installed")
-	}
-	if _, err := exec.LookPath("mksquashfs"); err != nil {
-		t.Skip("mksquashfs not installed (squashfs-tools)")
-	}
-	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
-		t.Skip("linux-source-6.1 not installed: no default kernel to boot")
-	}
+	testenv.NeedsVM(t)
+	testenv.NeedsKernel(t)
+	testenv.Tools(t, "mksquashfs")
 	k, err := images.DefaultKernel(context.Background(), testWriter{t})
 	if err != nil {
 		t.Fatalf("building the default kernel: %v", err)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // Postfix is a second Postfix instance, started for one test, that accepts
@@ -65,17 +67,13 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 // As Debian's Postfix requires, the instance's config directory is listed
 // in alternate_config_directories of /etc/postfix/main.cf while it runs.
 func StartPostfix(t testing.TB, maildir string) *Postfix {
-	postfix, err := exec.LookPath("postfix")
-	if err != nil {
-		postfix = "/usr/sbin/postfix"
-	}
+	t.Helper()
+	postfix := "/usr/sbin/postfix" // Debian's, off a user's PATH
 	if _, err := os.Stat(postfix); err != nil {
-		t.Skip("postfix is not installed (apt-get install postfix)")
+		postfix = testenv.Tool(t, "postfix")
 	}
-	if os.Geteuid() != 0 {
-		t.Skip("starting a Postfix instance needs root")
-	}
-	maildir, err = filepath.Abs(maildir)
+	testenv.Root(t) // Postfix starts only as root
+	maildir, err := filepath.Abs(maildir)
 	if err != nil {
 		t.Fatal(err)
 	}
