@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/mail"
 	"net/url"
 	"os"
 	"strings"
@@ -22,11 +23,21 @@ type SourceConfig struct {
 	Mbox    string        `yaml:"mbox,omitempty"`
 	Maildir string        `yaml:"maildir,omitempty"`
 	Poll    time.Duration `yaml:"poll"`
+	// List is the address of the mailing list whose mail this source
+	// holds (linux-fsdevel@vger.kernel.org): its mail is list mail, and
+	// replies to it Cc the list. A lore source is a list archive and needs
+	// none. Mail of a source that names no list was sent to patchbot
+	// directly, whatever its List-Id says.
+	List string `yaml:"list,omitempty"`
 	// Trusted says that every mail of this source comes from where it says
-	// (a private list whose server checks senders), so commands in it need
-	// no DKIM proof.
+	// (a private list whose server checks senders), so its senders count
+	// as verified without a DKIM signature.
 	Trusted bool `yaml:"trusted"`
 }
+
+// ListMail says whether the source's mail is a list's: it names the list,
+// or it is a lore archive.
+func (c SourceConfig) ListMail() bool { return c.List != "" || c.Lore != "" }
 
 // IMAPConfig names an IMAP mailbox. The password is read from
 // PasswordFile (mode 0600), never given inline or on a command line.
@@ -70,6 +81,11 @@ func (c SourceConfig) Validate() error {
 	if c.Poll < 0 {
 		return errors.New("poll: negative")
 	}
+	if c.List != "" {
+		if a, err := mail.ParseAddress(c.List); err != nil || a.Name != "" || !strings.Contains(a.Address, "@") {
+			return fmt.Errorf("list %q: want the list's bare address, e.g. linux-fsdevel@vger.kernel.org", c.List)
+		}
+	}
 	return nil
 }
 
@@ -99,10 +115,29 @@ func Open(c SourceConfig, log *slog.Logger) (Source, error) {
 		s.Logger = log
 		return s, nil
 	case c.Mbox != "":
-		return &Mbox{Path: c.Mbox, Logger: log}, nil
+		return every(&Mbox{Path: c.Mbox, Logger: log}, c.Poll, log), nil
 	default:
-		return &Maildir{Dir: c.Maildir, Logger: log}, nil
+		return every(&Maildir{Dir: c.Maildir, Logger: log}, c.Poll, log), nil
 	}
+}
+
+// every makes a file source that the config gives a poll interval a
+// Watcher reading it that often (without one, the daemon's default).
+func every(src Source, interval time.Duration, log *slog.Logger) Source {
+	if interval <= 0 {
+		return src
+	}
+	return polled{src, interval, log}
+}
+
+type polled struct {
+	Source
+	interval time.Duration
+	log      *slog.Logger
+}
+
+func (p polled) Watch(ctx context.Context, cur string, fn func(m *Message, cur string) error) error {
+	return PollEvery(ctx, p.Source, p.interval, p.log, cur, fn)
 }
 
 // ReadSecret reads a password file: its first line, without the newline.
@@ -141,7 +176,95 @@ func Collect(ctx context.Context, src Source) ([]*Message, error) {
 // another number asks for that version. Notes say what a reader should
 // know about the choice (a newer version that is incomplete was passed
 // over). An incomplete chosen version is an error naming what is missing.
+//
+// A verified series is never hidden by an unverified one: when any
+// candidate's sender is verified, the unverified ones are passed over,
+// and a note names each.
 func Choose(all []*Series, version int) (*Series, []string, error) {
+	fits := func(s *Series) bool { return len(s.Patches) > 0 && (version == 0 || s.Version == version) }
+	var verified []*Series
+	for _, s := range all {
+		if fits(s) && s.Identity.Verified() {
+			verified = append(verified, s)
+		}
+	}
+	if len(verified) == 0 {
+		return choose(all, version)
+	}
+	var notes []string
+	for _, s := range all {
+		if fits(s) && !s.Identity.Verified() {
+			notes = append(notes, fmt.Sprintf("v%d from %s passed over: its sender is not verified", s.Version, s.Identity))
+		}
+	}
+	best, more, err := choose(verified, version)
+	return best, append(notes, more...), err
+}
+
+// ChooseOwned picks the series a command in a thread applies to. A
+// command that names a mail (msgid: a patch or the cover letter) applies
+// to the series holding it, whatever its version or sender. Otherwise it
+// applies to the newest complete version of the owner's series, owner
+// being who started the thread, as verified: another sender's post in the
+// thread (a stranger's "v2") is never it. When the owner has no series
+// there, Choose decides.
+func ChooseOwned(all []*Series, owner Identity, msgid string) (*Series, []string, error) {
+	if msgid = strings.Trim(strings.TrimSpace(msgid), "<>"); msgid != "" {
+		var best *Series
+		bestOwn := false
+		for _, s := range all {
+			p := s.patchByID(msgid)
+			if p == nil && (s.Cover == nil || s.Cover.MessageID != msgid) {
+				continue
+			}
+			// A patch a partial reroll borrowed names its own version first.
+			own := p == nil || p.Version == s.Version
+			if best == nil || own && !bestOwn {
+				best, bestOwn = s, own
+			}
+		}
+		switch {
+		case best == nil:
+			return nil, nil, fmt.Errorf("no patch series in this thread holds the mail <%s>", msgid)
+		case !best.Complete:
+			return nil, nil, fmt.Errorf("series %q v%d is incomplete (missing %s): %s",
+				best.Subject, best.Version, indexList(best.Missing), best.Reason)
+		}
+		return best, nil, nil
+	}
+	var owned []*Series
+	for _, s := range all {
+		if s.Identity.Key() == owner.Key() {
+			owned = append(owned, s)
+		}
+	}
+	if owner.Address == "" || len(owned) == 0 {
+		return Choose(all, 0)
+	}
+	best, notes, err := choose(owned, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range all {
+		if len(s.Patches) > 0 && s.Identity.Key() != owner.Key() && s.Version >= best.Version {
+			notes = append(notes, fmt.Sprintf("v%d from %s is not the thread author's: name one of its mails to test it", s.Version, s.Identity))
+		}
+	}
+	return best, notes, nil
+}
+
+// patchByID is the patch with that Message-ID, or nil.
+func (s *Series) patchByID(id string) *Patch {
+	for _, p := range s.Patches {
+		if p.MessageID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// choose is Choose's rule over every series given.
+func choose(all []*Series, version int) (*Series, []string, error) {
 	var best, newest *Series
 	for _, s := range all {
 		if len(s.Patches) == 0 {

@@ -15,8 +15,10 @@ import (
 type Asker struct {
 	// Address is the one bare address of the mail's From:.
 	Address string
-	// Authenticated: the mail carries a DKIM pass for Address's domain
-	// from a trusted authserv-id, or came from a source trusted as a whole.
+	// Authenticated: the mail carries a valid DKIM signature aligned with
+	// Address's domain (checked by patchbot, or vouched for by a trusted
+	// server when the key is gone), or came from a source trusted as a
+	// whole. An unauthenticated asker draws from the unverified budget.
 	Authenticated bool
 }
 
@@ -37,8 +39,8 @@ func Authorize(cfg CommandsConfig, asker Asker, author string) (bool, string) {
 		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s)
 	}
 	if !asker.Authenticated {
-		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no DKIM pass for %s "+
-			"from a server this instance trusts", s, mailbox.Domain(s))
+		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no valid DKIM signature "+
+			"aligned with %s", s, mailbox.Domain(s))
 	}
 	return true, ""
 }
@@ -53,6 +55,9 @@ type command struct {
 	// answer is the short answer to give, already addressed to the asker
 	// alone and threaded under the command's mail.
 	answer reports.Answer
+	// noTarget says why the series the command named cannot be tested
+	// (series=ID that no complete series holds).
+	noTarget string
 }
 
 // decision is what to do with a command: answer it (Answer set), queue a
@@ -67,8 +72,11 @@ type decision struct {
 }
 
 // decide weighs one command: the per-sender limit first (help, refusals
-// and malformed commands count), then what it asks. target is the newest
-// series in the thread (nil when there is none); mkRequest makes its job.
+// and malformed commands count), then what it asks. target is the series
+// it applies to (nil when there is none); mkRequest makes its job. An
+// unverified asker's commands are counted apart from the verified
+// sender's of the same address, and get at most
+// limits.unverified_per_sender_per_day answers a day.
 func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *mailbox.Series,
 	mkRequest func() (*Request, error), now time.Time) (decision, error) {
 	cfg := d.Config.Commands
@@ -80,9 +88,18 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 		}
 		return decision{Outcome: store.CommandAnswered, Answer: &a}
 	}
-	counts, err := tx.CommandCounts(ctx, c.asker.Address, now.Add(-time.Hour))
+	verified := c.asker.Authenticated
+	counts, err := tx.CommandCounts(ctx, c.asker.Address, verified, now.Add(-time.Hour))
 	if err != nil {
 		return decision{}, err
+	}
+	spent := false // an unverified asker had its answers of the day
+	if !verified {
+		day, err := tx.CommandCounts(ctx, c.asker.Address, false, now.Add(-24*time.Hour))
+		if err != nil {
+			return decision{}, err
+		}
+		spent = day.Counted >= d.Config.Limits.UnverifiedPerSenderPerDay
 	}
 	refuse := func(reason string) decision {
 		if !cfg.AnswerRefused || counts.Refusals > 0 {
@@ -96,7 +113,14 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if c.Err == "" && c.Name == "stop" {
 		dc := answer(reports.AnswerStopped, c.asker.Address)
 		dc.OptOut = true
+		if spent {
+			dc.Answer, dc.Outcome, dc.Why = nil, store.CommandDropped, "opt-out recorded; an unverified sender was answered today already"
+		}
 		return dc, nil
+	}
+	if spent {
+		return decision{Outcome: store.CommandDropped, Why: fmt.Sprintf("an unverified sender gets %d answer(s) a day",
+			d.Config.Limits.UnverifiedPerSenderPerDay)}, nil
 	}
 	if counts.Counted >= cfg.PerSenderPerHour {
 		return refuse(fmt.Sprintf("%s already gave %d commands in the last hour (limit %d)",
@@ -107,6 +131,8 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 		return answer(reports.AnswerNotUnderstood, c.Err), nil
 	case c.Name == "help":
 		return answer(reports.AnswerHelp, ""), nil
+	case target == nil && c.noTarget != "":
+		return answer(reports.AnswerInvalid, c.noTarget), nil
 	case target == nil:
 		return answer(reports.AnswerNoSeries, ""), nil
 	}
@@ -134,24 +160,33 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if err := withOptions(req, c.Command, target); err != nil {
 		return answer(reports.AnswerInvalid, err.Error()), nil
 	}
-	if ok, why, err := d.mayMail(ctx, tx, c.thread, now); err != nil || !ok {
+	if ok, why, err := d.mayMail(ctx, tx, c.thread, false, now); err != nil || !ok {
 		return decision{Outcome: store.CommandDropped, Why: why}, err
 	}
 	return decision{Outcome: store.CommandAccepted, Request: req}, nil
 }
 
 // mayMail says whether one more automatic mail fits the quotas: per
-// thread per day, and in all per hour.
-func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now time.Time) (bool, string, error) {
+// thread per day, and in all per hour; for an answer to an unverified
+// sender (stranger), the unverified budget's hour instead, which is
+// counted apart and never uses up the others.
+func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, stranger bool, now time.Time) (bool, string, error) {
 	l := d.Config.Limits
-	n, err := tx.OutboxSince(ctx, thread, now.Add(-24*time.Hour))
+	if stranger {
+		n, err := tx.OutboxSince(ctx, "", store.BudgetUnverified, now.Add(-time.Hour))
+		if err != nil || n < l.UnverifiedPerHour {
+			return err == nil, "", err
+		}
+		return false, fmt.Sprintf("patchbot answered %d unverified senders in the last hour (limit %d)", n, l.UnverifiedPerHour), nil
+	}
+	n, err := tx.OutboxSince(ctx, thread, "", now.Add(-24*time.Hour))
 	if err != nil {
 		return false, "", err
 	}
 	if n >= l.PerThreadPerDay {
 		return false, fmt.Sprintf("the thread had %d mails from patchbot in a day (limit %d)", n, l.PerThreadPerDay), nil
 	}
-	if n, err = tx.OutboxSince(ctx, "", now.Add(-time.Hour)); err != nil {
+	if n, err = tx.OutboxSince(ctx, "", "", now.Add(-time.Hour)); err != nil {
 		return false, "", err
 	}
 	if n >= l.PerHour {
@@ -178,13 +213,19 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 	if err != nil {
 		return err
 	}
-	// The series a command tests is the one `patchbot run` would: the
-	// newest complete version (an incomplete one cannot be applied).
-	target, _, _ := mailbox.Choose(view.series, 0)
-	asker := Asker{Address: o.Sender, Authenticated: d.sources[in.source].Trusted || o.DKIMPass(d.Config.Commands.AuthservIDs)}
+	id := m.Identity()
+	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender}
+	owner := view.owner(in.thread)
 	for i, c := range cmds {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
-		cmd.answer = reports.Answer{Command: c.Line,
+		// The series a command tests: the thread author's newest complete
+		// version (as `patchbot run` would choose it; an incomplete one
+		// cannot be applied), or the one it names by a mail of it.
+		target, _, err := mailbox.ChooseOwned(view.series, owner, c.Series)
+		if err != nil && c.Series != "" {
+			cmd.noTarget = err.Error()
+		}
+		cmd.answer = reports.Answer{Command: c.Line, Stranger: !asker.Authenticated,
 			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			// A hash, not the command's Message-ID: two Message-IDs must not
 			// make one answer's, and a sender's text has no place in ours.
@@ -225,12 +266,16 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			}
 		}
 		if _, err := in.tx.LogCommand(ctx, store.Command{Key: cmd.key, Sender: o.Sender, ThreadID: in.thread,
-			At: in.now, Outcome: dc.Outcome}); err != nil {
+			At: in.now, Outcome: dc.Outcome, Unverified: !asker.Authenticated}); err != nil {
 			return err
 		}
 		d.Metrics.Commands.WithLabelValues(string(dc.Outcome)).Inc()
-		in.log.Info("command", "command", c.Line, "from", o.Sender, "authenticated", asker.Authenticated,
-			"outcome", dc.Outcome, "why", dc.Why)
+		series := ""
+		if target != nil {
+			series = fmt.Sprintf("%s v%d from %s", target.Title, target.Version, target.Identity)
+		}
+		in.log.Info("command", "command", mailbox.Clip(c.Line, mailbox.MaxEcho), "from", id.String(),
+			"authenticated", asker.Authenticated, "series", series, "outcome", dc.Outcome, "why", dc.Why)
 	}
 	return nil
 }
@@ -240,7 +285,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 // has not opted out. It says whether it did, and why not.
 func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, error) {
 	d := in.d
-	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, in.now); err != nil || !ok {
+	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, a.Stranger, in.now); err != nil || !ok {
 		if err == nil {
 			d.Metrics.Dropped.WithLabelValues("quota").Inc()
 		}

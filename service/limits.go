@@ -28,12 +28,22 @@ type LimitsConfig struct {
 	// OptOut are addresses never mailed, as if each had sent
 	// "#patchbot stop".
 	OptOut []string `yaml:"opt_out"`
+
+	// Answers to unverified senders (no aligned DKIM signature, no trusted
+	// source) come from a budget of their own, which never reduces the
+	// quotas above: a stranger in anyone's name can neither silence
+	// patchbot for verified senders nor use it to mail many addresses
+	// that never wrote. UnverifiedPerSenderPerDay bounds the answers to
+	// one address, UnverifiedPerHour those to all of them.
+	UnverifiedPerSenderPerDay int `yaml:"unverified_per_sender_per_day"`
+	UnverifiedPerHour         int `yaml:"unverified_per_hour"`
 }
 
 // DefaultLimits: the seed series' reply (the author and 12 Cc's) fits
-// under the recipient cap.
+// under the recipient cap; an unverified sender gets one answer a day.
 func DefaultLimits() LimitsConfig {
-	return LimitsConfig{MaxRecipients: outbox.DefaultMaxRecipients, PerThreadPerDay: 10, PerHour: 30}
+	return LimitsConfig{MaxRecipients: outbox.DefaultMaxRecipients, PerThreadPerDay: 10, PerHour: 30,
+		UnverifiedPerSenderPerDay: 1, UnverifiedPerHour: 10}
 }
 
 func (l LimitsConfig) validate() []string {
@@ -46,6 +56,9 @@ func (l LimitsConfig) validate() []string {
 	}
 	if l.PerHour < 1 {
 		errs = append(errs, "limits.per_hour: want at least 1")
+	}
+	if l.UnverifiedPerSenderPerDay < 0 || l.UnverifiedPerHour < 0 {
+		errs = append(errs, "limits.unverified_per_sender_per_day, limits.unverified_per_hour: want 0 (never answer) or more")
 	}
 	for _, a := range l.OptOut {
 		if _, err := mail.ParseAddress(a); err != nil {

@@ -68,13 +68,20 @@ type Request struct {
 	// Series names the series across its versions, so that the reply to
 	// v2 can say what v1 measured.
 	Series SeriesKey `json:"series"`
+	// Attestation is who signed each patch's mail, as verified when it
+	// came, for the reply and the dashboard.
+	Attestation []reports.Attested `json:"attestation,omitempty"`
 }
 
-// SeriesKey is a series across its versions: the same author and title.
+// SeriesKey is a series across its versions: the same author, as
+// verified, and title.
 type SeriesKey struct {
 	Author  string `json:"author,omitempty"` // address only
 	Title   string `json:"title,omitempty"`
 	Version int    `json:"version,omitempty"`
+	// Identity is the author's mailbox.Identity key ("addr/verified"):
+	// an unverified post's run is never another's earlier version.
+	Identity string `json:"identity,omitempty"`
 }
 
 // IncompleteCheck names the series an incomplete-series job looks at.
@@ -83,6 +90,11 @@ type IncompleteCheck struct {
 	Author   string `json:"author"`
 	Title    string `json:"title"`
 	Version  int    `json:"version"`
+	// Identity is the author's mailbox.Identity key; Unverified says the
+	// author was not proven, so the answer draws from the unverified
+	// budget.
+	Identity   string `json:"identity,omitempty"`
+	Unverified bool   `json:"unverified,omitempty"`
 }
 
 // NewRequest describes the test of a complete series, answering the mail
@@ -90,9 +102,16 @@ type IncompleteCheck struct {
 func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Request {
 	req := &Request{Title: s.Subject, Patches: s.Mails(), Files: s.Files(), Base: s.Base,
 		Profile: defaults.Profile, Runs: defaults.Runs,
-		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version, Identity: s.Identity.Key()}}
 	for _, p := range s.Patches {
 		req.Subjects = append(req.Subjects, p.Subject)
+		if p.Message != nil && p.Message.Attestation != nil {
+			a := reports.Attested{Subject: p.Subject, Verified: p.Message.Identity().Verified()}
+			for _, c := range p.Attestation {
+				a.Checks = append(a.Checks, reports.Check{Pass: c.Pass, Text: c.Text})
+			}
+			req.Attestation = append(req.Attestation, a)
+		}
 	}
 	req.Tags = subjectTags(s)
 	p0 := s.Patches[0]
@@ -250,7 +269,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// Counters and times are positive with multiplicative noise: judge
 	// them on the log scale (see reports/stats.LogWelch).
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Test: stats.LogWelch},
-		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches)}
+		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches), Attestation: req.Attestation}
 	if req.First > 0 {
 		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
 	}

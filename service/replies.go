@@ -27,20 +27,19 @@ func (d *Daemon) putAnswer(ctx context.Context, tx *store.Tx, a reports.Answer, 
 		d.Metrics.Dropped.WithLabelValues("render").Inc()
 		return false, "the answer does not render", nil
 	}
-	return d.putReply(ctx, tx, r, thread)
-}
-
-// putReply puts a rendered mail in the outbox within tx.
-func (d *Daemon) putReply(ctx context.Context, tx *store.Tx, r *reports.Reply, thread string) (bool, string, error) {
-	return putReply(ctx, tx, d.Outbox, d.Config, d.Metrics, d.Log, r, thread)
+	budget := ""
+	if a.Stranger {
+		budget = store.BudgetUnverified
+	}
+	return putReply(ctx, tx, d.Outbox, d.Config, d.Metrics, d.Log, r, thread, budget)
 }
 
 // putReply puts a rendered mail in ob's outbox within tx, from the
-// config's sender. A mail that cannot be addressed (or whose recipients
-// all opted out) is dropped and logged: it would be the same on every
-// retry.
+// config's sender, drawn from budget ("" or store.BudgetUnverified). A
+// mail that cannot be addressed (or whose recipients all opted out) is
+// dropped and logged: it would be the same on every retry.
 func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
-	r *reports.Reply, thread string) (bool, string, error) {
+	r *reports.Reply, thread, budget string) (bool, string, error) {
 	raw, err := r.Bytes()
 	var rcpt []string
 	if err == nil {
@@ -52,7 +51,7 @@ func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, 
 		return false, err.Error(), nil
 	}
 	added, err := ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: raw, ThreadID: thread})
+		From: mailbox.AddrOf(cfg.Reply.From), To: rcpt, Raw: raw, ThreadID: thread, Budget: budget})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
 		log.Info("mail not sent: every recipient opted out", "message_id", r.Header.MessageID)

@@ -94,12 +94,14 @@ func TestHostileThreadIsBounded(t *testing.T) {
 		limits func(*LimitsConfig)
 		want   int // answers queued
 	}{
-		// Four strangers who can be answered, four answers each an hour
-		// (help thrice and one refusal); the thread's quota (10 a day,
-		// the seed's own reply included) stops it at 9.
-		{"defaults", func(*LimitsConfig) {}, 9},
-		// Without the quotas the per-sender limit alone bounds it.
-		{"per-sender limit alone", func(l *LimitsConfig) { l.PerThreadPerDay, l.PerHour = 1000, 1000 }, 16},
+		// Four strangers who can be answered, none verified: one answer
+		// each a day, from the unverified budget.
+		{"defaults", func(*LimitsConfig) {}, 4},
+		// Without the quotas the per-sender limit alone bounds it: four
+		// answers each an hour (help thrice and one refusal).
+		{"per-sender limit alone", func(l *LimitsConfig) {
+			l.PerThreadPerDay, l.PerHour, l.UnverifiedPerSenderPerDay, l.UnverifiedPerHour = 1000, 1000, 1000, 1000
+		}, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -154,9 +156,12 @@ func TestHostileThreadIsBounded(t *testing.T) {
 	}
 }
 
-// A command from an allow-listed address counts only when a trusted server
-// vouches for it; a forged From:, or a field the sender wrote, does not.
-func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
+// A command from an allow-listed address counts only when a valid DKIM
+// signature aligned with From: proves it (patchbot's own check, or a
+// trusted server's for a key since gone), or its source is trusted; a
+// forged From:, a signature of another domain, a mail changed after
+// signing or an Authentication-Results field the sender wrote do not.
+func TestCommandNeedsAVerifiedSender(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDaemon(t, t.TempDir())
 	d.Config.Sources = append(d.Config.Sources, mailbox.SourceConfig{Name: "private", Maildir: "/nonexistent", Trusted: true})
@@ -164,33 +169,43 @@ func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
 	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
 	const from = "Maintainer <maintainer@example.org>"
 	const cmd = "#patchbot test cache-contention\n"
-	tests := []struct {
-		name, source, header string
-		want                 string // the command's outcome
-	}{
-		{"no Authentication-Results", "list", listID, "refused"},
-		{"a pass from a server not trusted", "list", listID + strings.ReplaceAll(dkimPass("example.org"), testAuthserv, "mx.evil.example"), "dropped"},
-		{"a pass for another domain", "list", listID + dkimPass("evil.example"), "dropped"},
-		{"a trusted server's pass", "list", listID + dkimPass("example.org"), "accepted"},
-		{"a trusted source", "private", listID, "accepted"},
+	mail := func(id, header string) []byte {
+		return testKeys.sign(t, []byte(reply{id: id, from: from, header: header, body: cmd}.raw()))
 	}
-	for i, tt := range tests {
-		id := fmt.Sprintf("auth-%d@example.org", i)
-		d.ingestRaw(t, tt.source, reply{id: id, from: from, header: tt.header, body: cmd}.raw())
-		if got := d.outcomes(t, id); len(got) != 1 || got[0] != tt.want {
-			t.Errorf("%s: outcome %v, want %s (later refusals are dropped: one a sender an hour)", tt.name, got, tt.want)
+	forgedAR := "Authentication-Results: " + testAuthserv + "; dkim=pass header.d=example.org\n"
+	tests := []struct {
+		name, source string
+		raw          []byte
+		want         string // the command's outcome
+	}{
+		{"unsigned", "list", mail("auth-0@example.org", listID), "refused"},
+		// Every later unverified one is dropped: one answer a day.
+		{"signed by another domain", "list", mail("auth-1@example.org", listID+dkimPass("evil.example")), "dropped"},
+		{"a trusted server's pass for no signature", "list", mail("auth-2@example.org", forgedAR+listID), "dropped"},
+		{"changed after signing", "list", bytes.Replace(mail("auth-3@example.org", listID+dkimPass("example.org")),
+			[]byte("cache-contention"), []byte("locks"), 1), "dropped"},
+		{"a pass the sender wrote below From:", "list", []byte(strings.Replace(string(mail("auth-4@example.org", listID)),
+			"To:", strings.TrimSuffix(forgedAR, "\n")+"\nTo:", 1)), "dropped"},
+		{"signed by example.org", "list", mail("auth-5@example.org", listID+dkimPass("example.org")), "accepted"},
+		{"a rotated key the trusted server vouched for", "list", vouch(t, keyGone(mail("auth-6@example.org", listID+dkimPass("example.org"))), testAuthserv), "accepted"},
+		{"a rotated key an untrusted server vouched for", "list", vouch(t, keyGone(mail("auth-7@example.org", listID+dkimPass("example.org"))), "mx.evil.example"), "dropped"},
+		{"a trusted source", "private", mail("auth-8@example.org", listID), "accepted"},
+	}
+	for _, tt := range tests {
+		m, err := mailbox.ParseBytes(tt.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Ingest(ctx, tt.source, m, m.MessageID); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.outcomes(t, m.MessageID); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("%s: outcome %v, want %s", tt.name, got, tt.want)
 		}
 	}
-	// Written by the sender, below From:, a field proves nothing.
-	id := "auth-forged@example.org"
-	d.ingestRaw(t, "list", listID+"From: "+from+"\n"+dkimPass("example.org")+
-		"Subject: Re: x\nMessage-ID: <"+id+">\nIn-Reply-To: <"+seedID+">\nReferences: <"+seedID+">\n\n"+cmd)
-	if got := d.outcomes(t, id); len(got) != 1 || got[0] == "accepted" {
-		t.Errorf("a forged field below From: was believed: %v", got)
-	}
 	jobs, _ := d.Store.Jobs(ctx)
-	if len(jobs) != 3 {
-		t.Errorf("%d jobs, want the list's and the two authenticated commands'", len(jobs))
+	if len(jobs) != 4 {
+		t.Errorf("%d jobs, want the list's and the three verified commands'", len(jobs))
 	}
 	var refusal string
 	for _, m := range d.outboxAll(t) {
@@ -198,9 +213,27 @@ func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
 			refusal = string(m.Raw)
 		}
 	}
-	if !strings.Contains(strings.Join(strings.Fields(refusal), " "), "carries no DKIM pass for example.org") {
+	if !strings.Contains(strings.Join(strings.Fields(refusal), " "), "carries no valid DKIM signature aligned with example.org") {
 		t.Errorf("the unauthenticated command's refusal does not say why:\n%s", refusal)
 	}
+}
+
+// keyGone makes a signed mail's key unfindable, as when a domain rotated
+// it after the mail was checked: the selector points nowhere.
+func keyGone(raw []byte) []byte {
+	return bytes.Replace(raw, []byte("s=test;"), []byte("s=rotated;"), 1)
+}
+
+// vouch prepends a receiving server's DKIM pass for the mail's signature
+// (header.d and the start of b=, as servers write them).
+func vouch(t *testing.T, raw []byte, authserv string) []byte {
+	t.Helper()
+	i := bytes.Index(raw, []byte(" b="))
+	if i < 0 {
+		t.Fatal("no signature")
+	}
+	b := strings.Join(strings.Fields(string(raw[i+3:i+3+12])), "")[:8]
+	return append([]byte("Authentication-Results: "+authserv+";\n dkim=pass header.d=example.org header.b=\""+b+"\"\n"), raw...)
 }
 
 // Fifty copies of a command are one; a mail's fourth command is not read;

@@ -26,6 +26,9 @@ type Command struct {
 	ThreadID string
 	At       time.Time
 	Outcome  CommandOutcome
+	// Unverified: the sender's address was not proven (no aligned DKIM
+	// signature, no trusted source). Such commands are counted apart.
+	Unverified bool
 }
 
 // LogCommand records an email command; a command seen before is not
@@ -33,9 +36,9 @@ type Command struct {
 func (t *Tx) LogCommand(ctx context.Context, c Command) (bool, error) { return logCommand(ctx, t.r, c) }
 
 func logCommand(ctx context.Context, r runner, c Command) (bool, error) {
-	res, err := r.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
-		c.Key, c.Sender, c.ThreadID, fmtTime(c.At), boolInt(c.Outcome == CommandAccepted), string(c.Outcome))
+	res, err := r.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome, verified)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
+		c.Key, c.Sender, c.ThreadID, fmtTime(c.At), boolInt(c.Outcome == CommandAccepted), string(c.Outcome), boolInt(!c.Unverified))
 	if err != nil {
 		return false, fmt.Errorf("logging command %s: %w", c.Key, err)
 	}
@@ -49,24 +52,27 @@ type CommandCounts struct {
 	Refusals int // refusals answered
 }
 
-// CommandCounts counts a sender's commands since a time.
-func (s *Store) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, s.r, sender, since)
+// CommandCounts counts a sender's commands since a time, those of the
+// verified sender or those of mail only claiming the address: the two are
+// counted apart, so that a stranger writing in someone's name cannot use
+// up that person's limit.
+func (s *Store) CommandCounts(ctx context.Context, sender string, verified bool, since time.Time) (CommandCounts, error) {
+	return commandCounts(ctx, s.r, sender, verified, since)
 }
 
 // CommandCounts is Store.CommandCounts inside the transaction.
-func (t *Tx) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, t.r, sender, since)
+func (t *Tx) CommandCounts(ctx context.Context, sender string, verified bool, since time.Time) (CommandCounts, error) {
+	return commandCounts(ctx, t.r, sender, verified, since)
 }
 
-func commandCounts(ctx context.Context, r runner, sender string, since time.Time) (CommandCounts, error) {
+func commandCounts(ctx context.Context, r runner, sender string, verified bool, since time.Time) (CommandCounts, error) {
 	var c CommandCounts
 	err := r.QueryRowContext(ctx, `SELECT
 		coalesce(sum(CASE WHEN outcome IN (?, ?, ?) THEN 1 ELSE 0 END), 0),
 		coalesce(sum(CASE WHEN outcome = ? THEN 1 ELSE 0 END), 0)
-		FROM commands WHERE sender = ? AND at >= ?`,
+		FROM commands WHERE sender = ? AND verified = ? AND at >= ?`,
 		CommandAccepted, CommandAnswered, CommandRefused, CommandRefused,
-		sender, fmtTime(since)).Scan(&c.Counted, &c.Refusals)
+		sender, boolInt(verified), fmtTime(since)).Scan(&c.Counted, &c.Refusals)
 	if err != nil {
 		return c, fmt.Errorf("counting commands of %s: %w", sender, err)
 	}

@@ -106,6 +106,10 @@ func seriesToTest(ctx context.Context, c mailbox.SourceConfig, version int, stde
 	if err != nil {
 		return nil, err
 	}
+	// Who sent each mail, as b4 checks it (DKIM, keys from DNS): the
+	// reply says it per patch, and an unverified post never hides a
+	// verified one.
+	mailbox.NewVerifier(mailbox.DKIMConfig{}, nil).VerifyAll(ctx, msgs)
 	s, notes, err := mailbox.Choose(mailbox.AssembleVersions(msgs), version)
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "note:", n)
