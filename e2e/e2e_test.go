@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,6 +44,7 @@ func TestEndToEnd(t *testing.T) {
 
 	imap := imaptest.Start(t)
 	pf := smtptest.StartPostfix(t, imap.MaildirPath)
+	sig := newSigner(t)
 	bin := buildPatchbot(t)
 	dir := t.TempDir()
 	httpAddr := freeAddr(t)
@@ -55,15 +57,17 @@ func TestEndToEnd(t *testing.T) {
 sources:
   - name: fsdevel
     imap: {addr: %q, user: %q, password_file: %q, mailbox: INBOX}
+    list: linux-fsdevel@vger.kernel.org
     poll: 2s
 vm: {backend: qemu, cpus: 2, mem_mib: 1024}
 suites: {profile: quick, runs: 3}
 smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
 reply: {from: "patchbot <%s>"}
 commands: {allow: [maintainer@example.org], authserv_ids: [%s], answer_refused: true}
+dkim: {dns: %q}
 http: %s
 `, filepath.Join(dir, "state"), imap.Addr, imap.User, pwFile, pf.Addr, botAddr,
-		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, httpAddr))
+		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, sig.dns.Addr, httpAddr))
 
 	d := startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon.log"))
 	deliverMbox(t, imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
@@ -99,7 +103,7 @@ http: %s
 
 	// An email command from an allowed sender starts a new run; the same
 	// from a stranger is refused.
-	imap.Deliver(t, signed(command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention")))
+	imap.Deliver(t, sig.signed(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention")))
 	imap.Deliver(t, listMail(command("cmd-stranger", "Stranger <stranger@example.net>", seedID, "#patchbot test cache-contention")))
 	refusal := waitReply(t, imap, d, "cmd-stranger@example.org", 5*time.Minute)
 	if !strings.Contains(refusal.Body, "did not run") {
@@ -188,14 +192,29 @@ func (d *daemon) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
+// built is the patchbot binary, built once for all the tests of a run
+// (linking it takes seconds) and removed by TestMain.
+var built struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
 func buildPatchbot(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "patchbot")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/patchbot").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building patchbot: %v\n%s", err, out)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "patchbot-e2e-"); built.err != nil {
+			return
+		}
+		out, err := exec.Command("go", "build", "-o", filepath.Join(built.dir, "patchbot"), "../cmd/patchbot").CombinedOutput()
+		if err != nil {
+			built.err = fmt.Errorf("%v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatalf("building patchbot: %v", built.err)
 	}
-	return bin
+	return filepath.Join(built.dir, "patchbot")
 }
 
 // deliverMbox drops each mail of an mbox into the watched mailbox, as the
