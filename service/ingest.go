@@ -269,20 +269,20 @@ func (v *threadView) owner(root string) mailbox.Identity {
 }
 
 // ccMail is the mail whose To and Cc a reply about the series answered on
-// target takes: the target's own when its sender is the thread's owner,
-// verified; else the thread's root (the Cc of the mail that started the
-// thread, never one a later stranger chose); else the target's when its
-// sender is at least verified; else none.
+// target takes: the mail that started the thread (root), or the target
+// itself when it is that mail or its sender is the root's, verified (an
+// author's own v2 in the thread). Never a later stranger's: when the root
+// is not kept, only a target that is the root gives its Cc, else none.
 func (v *threadView) ccMail(root, target string) string {
-	t, ok := v.msgs[target]
-	if ok && t.Identity().Verified() && t.Identity().Key() == v.owner(root).Key() {
+	r, haveRoot := v.msgs[root]
+	t, haveTarget := v.msgs[target]
+	switch {
+	case haveTarget && target == root:
 		return target
-	}
-	if _, ok := v.msgs[root]; ok {
+	case haveRoot && haveTarget && t.Identity().Verified() && t.Identity().Key() == r.Identity().Key():
+		return target
+	case haveRoot:
 		return root
-	}
-	if ok && t.Identity().Verified() {
-		return target
 	}
 	return ""
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -567,5 +568,130 @@ func TestShutdownGivesTheAttemptBack(t *testing.T) {
 	if j := jobs[0]; j.State != store.JobQueued || j.Attempts != 0 || j.Stage != "interrupted" {
 		t.Errorf("after %d shutdowns: job %s, stage %q, %d attempts; want queued with none spent",
 			2*d.MaxAttempts, j.State, j.Stage, j.Attempts)
+	}
+}
+
+// A stranger's v2 in the author's thread, Cc'ing addresses of its own
+// choosing: the author's command still tests the author's series, a
+// maintainer's too unless it names the v2, and no reply Cc's the
+// stranger's addresses.
+func TestStrangersV2InTheThread(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", dkimPass("linux.dev"))
+	seed, _ := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	v2 := strings.SplitN(string(seed), "\nFrom ", 2)[0]
+	var cc []string
+	for i := 0; i < 20; i++ {
+		cc = append(cc, fmt.Sprintf("stranger-cc%d@victims.example", i))
+	}
+	v2 = strings.NewReplacer("From: Usama Arif <usama.arif@linux.dev>", "From: Stranger <s@stranger.example>",
+		"[PATCH] squashfs", "[PATCH v2] squashfs", "Message-ID: <"+seedID+">",
+		"Message-ID: <v2@stranger.example>\nIn-Reply-To: <"+seedID+">\nReferences: <"+seedID+">\nCc: "+strings.Join(cc, ", ")).Replace(v2)
+	v2 = v2[strings.Index(v2, "\n")+1:] // no mbox From line
+	d.ingestRaw(t, "list", dkimPass("stranger.example")+v2)
+	d.ingestRaw(t, "list", reply{id: "author-cmd@linux.dev", from: "Usama Arif <usama.arif@linux.dev>",
+		header: dkimPass("linux.dev"), body: "#patchbot test\n"}.raw())
+	d.ingestRaw(t, "list", reply{id: "maint-cmd@example.org", from: "Maintainer <maintainer@example.org>",
+		header: dkimPass("example.org"), body: "#patchbot test\n"}.raw())
+	d.ingestRaw(t, "list", reply{id: "maint-named@example.org", from: "Maintainer <maintainer@example.org>",
+		header: dkimPass("example.org"), body: "#patchbot test series=v2@stranger.example\n"}.raw())
+	jobs, _ := d.Store.Jobs(ctx)
+	byKey := map[string]Request{}
+	for _, j := range jobs {
+		var r Request
+		json.Unmarshal(j.Request, &r)
+		byKey[j.Dedupe] = r
+		if strings.Contains(strings.Join(r.Thread.Lists, " "), "victims.example") {
+			t.Errorf("job %s Cc's the stranger's addresses: %v", j.Dedupe, r.Thread.Lists)
+		}
+	}
+	for key, want := range map[string]string{
+		"command:author-cmd@linux.dev#0":     "usama.arif@linux.dev",
+		"command:maint-cmd@example.org#0":    "usama.arif@linux.dev",
+		"command:maint-named@example.org#0":  "s@stranger.example",
+		"series:s@stranger.example:squashfs": "", // the v2 itself, as list mail
+	} {
+		found := false
+		for k, r := range byKey {
+			if strings.HasPrefix(k, key) {
+				found = true
+				if want != "" && r.Series.Author != want {
+					t.Errorf("%s tests %s's series, want %s's", k, r.Series.Author, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no job %s (jobs %v)", key, jobs)
+		}
+	}
+}
+
+// A forged v2 in the author's name, sent first in a thread of its own,
+// and then the author's signed v2: both are candidates, each queued.
+func TestSquattingV2(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	seed, _ := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	patch := strings.SplitN(string(seed), "\nFrom ", 2)[0]
+	patch = strings.Replace(patch[strings.Index(patch, "\n")+1:], "[PATCH] squashfs", "[PATCH v2] squashfs", 1)
+	d.ingestRaw(t, "list", strings.Replace(patch, seedID, "squat@evil.example", 1))
+	d.ingestRaw(t, "list", dkimPass("linux.dev")+strings.Replace(patch, seedID, "real-v2@linux.dev", 1))
+	jobs, _ := d.Store.Jobs(ctx)
+	var keys []string
+	for _, j := range jobs {
+		keys = append(keys, j.Dedupe)
+	}
+	if len(jobs) != 2 || !strings.HasSuffix(keys[0], ":usama.arif@linux.dev/unverified:squat@evil.example") ||
+		!strings.HasSuffix(keys[1], ":usama.arif@linux.dev/verified:real-v2@linux.dev") {
+		t.Errorf("jobs %q: want the forged and the real v2, each its own", keys)
+	}
+}
+
+// Thirty forged senders, each in a new thread, and ten in the seed's, ask
+// for help (once they blocked a maintainer everywhere for an hour, and in
+// the thread for a day); the maintainer's signed test still runs, and the
+// strangers get the unverified budget, one mail each, no more.
+func TestStrangersCannotSilenceAMaintainer(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	for i := 0; i < 40; i++ {
+		r := reply{id: fmt.Sprintf("help-%02d@victims.example", i), from: fmt.Sprintf("victim%02d@victims.example", i), body: "#patchbot help\n"}
+		if i < 30 {
+			r.inReplyTo = fmt.Sprintf("nowhere-%02d@victims.example", i) // a thread of its own
+		}
+		d.ingestRaw(t, "list", r.raw())
+	}
+	// In the maintainer's own name, unsigned: counted apart from the
+	// maintainer's limit.
+	for i := 0; i < 5; i++ {
+		d.ingestRaw(t, "list", reply{id: fmt.Sprintf("in-his-name-%d@example.org", i), from: "maintainer@example.org", body: "#patchbot help\n"}.raw())
+	}
+	d.ingestRaw(t, "list", reply{id: "maint@example.org", from: "maintainer@example.org", header: dkimPass("example.org"),
+		body: "#patchbot test cache-contention\n"}.raw())
+	if o := d.outcomes(t, "maint@example.org"); len(o) != 1 || o[0] != "accepted" {
+		t.Errorf("the maintainer's test: %v", o)
+	}
+	out := d.outboxAll(t)
+	perAddr := map[string]int{}
+	for _, m := range out {
+		if m.Budget != store.BudgetUnverified || len(m.Recipients) != 1 {
+			t.Errorf("an answer to a stranger from budget %q to %v", m.Budget, m.Recipients)
+		}
+		perAddr[m.Recipients[0]]++
+	}
+	if len(out) != d.Config.Limits.UnverifiedPerHour {
+		t.Errorf("%d answers to strangers, want the unverified budget, %d", len(out), d.Config.Limits.UnverifiedPerHour)
+	}
+	for a, n := range perAddr {
+		if n > 1 {
+			t.Errorf("%s got %d answers", a, n)
+		}
+	}
+	// The maintainer's own verified limit is untouched.
+	c, _ := d.Store.CommandCounts(ctx, "maintainer@example.org", true, time.Now().Add(-time.Hour))
+	if c.Counted != 1 {
+		t.Errorf("the maintainer's verified commands counted %d, want 1", c.Counted)
 	}
 }

@@ -101,6 +101,8 @@ func (s *Submitter) Submit(ctx context.Context, sub web.Submission) (int64, erro
 			return 0, err // lore did not answer: ours, a 500
 		}
 	}
+	// Who sent it, as the daemon checks it: the run's page says it per patch.
+	mailbox.NewVerifier(s.Config.DKIM, s.Config.Commands.AuthservIDs).VerifyAll(ctx, msgs)
 	series, _, err := mailbox.Choose(mailbox.AssembleVersions(msgs), 0)
 	if err != nil {
 		return 0, fmt.Errorf("%v: %w", err, web.ErrRefused)
