@@ -255,7 +255,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			}
 		}
 		if dc.OptOut {
-			if _, err := in.tx.OptOut(ctx, o.Sender, "#patchbot stop in "+m.MessageID); err != nil {
+			if _, err := in.tx.OptOut(ctx, o.Sender, "#patchbot stop in "+m.MessageID, asker.Authenticated); err != nil {
 				return err
 			}
 			in.log.Info("opt-out recorded: patchbot will not mail this address again", "address", o.Sender)

@@ -164,11 +164,17 @@ func (in *ingest) act(ctx context.Context) error {
 			log.Info("series touches no watched path; not tested", "files", s.Files(), "complete", s.Complete)
 			continue
 		}
-		if out, err := in.optedOut(ctx, s.Author); err != nil {
+		// An opt-out stops the testing of an address's series when its
+		// "stop" was verified (or the config's), or the series is not: a
+		// forged "stop" in a verified author's name silences the mail to
+		// the address (the outbox leaves it out), not the test.
+		if out, verified, err := in.authorOptedOut(ctx, s.Author); err != nil {
 			return err
-		} else if out {
+		} else if out && (verified || !s.Identity.Verified()) {
 			log.Info("the series' author opted out; not tested")
 			continue
+		} else if out {
+			log.Info("the author's address opted out in an unverified mail: the verified series is tested, the author not mailed")
 		}
 		if !s.Complete {
 			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason,
@@ -226,6 +232,16 @@ func (in *ingest) act(ctx context.Context) error {
 // starts no test, and its replies Cc nobody.
 func (in *ingest) listMail(source string) bool {
 	return in.d.sources[source].ListMail()
+}
+
+// authorOptedOut says whether an author's address opted out, and whether
+// by a verified "stop" (the config's opt-outs are the operator's word).
+func (in *ingest) authorOptedOut(ctx context.Context, addr string) (out, verified bool, err error) {
+	a := mailbox.AddrOf(addr)
+	if in.d.Config.Limits.optedOut(a) {
+		return true, true, nil
+	}
+	return in.tx.OptOutOf(ctx, a)
 }
 
 func (in *ingest) optedOut(ctx context.Context, addr string) (bool, error) {

@@ -695,3 +695,39 @@ func TestStrangersCannotSilenceAMaintainer(t *testing.T) {
 		t.Errorf("the maintainer's verified commands counted %d, want 1", c.Counted)
 	}
 }
+
+// A "stop" in the author's name that no signature proves stops the mail
+// to the address, not the testing of the author's signed series; the
+// author's own signed "stop" stops both.
+func TestForgedStopDoesNotHideAVerifiedAuthor(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, header string
+		tested       bool
+	}{
+		{"forged stop", "", true},
+		{"the author's signed stop", dkimPass("linux.dev"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDaemon(t, t.TempDir())
+			d.ingestRaw(t, "mail", reply{id: "stop@linux.dev", from: "Usama Arif <usama.arif@linux.dev>", header: tc.header,
+				inReplyTo: "earlier@linux.dev", body: "#patchbot stop\n"}.raw())
+			d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", dkimPass("linux.dev"))
+			jobs, _ := d.Store.Jobs(ctx)
+			if (len(jobs) == 1) != tc.tested {
+				t.Fatalf("%d jobs; want the signed series tested: %v", len(jobs), tc.tested)
+			}
+			if !tc.tested {
+				return
+			}
+			if ran, _ := d.RunOnce(ctx); !ran {
+				t.Fatal("the job did not run")
+			}
+			out := d.outboxAll(t)
+			rcpt := strings.Join(out[len(out)-1].Recipients, " ")
+			if strings.Contains(rcpt, "usama.arif@linux.dev") || !strings.Contains(rcpt, "linux-fsdevel@vger.kernel.org") {
+				t.Errorf("the reply went to %s: want the lists, not the opted-out address", rcpt)
+			}
+		})
+	}
+}

@@ -79,20 +79,40 @@ func commandCounts(ctx context.Context, r runner, sender string, verified bool, 
 	return c, nil
 }
 
-// OptOut records that an address asked never to be mailed again. It
-// returns whether the address was new.
-func (t *Tx) OptOut(ctx context.Context, address, reason string) (bool, error) {
-	return optOut(ctx, t.r, address, reason)
+// OptOut records that an address asked never to be mailed again, in a
+// mail whose sender was verified or not (a verified "stop" later makes it
+// verified). It returns whether the address was new.
+func (t *Tx) OptOut(ctx context.Context, address, reason string, verified bool) (bool, error) {
+	return optOut(ctx, t.r, address, reason, verified)
 }
 
-func optOut(ctx context.Context, r runner, address, reason string) (bool, error) {
-	res, err := r.ExecContext(ctx, `INSERT INTO optouts (address, reason, at) VALUES (?, ?, ?)
-		ON CONFLICT(address) DO NOTHING`, strings.ToLower(address), reason, now())
+func optOut(ctx context.Context, r runner, address, reason string, verified bool) (bool, error) {
+	res, err := r.ExecContext(ctx, `INSERT INTO optouts (address, reason, at, verified) VALUES (?, ?, ?, ?)
+		ON CONFLICT(address) DO NOTHING`, strings.ToLower(address), reason, now(), boolInt(verified))
 	if err != nil {
 		return false, fmt.Errorf("recording the opt-out of %s: %w", address, err)
 	}
 	n, _ := res.RowsAffected()
+	if n == 0 && verified {
+		if _, err := r.ExecContext(ctx, `UPDATE optouts SET verified = 1 WHERE address = ?`, strings.ToLower(address)); err != nil {
+			return false, fmt.Errorf("recording the opt-out of %s: %w", address, err)
+		}
+	}
 	return n == 1, nil
+}
+
+// OptOutOf says whether an address opted out, and whether any of its
+// "stop"s was verified.
+func (t *Tx) OptOutOf(ctx context.Context, address string) (out, verified bool, err error) {
+	var v int
+	err = t.r.QueryRowContext(ctx, `SELECT verified FROM optouts WHERE address = ?`, strings.ToLower(address)).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("reading the opt-outs: %w", err)
+	}
+	return true, v == 1, nil
 }
 
 // OptedOut says whether an address asked never to be mailed again.

@@ -234,11 +234,20 @@ func TestOptOuts(t *testing.T) {
 		ctx := context.Background()
 		s, _ := e.open(t)
 		s.Update(ctx, func(tx *Tx) error {
-			if added, err := tx.OptOut(ctx, "Dev@X.org", "#patchbot stop"); !added || err != nil {
+			if added, err := tx.OptOut(ctx, "Dev@X.org", "#patchbot stop", false); !added || err != nil {
 				t.Errorf("OptOut = %v, %v", added, err)
 			}
-			if added, _ := tx.OptOut(ctx, "dev@x.org", "again"); added {
+			if out, verified, _ := tx.OptOutOf(ctx, "dev@x.org"); !out || verified {
+				t.Errorf("an unverified stop: out %v, verified %v", out, verified)
+			}
+			if added, _ := tx.OptOut(ctx, "dev@x.org", "again", true); added {
 				t.Error("a second opt-out was added")
+			}
+			if out, verified, _ := tx.OptOutOf(ctx, "dev@x.org"); !out || !verified {
+				t.Errorf("then a verified one: out %v, verified %v", out, verified)
+			}
+			if out, _, _ := tx.OptOutOf(ctx, "other@x.org"); out {
+				t.Error("an address that never opted out is out")
 			}
 			return nil
 		})

@@ -161,11 +161,14 @@ var migrations = []step{
 	// A command records whether its sender was verified, and an outbox
 	// row the budget it was drawn from ("unverified" for an answer to an
 	// unverified sender, "" otherwise), so that strangers' mail is counted
-	// apart and never uses up what verified senders may have. Commands
-	// logged before count as verified: nobody gains by the upgrade.
+	// apart and never uses up what verified senders may have. An opt-out
+	// records whether its "stop" was verified: one in a forged mail stops
+	// mail to the address, not the testing of its owner's verified series.
+	// Rows logged before count as verified: nobody gains by the upgrade.
 	{sql: `
 	ALTER TABLE messages ADD COLUMN attestation TEXT NOT NULL DEFAULT '';
 	ALTER TABLE commands ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;
+	ALTER TABLE optouts ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;
 	ALTER TABLE outbox ADD COLUMN budget TEXT NOT NULL DEFAULT '';
 	CREATE INDEX outbox_budget ON outbox(budget, created);
 	CREATE INDEX commands_verified ON commands(sender, verified, at);`},
