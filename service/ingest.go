@@ -191,12 +191,17 @@ func (in *ingest) act(ctx context.Context) error {
 			target = storageKey(s.Patches[0].Message)
 		}
 		// A series is keyed by its sender as verified and by the mail
-		// that carries it: two mails claiming one series and version are
-		// two candidates, each queued and logged, and an unverified one
-		// never takes a verified one's place.
+		// that carries it (its first patch: a cover letter that comes
+		// late does not make it another): two mails claiming one series
+		// and version are two candidates, each queued and logged, and an
+		// unverified one never takes a verified one's place.
+		first := s.Patches[0].MessageID
+		if first == "" {
+			first = storageKey(s.Patches[0].Message)
+		}
 		claim := fmt.Sprintf("series:%s:%s:v%d:", mailbox.AddrOf(s.Author), s.Title, s.Version)
-		dedupe := claim + s.Identity.Key() + ":" + target
-		log = log.With("identity", s.Identity.String(), "candidate", target)
+		dedupe := claim + s.Identity.Key() + ":" + first
+		log = log.With("identity", s.Identity.String(), "candidate", first)
 		req := NewRequest(s, d.Config.Suites, target)
 		if err := in.boundThread(ctx, &req.Thread, view, target); err != nil {
 			return err
@@ -213,8 +218,8 @@ func (in *ingest) act(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		for _, o := range others {
-			if o != dedupe {
+		if !slices.Contains(others, dedupe) { // a new candidate: said once, when it comes
+			for _, o := range others {
 				log.Warn("another mail claims this series and version: both are candidates, each tested on its own",
 					"other", strings.TrimPrefix(o, claim))
 			}

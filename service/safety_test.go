@@ -139,7 +139,11 @@ func TestHostileThreadIsBounded(t *testing.T) {
 			if len(all) != tc.want {
 				t.Errorf("%d answers queued, want %d", len(all), tc.want)
 			}
-			if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 1 {
+			jobs, _ := d.Store.Jobs(ctx)
+			for _, j := range jobs {
+				t.Logf("job %s", j.Dedupe)
+			}
+			if len(jobs) != 1 {
 				t.Errorf("%d jobs, want only the seed's", len(jobs))
 			}
 			refusals := 0
