@@ -735,3 +735,28 @@ func TestForgedStopDoesNotHideAVerifiedAuthor(t *testing.T) {
 		})
 	}
 }
+
+// The reply says who signed each patch, as b4 am does: verified when the
+// mail came, carried in the job to the worker that writes the reply.
+func TestReplySaysWhoSignedEachPatch(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		header, want string
+	}{
+		{dkimPass("linux.dev"), "  ✓ [PATCH] squashfs: avoid thundering-herd cache wakeups\n  ---\n  ✓ Signed: DKIM/linux.dev\n"},
+		{"", "  ✗ [PATCH] squashfs: avoid thundering-herd cache wakeups\n  ---\n  ✗ No signature (From: usama.arif@linux.dev)\n"},
+	} {
+		d := newTestDaemon(t, t.TempDir())
+		d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", tc.header)
+		if ran, _ := d.RunOnce(ctx); !ran {
+			t.Fatal("no job ran")
+		}
+		out := d.outboxAll(t)
+		if len(out) != 1 {
+			t.Fatalf("%d mails", len(out))
+		}
+		if body := strings.ReplaceAll(string(out[0].Raw), "\r\n", "\n"); !strings.Contains(body, tc.want) {
+			t.Errorf("the reply does not say %q:\n%s", tc.want, body)
+		}
+	}
+}
