@@ -21,6 +21,8 @@ import (
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/internal/testenv"
+	"github.com/patchbot/patchbot/mailbox/dkimtest"
+	"github.com/patchbot/patchbot/mailbox/dnstest"
 	"github.com/patchbot/patchbot/mailbox/imaptest"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
@@ -168,6 +170,7 @@ func (fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, error) 
 type crashWorld struct {
 	imap    *imaptest.Server
 	pf      *smtptest.Postfix
+	signer  *signer
 	dir     string
 	cfg     string
 	state   string
@@ -179,7 +182,7 @@ func newCrashWorld(t *testing.T) *crashWorld {
 	t.Helper()
 	imap := imaptest.Start(t)
 	pf := smtptest.StartPostfix(t, imap.MaildirPath)
-	w := &crashWorld{imap: imap, pf: pf, dir: t.TempDir(), http: freeAddr(t)}
+	w := &crashWorld{imap: imap, pf: pf, dir: t.TempDir(), http: freeAddr(t), signer: newSigner(t)}
 	w.state = filepath.Join(w.dir, "state")
 	pwFile := filepath.Join(w.dir, "imap-password")
 	if err := os.WriteFile(pwFile, []byte(imap.Password+"\n"), 0o600); err != nil {
@@ -190,12 +193,14 @@ func newCrashWorld(t *testing.T) *crashWorld {
 sources:
   - name: fsdevel
     imap: {addr: %q, user: %q, password_file: %q, mailbox: INBOX}
+    list: linux-fsdevel@vger.kernel.org
     poll: 1s
 smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
 reply: {from: "patchbot <%s>"}
 commands: {allow: [maintainer@example.org], authserv_ids: [%s], answer_refused: true}
+dkim: {dns: %q}
 http: %s
-`, w.state, imap.Addr, imap.User, pwFile, pf.Addr, botAddr, filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, w.http))
+`, w.state, imap.Addr, imap.User, pwFile, pf.Addr, botAddr, filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, w.signer.dns.Addr, w.http))
 	return w
 }
 
@@ -252,7 +257,7 @@ func (d *daemon) logText() string {
 func (w *crashWorld) deliverThread(t *testing.T) {
 	t.Helper()
 	deliverMbox(t, w.imap, "../testdata/mbox/squashfs-thundering-herd.mbox")
-	w.imap.Deliver(t, signed(command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention")))
+	w.imap.Deliver(t, w.signer.signed(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", seedID, "#patchbot test cache-contention")))
 	w.imap.Deliver(t, listMail(command("cmd-stranger", "Stranger <stranger@example.net>", seedID, "#patchbot help")))
 }
 
@@ -592,11 +597,24 @@ func TestHostileThreadThroughPostfix(t *testing.T) {
 
 const authserv = "mx.patchbot.test"
 
-// signed is a mail as the receiving server passes it on: with its List-Id
-// and the server's DKIM verdict for the sender's domain on top.
-func signed(raw []byte) []byte {
-	return append([]byte("Authentication-Results: "+authserv+";\r\n dkim=pass (2048-bit key) header.d=example.org "+
-		"header.i=@example.org header.b=\"AbCdEf\"\r\n"), listMail(raw)...)
+// signer signs the allowed maintainer's mail as example.org's server
+// would (python3-dkim, a fresh RSA key), and serves the key from a DNS
+// server on loopback that the daemon's config names (dkim.dns).
+type signer struct {
+	dns *dnstest.Server
+	key *dkimtest.Key
+}
+
+func newSigner(t *testing.T) *signer {
+	s := &signer{dns: dnstest.Start(t), key: dkimtest.NewKeys(t, "key1", "example.org")["example.org"]}
+	s.key.Publish(s.dns)
+	return s
+}
+
+// signed is a mail as the list passes it on: signed by the sender's
+// domain, with the list's List-Id.
+func (s *signer) signed(t *testing.T, raw []byte) []byte {
+	return listMail(s.key.Sign(t, raw))
 }
 
 // listMail adds the List-Id the list's server puts on its mail.

@@ -35,6 +35,7 @@ func TestEndToEnd(t *testing.T) {
 
 	imap := imaptest.Start(t)
 	pf := smtptest.StartPostfix(t, imap.MaildirPath)
+	sig := newSigner(t)
 	bin := buildPatchbot(t)
 	dir := t.TempDir()
 	httpAddr := freeAddr(t)
@@ -47,15 +48,17 @@ func TestEndToEnd(t *testing.T) {
 sources:
   - name: fsdevel
     imap: {addr: %q, user: %q, password_file: %q, mailbox: INBOX}
+    list: linux-fsdevel@vger.kernel.org
     poll: 2s
 vm: {backend: qemu, cpus: 2, mem_mib: 1024}
 suites: {profile: quick, runs: 3}
 smtp: {enabled: true, addr: %q, from: %s, ca_file: %s}
 reply: {from: "patchbot <%s>"}
 commands: {allow: [maintainer@example.org], authserv_ids: [%s], answer_refused: true}
+dkim: {dns: %q}
 http: %s
 `, filepath.Join(dir, "state"), imap.Addr, imap.User, pwFile, pf.Addr, botAddr,
-		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, httpAddr))
+		filepath.Join(pf.ConfigDir, "cert.pem"), botAddr, authserv, sig.dns.Addr, httpAddr))
 
 	start := time.Now()
 	d := startDaemon(t, bin, cfgPath, filepath.Join(dir, "daemon.log"))
@@ -100,7 +103,7 @@ http: %s
 	// An email command from an allowed sender starts a new run (on the
 	// RFC, whose build fails again: no VM); the same from a stranger is
 	// refused.
-	imap.Deliver(t, signed(command("cmd-allowed", "Maintainer <maintainer@example.org>", rfcID, "#patchbot test fuse-waitq")))
+	imap.Deliver(t, sig.signed(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", rfcID, "#patchbot test fuse-waitq")))
 	imap.Deliver(t, listMail(command("cmd-stranger", "Stranger <stranger@example.net>", rfcID, "#patchbot test fuse-waitq")))
 	refusal := waitReply(t, imap, d, "cmd-stranger@example.org", 5*time.Minute)
 	if !strings.Contains(refusal.Body, "did not run") {
@@ -122,7 +125,6 @@ http: %s
 		t.Errorf("/metrics does not count the FUSE RFC's build failure as the patch's:\n%s", grepLines(metrics, "patchbot_"))
 	}
 }
-
 
 // checkFewerWakeups reads the comparison table of a cache-contention reply:
 // in the read storm, the patched kernel must show fewer scheduler wake-ups
@@ -193,14 +195,10 @@ func (d *daemon) logTail() string {
 	return strings.Join(lines, "\n")
 }
 
+// buildPatchbot is the patchbot binary, built once for all the tests of
+// a run (linking it takes seconds) and removed by TestMain.
 func buildPatchbot(t testing.TB) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "patchbot")
-	out, err := exec.Command("go", "build", "-o", bin, "../cmd/patchbot").CombinedOutput()
-	if err != nil {
-		t.Fatalf("building patchbot: %v\n%s", err, out)
-	}
-	return bin
+	return sharedPatchbot(t)
 }
 
 // deliverMbox drops each mail of an mbox into the watched mailbox, as the

@@ -60,8 +60,10 @@ func Assemble(msgs []*Message) []*Series {
 	threads, order := groupThreads(entries, byID)
 	var out []*Series
 	for _, key := range order {
-		if s := assembleThread(threads[key], byID); s != nil {
-			out = append(out, s)
+		for _, thread := range byIdentity(threads[key]) {
+			if s := assembleThread(thread, byID); s != nil {
+				out = append(out, s)
+			}
 		}
 	}
 	return supersede(out)
@@ -75,17 +77,57 @@ func AssembleVersions(msgs []*Message) []*Series {
 	threads, order := groupThreads(entries, byID)
 	var out []*Series
 	for _, key := range order {
-		thread := threads[key]
-		versions := buildVersions(thread, byID)
-		var vs []int
-		for v, slots := range versions {
-			if len(slots.patches) > 0 {
-				vs = append(vs, v)
+		for _, thread := range byIdentity(threads[key]) {
+			out = append(out, assembleAllVersions(thread, byID)...)
+		}
+	}
+	return out
+}
+
+// assembleAllVersions is every version of one thread's series that has a
+// patch, oldest first.
+func assembleAllVersions(thread []*entry, byID map[string]*entry) []*Series {
+	versions := buildVersions(thread, byID)
+	var vs []int
+	for v, slots := range versions {
+		if len(slots.patches) > 0 {
+			vs = append(vs, v)
+		}
+	}
+	sort.Ints(vs)
+	out := make([]*Series, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, assembleVersion(thread, versions, v, byID))
+	}
+	return out
+}
+
+// byIdentity splits a thread by who sent its patches and cover letters:
+// each sender, as verified (Message.Identity's key), has a series of its
+// own, and the follow-ups go with every one. So a stranger's "v2" posted
+// in someone's thread, or an unverified mail in a verified author's name,
+// is a candidate of its own: it never replaces, fills a slot of, or hides
+// the author's series.
+func byIdentity(thread []*entry) [][]*entry {
+	var keys []string
+	seen := map[string]bool{}
+	for _, e := range thread {
+		if e.kind == patch || e.kind == cover {
+			if k := e.msg.Identity().Key(); !seen[k] {
+				seen[k] = true
+				keys = append(keys, k)
 			}
 		}
-		sort.Ints(vs)
-		for _, v := range vs {
-			out = append(out, assembleVersion(thread, versions, v, byID))
+	}
+	if len(keys) <= 1 {
+		return [][]*entry{thread}
+	}
+	out := make([][]*entry, len(keys))
+	for i, k := range keys {
+		for _, e := range thread {
+			if (e.kind != patch && e.kind != cover) || e.msg.Identity().Key() == k {
+				out[i] = append(out[i], e)
+			}
 		}
 	}
 	return out
@@ -181,7 +223,7 @@ func threadKey(e *entry, byID map[string]*entry, referenced map[string]bool) str
 		return m.InReplyTo
 	}
 	if top == e && e.subj.Total > 1 && e.kind != reply && !referenced[m.MessageID] {
-		return fmt.Sprintf("unthreaded:%s:v%d:%d", AddrOf(m.From), e.version, e.subj.Total)
+		return fmt.Sprintf("unthreaded:%s:v%d:%d", m.Identity().Key(), e.version, e.subj.Total)
 	}
 	if m.MessageID == "" {
 		return fmt.Sprintf("no-id:%d", top.order)
@@ -201,7 +243,7 @@ func adoptOrphans(entries []*entry) {
 	homes := map[key]map[string]bool{}
 	for _, e := range entries {
 		if e.kind == patch && e.msg.MessageID != "" && e.subj.Counted() {
-			k := key{AddrOf(e.msg.From), e.version, e.subj.Total}
+			k := key{e.msg.Identity().Key(), e.version, e.subj.Total}
 			if homes[k] == nil {
 				homes[k] = map[string]bool{}
 			}
@@ -213,7 +255,7 @@ func adoptOrphans(entries []*entry) {
 		if e.kind != patch || m.MessageID != "" || m.InReplyTo != "" || len(m.References) > 0 || !e.subj.Counted() {
 			continue
 		}
-		if h := homes[key{AddrOf(m.From), e.version, e.subj.Total}]; len(h) == 1 {
+		if h := homes[key{m.Identity().Key(), e.version, e.subj.Total}]; len(h) == 1 {
 			for thread := range h {
 				e.thread = thread
 			}
@@ -358,6 +400,9 @@ func assembleVersion(thread []*entry, versions map[int]*versionSlots, newest int
 			Corrupt:   diffProblem(m.Diff),
 			Message:   m,
 		}
+		if m.Attestation != nil {
+			p.Attestation = m.Attestation.Checks()
+		}
 		if p.Corrupt != "" {
 			corrupt = append(corrupt, fmt.Sprintf("patch %d/%d does not apply: %s", i, vs.total, p.Corrupt))
 		}
@@ -377,6 +422,7 @@ func assembleVersion(thread []*entry, versions map[int]*versionSlots, newest int
 	s.Subject = head.Subject
 	s.Title = ParseSubject(head.Subject).Title
 	s.Author = head.From
+	s.Identity = head.Identity()
 	s.Date = head.Date
 	s.To, s.Cc = head.To, head.Cc
 	s.ThreadID = thread[0].thread
@@ -580,20 +626,22 @@ func followupTrailers(m *Message) []Trailer {
 	return out
 }
 
-// supersede drops a series when a newer version of it (same sender, same
-// title) was assembled from another thread: v2 posted as a new thread.
+// supersede drops a series when a newer version of it (same sender as
+// verified, same title) was assembled from another thread: v2 posted as a
+// new thread. An unverified post does not supersede a verified one, nor
+// the other way round.
 func supersede(all []*Series) []*Series {
 	type key struct{ author, title string }
 	best := map[key]*Series{}
 	for _, s := range all {
-		k := key{AddrOf(s.Author), strings.ToLower(s.Title)}
+		k := key{s.Identity.Key(), strings.ToLower(s.Title)}
 		if b, ok := best[k]; !ok || s.Version > b.Version || (s.Version == b.Version && s.Date.After(b.Date)) {
 			best[k] = s
 		}
 	}
 	out := all[:0]
 	for _, s := range all {
-		if best[key{AddrOf(s.Author), strings.ToLower(s.Title)}] == s {
+		if best[key{s.Identity.Key(), strings.ToLower(s.Title)}] == s {
 			out = append(out, s)
 		}
 	}

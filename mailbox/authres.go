@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/emersion/go-message/textproto"
 )
 
 // AuthResults is one Authentication-Results header field (RFC 8601): the
@@ -147,16 +149,37 @@ func nextSegment(toks []token) (seg, rest []token) {
 	return toks, nil
 }
 
-// DKIMPass says whether the results hold a DKIM pass for a signature
-// aligned with domain: its d= (header.d, or the domain of header.i) is the
-// domain or a parent of it, as DMARC's relaxed alignment allows
-// (d=kernel.org for a From: at subdomain.kernel.org).
-func (ar AuthResults) DKIMPass(domain string) bool {
-	domain = strings.ToLower(strings.TrimSuffix(domain, "."))
-	for _, r := range ar.Results {
-		if r.Method == "dkim" && r.Result == "pass" && aligned(r, domain) {
-			return true
+// TrustedAuthResults are the Authentication-Results fields of h that the
+// receiving server added, as RFC 8601 has them read: only fields whose
+// authserv-id is trusted, and of those only the topmost block: the first
+// such field and the trusted fields after it, up to the next Received:
+// field (the hop before) or From:. Everything below the block was there
+// before the receiving server saw the mail: the sender's own words.
+// Fields of other authserv-ids are not read at all.
+func TrustedAuthResults(h textproto.Header, trusted []string) []AuthResults {
+	if len(trusted) == 0 {
+		return nil
+	}
+	var block []AuthResults
+	in := false
+	f := h.Fields()
+	for f.Next() {
+		switch strings.ToLower(f.Key()) {
+		case "received", "from":
+			if in {
+				return block
+			}
+			if strings.EqualFold(f.Key(), "from") {
+				return nil // below From: the sender writes
+			}
+		case "authentication-results":
+			ar, err := ParseAuthResults(f.Value())
+			if err != nil || !contains(trusted, ar.AuthServID) {
+				continue
+			}
+			in = true
+			block = append(block, ar)
 		}
 	}
-	return false
+	return block
 }

@@ -359,7 +359,7 @@ func TestB4SameCommits(t *testing.T) {
 				if err != nil || am.Subject != "[PATCH RFC 1/2] demo: caf\uFFFD line 3" {
 					t.Errorf("the am subject is %q (%v)", am.Subject, err)
 				}
-				for _, want := range []string{"demo: caf\uFFFD line 3", "R\uFFFDsum\uFFFD", "Ren\uFFFD Dev <rene@example.org>", "caf\uFFFD is Latin-1"} {
+				for _, want := range []string{"demo: caf\uFFFD line 3", "R\uFFFDsum\uFFFD", "Ad\uFFFD Dev <ada@example.org>", "caf\uFFFD is Latin-1"} {
 					if !strings.Contains(b, want) {
 						t.Errorf("commits lack %q:\n%s", want, b)
 					}

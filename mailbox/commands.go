@@ -5,13 +5,17 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Command is a request to patchbot written in a reply, one per line:
 //
-//	#patchbot test [SUITE ...] [profile=P] [base=TREE|COMMIT] [patches=M-N]
+//	#patchbot test [SUITE ...] [profile=P] [base=TREE|COMMIT] [patches=M-N] [series=MESSAGE-ID]
 //	#patchbot help
 //	#patchbot stop
+//
+// What the sender wrote is kept short: Line is cut at MaxLine bytes, and
+// an error quotes at most MaxEcho bytes of it.
 type Command struct {
 	Name    string   // "test", "help" or "stop"
 	Suites  []string // for "test": the suites asked for, each once; empty means "choose by files"
@@ -25,7 +29,35 @@ type Command struct {
 	// First and Last are patches=M-N (or patches=M) for "test": measure
 	// only those patches, on top of the ones before; 0 for the whole series.
 	First, Last int
+	// Series is series=MESSAGE-ID for "test": the series holding that mail
+	// (a patch or the cover letter), when it is not the thread author's
+	// newest; without angle brackets.
+	Series string
 }
+
+const (
+	// MaxLine is how much of a command line is kept, for the answer and
+	// the log.
+	MaxLine = 256
+	// MaxEcho is how much of what a sender wrote an error quotes.
+	MaxEcho = 64
+)
+
+// Clip cuts s to at most n bytes, at a character boundary, marking the
+// cut with "…".
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:max(cut, 0)] + "…"
+}
+
+// seriesIDRe is a Message-ID as series= takes it.
+var seriesIDRe = regexp.MustCompile(`^<?[!-;=?-~]{1,250}>?$`)
 
 // baseRe is a tree's name or a commit id as base= takes it: no option, no
 // revision syntax.
@@ -75,7 +107,8 @@ func ParseCommands(m *Message) []Command {
 }
 
 func parseCommand(line string, args []string) Command {
-	c := Command{Line: line}
+	c := Command{Line: Clip(line, MaxLine)}
+	q := func(s string) string { return fmt.Sprintf("%q", Clip(s, MaxEcho)) }
 	if len(args) == 0 {
 		c.Err = "no command after #patchbot (try \"#patchbot help\")"
 		return c
@@ -84,11 +117,11 @@ func parseCommand(line string, args []string) Command {
 	switch c.Name {
 	case "help":
 		if len(args) > 1 {
-			c.Err = fmt.Sprintf("help takes no arguments, got %q", strings.Join(args[1:], " "))
+			c.Err = "help takes no arguments, got " + q(strings.Join(args[1:], " "))
 		}
 	case "stop":
 		if len(args) > 1 {
-			c.Err = fmt.Sprintf("stop takes no arguments, got %q", strings.Join(args[1:], " "))
+			c.Err = "stop takes no arguments, got " + q(strings.Join(args[1:], " "))
 		}
 	case "test":
 		seen := map[string]bool{}
@@ -102,19 +135,26 @@ func parseCommand(line string, args []string) Command {
 			}
 			if v, ok := strings.CutPrefix(a, "base="); ok {
 				if !baseRe.MatchString(v) || strings.Contains(v, "..") {
-					c.Err = fmt.Sprintf("base=%q: want a tree's name or a commit id", v)
+					c.Err = "base=" + q(v) + ": want a tree's name or a commit id"
 				}
 				c.Base = v
 				continue
 			}
 			if v, ok := strings.CutPrefix(a, "patches="); ok {
 				if c.First, c.Last, ok = ParsePatchRange(v); !ok {
-					c.Err = fmt.Sprintf("patches=%q: want M-N or M, e.g. patches=2-3", v)
+					c.Err = "patches=" + q(v) + ": want M-N or M, e.g. patches=2-3"
 				}
 				continue
 			}
+			if v, ok := strings.CutPrefix(a, "series="); ok {
+				if !seriesIDRe.MatchString(v) {
+					c.Err = "series=" + q(v) + ": want the Message-ID of a patch or cover letter of the series"
+				}
+				c.Series = strings.Trim(v, "<>")
+				continue
+			}
 			if strings.Contains(a, "=") {
-				c.Err = fmt.Sprintf("unknown option %q (known: profile=P, base=TREE|COMMIT, patches=M-N)", a)
+				c.Err = "unknown option " + q(a) + " (known: profile=P, base=TREE|COMMIT, patches=M-N, series=MESSAGE-ID)"
 				continue
 			}
 			if !seen[a] {
@@ -123,7 +163,7 @@ func parseCommand(line string, args []string) Command {
 			}
 		}
 	default:
-		c.Err = fmt.Sprintf("unknown command %q (known: test, help, stop)", args[0])
+		c.Err = "unknown command " + q(args[0]) + " (known: test, help, stop)"
 	}
 	return c
 }
@@ -157,5 +197,6 @@ func (c Command) key() string {
 	if c.Err != "" {
 		return "err\x00" + c.Err
 	}
-	return c.Name + "\x00" + strings.Join(c.Suites, ",") + "\x00" + c.Profile
+	return strings.Join([]string{c.Name, strings.Join(c.Suites, ","), c.Profile, c.Base,
+		strconv.Itoa(c.First), strconv.Itoa(c.Last), c.Series}, "\x00")
 }

@@ -46,9 +46,25 @@ type Message struct {
 
 	Raw []byte // the mail as read, headers and all
 
+	// Attestation is who sent the mail, as patchbot verified it
+	// (Verifier.Verify), set by the caller that verified it or kept the
+	// result; nil: not verified. Parsing never sets it.
+	Attestation *Attestation
+
 	// Warnings are soft problems: the message is still usable (unknown
 	// charset kept as raw bytes, undecodable header word, ...).
 	Warnings []string
+}
+
+// Identity is the mail's sender as verified: the attestation's, else the
+// From: address, unverified.
+func (m *Message) Identity() Identity {
+	if m.Attestation != nil {
+		if id := m.Attestation.Identity(); id.Address != "" {
+			return id
+		}
+	}
+	return Identity{Address: AddrOf(m.From)}
 }
 
 // ErrNotMail is returned for input that has no mail header at all.

@@ -404,7 +404,7 @@ func TestParseCommands(t *testing.T) {
 		{"#patchbot frobnicate\n", []Command{{Name: "frobnicate", Line: "#patchbot frobnicate",
 			Err: `unknown command "frobnicate" (known: test, help, stop)`}}},
 		{"#patchbot test colour=red\n", []Command{{Name: "test", Line: "#patchbot test colour=red",
-			Err: `unknown option "colour=red" (known: profile=P, base=TREE|COMMIT, patches=M-N)`}}},
+			Err: `unknown option "colour=red" (known: profile=P, base=TREE|COMMIT, patches=M-N, series=MESSAGE-ID)`}}},
 		{"#patchbot\n", []Command{{Line: "#patchbot", Err: `no command after #patchbot (try "#patchbot help")`}}},
 	}
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/mail"
 	"net/url"
 	"os"
 	"os/exec"
@@ -26,9 +27,15 @@ type SourceConfig struct {
 	// IDLE, or the NOOP interval without it); 0 is the daemon's default,
 	// 30 s.
 	Poll time.Duration `yaml:"poll"`
+	// List is the address of the mailing list whose mail this source
+	// holds (linux-fsdevel@vger.kernel.org): its mail is list mail, and
+	// replies to it Cc the list. A lore source is a list archive and needs
+	// none. Mail of a source that names no list was sent to patchbot
+	// directly, whatever its List-Id says.
+	List string `yaml:"list,omitempty"`
 	// Trusted says that every mail of this source comes from where it says
-	// (a private list whose server checks senders), so commands in it need
-	// no DKIM proof.
+	// (a private list whose server checks senders), so its senders count
+	// as verified without a DKIM signature.
 	Trusted bool `yaml:"trusted"`
 	// Since is where a lore list starts on its first read (no cursor
 	// yet): "now" (the default: mail the archive receives from then on),
@@ -45,6 +52,10 @@ type SourceConfig struct {
 	// the end of the last mail.
 	Follow bool `yaml:"-"`
 }
+
+// ListMail says whether the source's mail is a list's: it names the list,
+// or it is a lore archive.
+func (c SourceConfig) ListMail() bool { return c.List != "" || c.Lore != "" }
 
 // IMAPConfig names an IMAP mailbox. The password is read from
 // PasswordFile (mode 0600), never given inline or on a command line.
@@ -107,6 +118,11 @@ func (c SourceConfig) Validate() error {
 	}
 	if c.Mirror != "" && !loreList {
 		return fmt.Errorf("mirror: only a lore list is mirrored (this source is %s)", c.describe())
+	}
+	if c.List != "" {
+		if a, err := mail.ParseAddress(c.List); err != nil || a.Name != "" || !strings.Contains(a.Address, "@") {
+			return fmt.Errorf("list %q: want the list's bare address, e.g. linux-fsdevel@vger.kernel.org", c.List)
+		}
 	}
 	return nil
 }
@@ -199,6 +215,9 @@ func SeriesIn(ctx context.Context, src Source, version int) (*Series, []string, 
 	if err != nil {
 		return nil, nil, err
 	}
+	// Who sent each mail, as b4 checks it (DKIM, keys from DNS): the reply
+	// says it per patch, and an unverified post never hides a verified one.
+	NewVerifier(DKIMConfig{}, nil).VerifyAll(ctx, msgs)
 	return Choose(AssembleVersions(msgs), version)
 }
 
@@ -217,7 +236,95 @@ func ThreadURL(list, messageID string) string {
 // another number asks for that version. Notes say what a reader should
 // know about the choice (a newer version that is incomplete was passed
 // over). An incomplete chosen version is an error naming what is missing.
+//
+// A verified series is never hidden by an unverified one: when any
+// candidate's sender is verified, the unverified ones are passed over,
+// and a note names each.
 func Choose(all []*Series, version int) (*Series, []string, error) {
+	fits := func(s *Series) bool { return len(s.Patches) > 0 && (version == 0 || s.Version == version) }
+	var verified []*Series
+	for _, s := range all {
+		if fits(s) && s.Identity.Verified() {
+			verified = append(verified, s)
+		}
+	}
+	if len(verified) == 0 {
+		return choose(all, version)
+	}
+	var notes []string
+	for _, s := range all {
+		if fits(s) && !s.Identity.Verified() {
+			notes = append(notes, fmt.Sprintf("v%d from %s passed over: its sender is not verified", s.Version, s.Identity))
+		}
+	}
+	best, more, err := choose(verified, version)
+	return best, append(notes, more...), err
+}
+
+// ChooseOwned picks the series a command in a thread applies to. A
+// command that names a mail (msgid: a patch or the cover letter) applies
+// to the series holding it, whatever its version or sender. Otherwise it
+// applies to the newest complete version of the owner's series, owner
+// being who started the thread, as verified: another sender's post in the
+// thread (a stranger's "v2") is never it. When the owner has no series
+// there, Choose decides.
+func ChooseOwned(all []*Series, owner Identity, msgid string) (*Series, []string, error) {
+	if msgid = strings.Trim(strings.TrimSpace(msgid), "<>"); msgid != "" {
+		var best *Series
+		bestOwn := false
+		for _, s := range all {
+			p := s.patchByID(msgid)
+			if p == nil && (s.Cover == nil || s.Cover.MessageID != msgid) {
+				continue
+			}
+			// A patch a partial reroll borrowed names its own version first.
+			own := p == nil || p.Version == s.Version
+			if best == nil || own && !bestOwn {
+				best, bestOwn = s, own
+			}
+		}
+		switch {
+		case best == nil:
+			return nil, nil, fmt.Errorf("no patch series in this thread holds the mail <%s>", msgid)
+		case !best.Complete:
+			return nil, nil, fmt.Errorf("series %q v%d is incomplete (missing %s): %s",
+				best.Subject, best.Version, indexList(best.Missing), best.Reason)
+		}
+		return best, nil, nil
+	}
+	var owned []*Series
+	for _, s := range all {
+		if s.Identity.Key() == owner.Key() {
+			owned = append(owned, s)
+		}
+	}
+	if owner.Address == "" || len(owned) == 0 {
+		return Choose(all, 0)
+	}
+	best, notes, err := choose(owned, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, s := range all {
+		if len(s.Patches) > 0 && s.Identity.Key() != owner.Key() && s.Version >= best.Version {
+			notes = append(notes, fmt.Sprintf("v%d from %s is not the thread author's: name one of its mails to test it", s.Version, s.Identity))
+		}
+	}
+	return best, notes, nil
+}
+
+// patchByID is the patch with that Message-ID, or nil.
+func (s *Series) patchByID(id string) *Patch {
+	for _, p := range s.Patches {
+		if p.MessageID == id {
+			return p
+		}
+	}
+	return nil
+}
+
+// choose is Choose's rule over every series given.
+func choose(all []*Series, version int) (*Series, []string, error) {
 	var best, newest *Series
 	for _, s := range all {
 		if len(s.Patches) == 0 {

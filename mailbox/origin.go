@@ -15,8 +15,9 @@ import (
 
 // Origin is what a mail's own header says about where it came from and
 // who sent it, read from its raw header, for deciding whom patchbot may
-// answer and whom it may believe. Everything in it but Auth is the
-// sender's word.
+// answer. Everything in it is the sender's word: who sent the mail, as
+// verified, is the Verifier's (dkim.go), and whether it is list mail is
+// its source's (a List-Id proves nothing).
 type Origin struct {
 	// Sender is the one bare address of From:, lower case; "" when From:
 	// does not hold exactly one address (two From: fields, an address
@@ -36,10 +37,6 @@ type Origin struct {
 	// decoded only inside a name, never split into more addresses. An
 	// entry that is not an address is left out.
 	Recipients []string
-	// Auth are the Authentication-Results fields above the From: field,
-	// topmost first: those the receiving servers prepended. Fields below
-	// From: were written by the sender and are not read.
-	Auth []AuthResults
 }
 
 // OriginOf reads m's origin from m.Raw.
@@ -58,13 +55,6 @@ func OriginOf(m *Message) Origin {
 			froms = append(froms, fields.Value())
 		case "to", "cc":
 			rcpt = append(rcpt, fields.Value())
-		case "authentication-results":
-			if len(froms) > 0 {
-				continue // below From:, the sender's own
-			}
-			if ar, err := ParseAuthResults(fields.Value()); err == nil {
-				o.Auth = append(o.Auth, ar)
-			}
 		}
 	}
 	for _, v := range rcpt {
@@ -196,39 +186,6 @@ func Domain(addr string) string {
 		return strings.ToLower(addr[i+1:])
 	}
 	return ""
-}
-
-// DKIMPass says whether the mail carries, from one of the trusted
-// authserv-ids, a DKIM pass for the sender's domain. The topmost field of
-// a trusted server that reports a DKIM result for that domain decides; a
-// server must also strip fields that claim its authserv-id from incoming
-// mail (RFC 8601 section 5), or a sender could write one.
-func (o Origin) DKIMPass(trusted []string) bool {
-	if o.Sender == "" || len(trusted) == 0 {
-		return false
-	}
-	domain := Domain(o.Sender)
-	for _, ar := range o.Auth {
-		if !contains(trusted, ar.AuthServID) {
-			continue
-		}
-		for _, r := range ar.Results {
-			if r.Method == "dkim" && aligned(r, domain) {
-				return ar.DKIMPass(domain)
-			}
-		}
-	}
-	return false
-}
-
-func aligned(r AuthResult, domain string) bool {
-	d := strings.ToLower(r.Props["header.d"])
-	if d == "" {
-		if _, after, ok := strings.Cut(r.Props["header.i"], "@"); ok {
-			d = strings.ToLower(after)
-		}
-	}
-	return d != "" && (d == domain || strings.HasSuffix(domain, "."+d))
 }
 
 func contains(list []string, s string) bool {

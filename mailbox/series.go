@@ -20,16 +20,20 @@ import (
 // the absent indexes and Reason says why, so that the caller can answer
 // "patch 2/3 never arrived" instead of failing.
 type Series struct {
-	Subject  string    // the cover letter's subject, else the first patch's
-	Title    string    // Subject without reply markers and tags
-	Version  int       // vN, 1 if untagged
-	Total    int       // n of m/n; 1 for a single untagged patch
-	Complete bool      // every patch 1..Total is present
-	Missing  []int     // absent indexes, ascending
-	Cover    *Message  // the 0/n mail, nil if none
-	Patches  []*Patch  // in index order, only those present
-	Reason   string    // why the series is incomplete or was patched up; empty if neither
-	Author   string    // sender of the cover letter or of the first patch
+	Subject  string   // the cover letter's subject, else the first patch's
+	Title    string   // Subject without reply markers and tags
+	Version  int      // vN, 1 if untagged
+	Total    int      // n of m/n; 1 for a single untagged patch
+	Complete bool     // every patch 1..Total is present
+	Missing  []int    // absent indexes, ascending
+	Cover    *Message // the 0/n mail, nil if none
+	Patches  []*Patch // in index order, only those present
+	Reason   string   // why the series is incomplete or was patched up; empty if neither
+	Author   string   // sender of the cover letter or of the first patch
+	// Identity is that sender as verified (Message.Identity): every patch
+	// of a series has the same identity's key, since Assemble keys series
+	// by it.
+	Identity Identity
 	Date     time.Time // of the cover letter or of the first patch
 	To, Cc   []string  // recipients of the cover letter or first patch: the lists to answer on
 	Base     string    // base-commit given in the cover letter or a patch, if any
@@ -58,10 +62,14 @@ type Patch struct {
 	// hunk header, hunk lines that do not match its counts), or is empty.
 	// Such a patch stays in the series: it did arrive, and the author is
 	// to be told it does not apply, and why.
-	Corrupt string   `json:"corrupt,omitempty"`
-	Diff    string   `json:"-"`
-	Raw     []byte   `json:"-"` // a mail git am accepts, follow-up trailers included
-	Message *Message `json:"-"`
+	Corrupt string `json:"corrupt,omitempty"`
+	// Attestation is who signed the patch's mail, as b4 am shows it under
+	// the patch ("✓ Signed: DKIM/linux.dev"); empty when the mail was not
+	// verified.
+	Attestation []Check  `json:"attestation,omitempty"`
+	Diff        string   `json:"-"`
+	Raw         []byte   `json:"-"` // a mail git am accepts, follow-up trailers included
+	Message     *Message `json:"-"`
 }
 
 // Trailer is a "Reviewed-by: A <a@b>" line from a follow-up reply.
@@ -107,6 +115,7 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 		Patches  []*Patch `json:"patches"`
 		Reason   string   `json:"reason,omitempty"`
 		Author   string   `json:"author"`
+		Verified string   `json:"verified,omitempty"` // how the author was verified: "DKIM/linux.dev"
 		ThreadID string   `json:"thread_id"`
 		To       []string `json:"to,omitempty"`
 		Cc       []string `json:"cc,omitempty"`
@@ -114,7 +123,7 @@ func (s *Series) MarshalJSON() ([]byte, error) {
 		// Also in each patch's trailers, as b4 am applies them.
 		CoverTrailers []Trailer `json:"cover_trailers"`
 	}{s.Subject, s.Title, s.Version, s.Total, s.Complete, missing, cover, patches,
-		s.Reason, s.Author, s.ThreadID, s.To, s.Cc, s.Base, coverTrailers})
+		s.Reason, s.Author, s.Identity.Via, s.ThreadID, s.To, s.Cc, s.Base, coverTrailers})
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), err
 }
 

@@ -49,6 +49,34 @@ type Answer struct {
 	// Ignored counts the commands of the mail past the per-mail limit or
 	// repeated, which get no answer.
 	Ignored int
+	// Stranger: the asker's address is not verified (the mail may be
+	// forged, and the answer go to someone who never wrote). Then the
+	// answer repeats at most StrangerEcho bytes of what the mail said:
+	// the command cut to that, no reason quoting it, a subject of
+	// patchbot's own, and only the mail's own Message-ID (when that short)
+	// to thread under.
+	Stranger bool
+}
+
+// StrangerEcho is how much of an unverified sender's text an answer
+// repeats.
+const StrangerEcho = 64
+
+// StrangerSubject is the subject of every answer to an unverified
+// sender's command.
+const StrangerSubject = "Re: your #patchbot command"
+
+// clipBytes cuts s to at most n bytes at a character boundary, marking
+// the cut with "…" (counted in n).
+func clipBytes(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:max(cut, 0)] + "…"
 }
 
 // RenderAnswer composes a short answer. Like Render it is pure.
@@ -59,6 +87,12 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	from, err := mail.ParseAddress(opt.From)
 	if err != nil {
 		return nil, fmt.Errorf("rendering answer: From %q: %w", opt.From, err)
+	}
+	if a.Stranger {
+		a.Command = clipBytes(a.Command, StrangerEcho)
+		if a.Kind == AnswerNotUnderstood || a.Kind == AnswerInvalid {
+			a.Reason = "" // it quotes the line again
+		}
 	}
 	// The command is the sender's text: quoted, it must not push a line
 	// past the width (a render error would make the mail unanswerable).
@@ -79,6 +113,19 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	}
 	h := Header{From: from.String(), To: []string{a.Thread.Author}, Subject: ReplySubject(a.Thread.Subject),
 		Date: a.Date.UTC(), MessageID: trimID(a.MessageID), InReplyTo: trimID(a.Thread.MessageID)}
+	if a.Stranger {
+		h.Subject = StrangerSubject
+		if a.Kind == AnswerIncomplete { // no command: the series' subject, cut
+			h.Subject = ReplySubject(clipBytes(a.Thread.Subject, StrangerEcho))
+		}
+		if len(h.InReplyTo) > StrangerEcho {
+			h.InReplyTo = ""
+		}
+		if h.InReplyTo != "" {
+			h.References = []string{h.InReplyTo}
+		}
+		return &Reply{Header: h, Body: text}, nil
+	}
 	for _, id := range a.Thread.References {
 		h.References = append(h.References, trimID(id))
 	}

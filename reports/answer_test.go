@@ -64,3 +64,32 @@ func TestRenderAnswer(t *testing.T) {
 		t.Error("an answer with no Message-ID or date rendered")
 	}
 }
+
+// An answer to an unverified sender repeats at most StrangerEcho bytes of
+// what the mail said: a 200 KB word with a URL, under a spam subject,
+// comes back as 64 bytes of it, under patchbot's own subject.
+func TestRenderAnswerToStranger(t *testing.T) {
+	word := "#patchbot BUY-NOW-http://spam.example/" + strings.Repeat("x", 200<<10)
+	th := Thread{Subject: "CHEAP PILLS http://spam.example/", MessageID: "<cmd@x>", References: []string{"a@x", "b@x"}, Author: "s@x"}
+	at := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, kind := range []AnswerKind{AnswerNotUnderstood, AnswerHelp} {
+		r, err := RenderAnswer(Answer{Kind: kind, Command: word, Reason: "unknown command \"" + word[10:200] + "\"",
+			Thread: th, MessageID: "answer-1@patchbot", Date: at, Stranger: true}, ReplyOptions{From: "patchbot <bot@x>"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := r.Bytes()
+		if n := strings.Count(string(raw), "x"); n > StrangerEcho {
+			t.Errorf("%s: %d bytes of the word repeated", kind, n)
+		}
+		if strings.Contains(string(raw), "PILLS") || r.Header.Subject != StrangerSubject {
+			t.Errorf("%s: subject %q", kind, r.Header.Subject)
+		}
+		if r.Header.InReplyTo != "cmd@x" || len(r.Header.References) != 1 {
+			t.Errorf("%s: threading %q %q, want the mail's own Message-ID alone", kind, r.Header.InReplyTo, r.Header.References)
+		}
+		if !strings.Contains(r.Body, "> #patchbot BUY-NOW-http://spam.example/") || !strings.Contains(r.Body, "#patchbot help") {
+			t.Errorf("%s: the answer does not say what it answers:\n%s", kind, r.Body)
+		}
+	}
+}

@@ -101,7 +101,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 
 	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
-		Bisection: bisectText(run), Previous: previousText(run)}
+		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run)}
 	if run.Failure == nil {
 		c, err := Compare(run.Base, run.Patched, run.Options)
 		if err != nil {
@@ -256,6 +256,8 @@ type replyData struct {
 	Model    string
 	// The base and the per-patch parts (perpatch.go).
 	Base, Builds, Bisection, Previous string
+	// Attest is who sent each patch (attest.go).
+	Attest string
 }
 
 func failureVerdict(run *Run) string {

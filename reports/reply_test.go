@@ -47,7 +47,8 @@ func TestReplyGolden(t *testing.T) {
 		deny []string // phrases it must not contain
 	}{
 		{"squashfs-improvement",
-			[]string{"Improvement: the patch", "cuts", "95% interval", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run"},
+			[]string{"Improvement: the patch", "cuts", "95% interval", "wake-all", "keyed", "Test setup:", "TCG", "$ patchbot run",
+				"  ✓ [PATCH] squashfs: avoid thundering-herd cache wakeups\n  ---\n  ✓ Signed: DKIM/linux.dev\n"},
 			[]string{"No change", "Regression"}},
 		{"fuse-rfc-build-failure",
 			[]string{"does not build", "'expires' undeclared", "fs/fuse/dev.c:1240:9"},

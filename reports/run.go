@@ -189,6 +189,9 @@ type Run struct {
 	// Previous is what the series' earlier version measured on the same
 	// metric, when it was tested.
 	Previous *Previous `json:"previous,omitempty"`
+	// Attestation is who signed each patch's mail, in order, as
+	// verified when it came; empty when not checked.
+	Attestation []Attested `json:"attestation,omitempty"`
 
 	// Base and Patched are the raw results, kept in their own files of
 	// the run directory.

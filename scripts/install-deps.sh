@@ -15,9 +15,9 @@ pkgs=(
   bubblewrap  # QEMU runs in bwrap (vmrunner/jail.go)
   linux-image-amd64
   # mail servers for the integration tests (public-inbox is what lore runs),
-  # b4 to compare series assembly, python3-dkim to sign and check test mail
-  # as a receiving server does
-  dovecot-imapd postfix public-inbox b4 python3-dkim
+  # b4 to compare series assembly, python3-dkim to sign test mail as a
+  # sender's server does, opendkim as the receiving server's DKIM milter
+  dovecot-imapd postfix public-inbox b4 python3-dkim opendkim
   # the fleet's queue (tests start a throwaway cluster of their own)
   postgresql
   # the dashboard's browser test (web), and the fonts its plots name

@@ -16,8 +16,10 @@ import (
 type Asker struct {
 	// Address is the one bare address of the mail's From:.
 	Address string
-	// Authenticated: the mail carries a DKIM pass for Address's domain
-	// from a trusted authserv-id, or came from a source trusted as a whole.
+	// Authenticated: the mail carries a valid DKIM signature aligned with
+	// Address's domain (checked by patchbot, or vouched for by a trusted
+	// server when the key is gone), or came from a source trusted as a
+	// whole. An unauthenticated asker draws from the unverified budget.
 	Authenticated bool
 }
 
@@ -38,8 +40,8 @@ func Authorize(cfg CommandsConfig, asker Asker, author string) (bool, string) {
 		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s)
 	}
 	if !asker.Authenticated {
-		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no DKIM pass for %s "+
-			"from a server this instance trusts", s, mailbox.Domain(s))
+		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no valid DKIM signature "+
+			"aligned with %s", s, mailbox.Domain(s))
 	}
 	return true, ""
 }
@@ -54,6 +56,9 @@ type command struct {
 	// answer is the short answer to give, already addressed to the asker
 	// alone and threaded under the command's mail.
 	answer reports.Answer
+	// noTarget says why the series the command named cannot be tested
+	// (series=ID that no complete series holds).
+	noTarget string
 }
 
 // decision is what to do with a command: answer it (Answer set), queue a
@@ -68,8 +73,11 @@ type decision struct {
 }
 
 // decide weighs one command: the per-sender limit first (help, refusals
-// and malformed commands count), then what it asks. target is the newest
-// series in the thread (nil when there is none); mkRequest makes its job.
+// and malformed commands count), then what it asks. target is the series
+// it applies to (nil when there is none); mkRequest makes its job. An
+// unverified asker's commands are counted apart from the verified
+// sender's of the same address, and get at most
+// limits.unverified_per_sender_per_day answers a day.
 func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *mailbox.Series,
 	mkRequest func() (*Request, error), now time.Time) (decision, error) {
 	cfg := d.Config.Commands
@@ -81,9 +89,18 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 		}
 		return decision{Outcome: store.CommandAnswered, Answer: &a}
 	}
-	counts, err := tx.CommandCounts(ctx, c.asker.Address, now.Add(-time.Hour))
+	verified := c.asker.Authenticated
+	counts, err := tx.CommandCounts(ctx, c.asker.Address, verified, now.Add(-time.Hour))
 	if err != nil {
 		return decision{}, err
+	}
+	spent := false // an unverified asker had its answers of the day
+	if !verified {
+		day, err := tx.CommandCounts(ctx, c.asker.Address, false, now.Add(-24*time.Hour))
+		if err != nil {
+			return decision{}, err
+		}
+		spent = day.Counted >= d.Config.Limits.UnverifiedPerSenderPerDay
 	}
 	refuse := func(reason string) decision {
 		if !cfg.AnswerRefused || counts.Refusals > 0 {
@@ -97,7 +114,14 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if c.Err == "" && c.Name == "stop" {
 		dc := answer(reports.AnswerStopped, c.asker.Address)
 		dc.OptOut = true
+		if spent {
+			dc.Answer, dc.Outcome, dc.Why = nil, store.CommandDropped, "opt-out recorded; an unverified sender was answered today already"
+		}
 		return dc, nil
+	}
+	if spent {
+		return decision{Outcome: store.CommandDropped, Why: fmt.Sprintf("an unverified sender gets %d answer(s) a day",
+			d.Config.Limits.UnverifiedPerSenderPerDay)}, nil
 	}
 	if counts.Counted >= cfg.PerSenderPerHour {
 		return refuse(fmt.Sprintf("%s already gave %d commands in the last hour (limit %d)",
@@ -108,6 +132,8 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 		return answer(reports.AnswerNotUnderstood, c.Err), nil
 	case c.Name == "help":
 		return answer(reports.AnswerHelp, ""), nil
+	case target == nil && c.noTarget != "":
+		return answer(reports.AnswerInvalid, c.noTarget), nil
 	case target == nil:
 		return answer(reports.AnswerNoSeries, ""), nil
 	}
@@ -135,7 +161,7 @@ func (d *Daemon) decide(ctx context.Context, tx *store.Tx, c *command, target *m
 	if err := withOptions(req, c.Command, target); err != nil {
 		return answer(reports.AnswerInvalid, err.Error()), nil
 	}
-	if ok, why, err := d.mayMail(ctx, tx, c.thread, now); err != nil || !ok {
+	if ok, why, err := d.mayMail(ctx, tx, c.thread, false, now); err != nil || !ok {
 		return decision{Outcome: store.CommandDropped, Why: why}, err
 	}
 	return decision{Outcome: store.CommandAccepted, Request: req}, nil
@@ -159,13 +185,19 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 	if err != nil {
 		return err
 	}
-	// The series a command tests is the one `patchbot run` would: the
-	// newest complete version (an incomplete one cannot be applied).
-	target, _, _ := mailbox.Choose(view.series, 0)
-	asker := Asker{Address: o.Sender, Authenticated: d.sources[in.source].Trusted || o.DKIMPass(d.Config.Commands.AuthservIDs)}
+	id := m.Identity()
+	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender}
+	owner := view.owner(in.thread)
 	for i, c := range cmds {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
-		cmd.answer = reports.Answer{Command: c.Line,
+		// The series a command tests: the thread author's newest complete
+		// version (as `patchbot run` would choose it; an incomplete one
+		// cannot be applied), or the one it names by a mail of it.
+		target, _, err := mailbox.ChooseOwned(view.series, owner, c.Series)
+		if err != nil && c.Series != "" {
+			cmd.noTarget = err.Error()
+		}
+		cmd.answer = reports.Answer{Command: c.Line, Stranger: !asker.Authenticated,
 			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			// A hash, not the command's Message-ID: two Message-IDs must not
 			// make one answer's, and a sender's text has no place in ours.
@@ -195,7 +227,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			}
 		}
 		if dc.OptOut {
-			if _, err := in.tx.OptOut(ctx, o.Sender, "#patchbot stop in "+m.MessageID); err != nil {
+			if _, err := in.tx.OptOut(ctx, o.Sender, "#patchbot stop in "+m.MessageID, asker.Authenticated); err != nil {
 				return err
 			}
 			in.log.Info("opt-out recorded: patchbot will not mail this address again", "address", o.Sender)
@@ -206,12 +238,16 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 			}
 		}
 		if _, err := in.tx.LogCommand(ctx, store.Command{Key: cmd.key, Sender: o.Sender, ThreadID: in.thread,
-			At: in.now, Outcome: dc.Outcome}); err != nil {
+			At: in.now, Outcome: dc.Outcome, Unverified: !asker.Authenticated}); err != nil {
 			return err
 		}
 		d.Metrics.Commands.WithLabelValues(string(dc.Outcome)).Inc()
-		in.log.Info("command", "command", c.Line, "from", o.Sender, "authenticated", asker.Authenticated,
-			"outcome", dc.Outcome, "why", dc.Why)
+		series := ""
+		if target != nil {
+			series = fmt.Sprintf("%s v%d from %s", target.Title, target.Version, target.Identity)
+		}
+		in.log.Info("command", "command", mailbox.Clip(c.Line, mailbox.MaxEcho), "from", id.String(),
+			"authenticated", asker.Authenticated, "series", series, "outcome", dc.Outcome, "why", dc.Why)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ func TestAuthorize(t *testing.T) {
 		{asker: Asker{"x@untrusted.org", true}, reason: "neither"},
 		// From: is anyone's to write: without proof, the allow-list and
 		// the author's address count for nothing.
-		{asker: Asker{"maint@example.org", false}, reason: "no DKIM pass for example.org"},
+		{asker: Asker{"maint@example.org", false}, reason: "no valid DKIM signature aligned with example.org"},
 		{asker: Asker{"usama.arif@linux.dev", false}, reason: "does not prove that it comes from usama.arif@linux.dev"},
 	}
 	for _, tt := range tests {

@@ -66,6 +66,9 @@ type Config struct {
 	Publish *publish.Config `yaml:"publish,omitempty"`
 	// Commands controls who may ask for a run with "#patchbot test".
 	Commands CommandsConfig `yaml:"commands"`
+	// DKIM says where the signers' keys are looked up: every patch and
+	// command mail is verified (mailbox.Verifier).
+	DKIM mailbox.DKIMConfig `yaml:"dkim"`
 	// Limits bound the mail patchbot sends, whoever asks (limits.go).
 	Limits LimitsConfig `yaml:"limits"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
@@ -136,12 +139,13 @@ type CommandsConfig struct {
 	// authenticated mail: see AuthservIDs.
 	AllowAuthor bool     `yaml:"allow_author"`
 	Allow       []string `yaml:"allow"`
-	// AuthservIDs are the servers whose Authentication-Results fields
-	// patchbot believes (RFC 8601), e.g. smtp.subspace.kernel.org for mail
-	// read from lore. A command counts as its sender's only when such a
-	// field above From: reports a DKIM pass for the sender's domain, or
-	// when its source is trusted as a whole (sources[].trusted). Empty:
-	// only trusted sources' commands can run tests.
+	// AuthservIDs are the receiving servers whose Authentication-Results
+	// fields patchbot reads (RFC 8601), e.g. smtp.subspace.kernel.org for
+	// mail read from lore: only the topmost block of such fields, and only
+	// to vouch for a signature in the mail whose key patchbot cannot get
+	// itself (a key rotated since). A sender is verified by a valid DKIM
+	// signature aligned with From: (checked by patchbot), such a vouched
+	// one, or a source trusted as a whole (sources[].trusted).
 	AuthservIDs []string `yaml:"authserv_ids"`
 	// PerSenderPerHour is how many commands one sender may give an hour:
 	// every command that made a job or a mail counts (help, refusals and
@@ -251,6 +255,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Dashboard.MaxUploadMiB < 0 {
 		errs = append(errs, "dashboard.max_upload_mib: negative")
+	}
+	if err := c.DKIM.Validate(); err != nil {
+		errs = append(errs, err.Error())
 	}
 	if c.Commands.PerSenderPerHour < 1 {
 		errs = append(errs, "commands.per_sender_per_hour: want at least 1")

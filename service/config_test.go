@@ -32,6 +32,15 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "recipient cap out of range", yaml: "limits:\n  max_recipients: 0\n", wantErr: "limits.max_recipients 0"},
 		{name: "opt-out not an address", yaml: "limits:\n  opt_out: [\"not an address\"]\n", wantErr: "limits.opt_out"},
 		{name: "no per-sender limit", yaml: "commands:\n  per_sender_per_hour: 0\n", wantErr: "per_sender_per_hour"},
+		{name: "a list that is not a bare address", yaml: "sources:\n- mbox: a\n  list: \"Fsdevel <linux-fsdevel@vger.kernel.org>\"\n", wantErr: "want the list's bare address"},
+		{name: "a DNS server without a port", yaml: "dkim:\n  dns: 127.0.0.1\n", wantErr: "dkim.dns"},
+		{name: "unverified budget negative", yaml: "limits:\n  unverified_per_hour: -1\n", wantErr: "unverified_per_hour"},
+		{name: "a list source and DKIM", yaml: "sources:\n- {name: l, mbox: a, list: linux-fsdevel@vger.kernel.org}\ndkim: {dns: \"127.0.0.1:5353\"}\n",
+			check: func(t *testing.T, c Config) {
+				if !c.Sources[0].ListMail() || c.DKIM.DNS != "127.0.0.1:5353" || c.Limits.UnverifiedPerHour != 10 {
+					t.Errorf("sources = %+v, dkim = %+v, limits %+v", c.Sources, c.DKIM, c.Limits)
+				}
+			}},
 		{name: "fleet on PostgreSQL", yaml: "database: postgres://patchbot@db.example.org/patchbot\nfleet: {local_worker: false, lease: 1m, require_kvm: true}\n",
 			check: func(t *testing.T, c Config) {
 				if c.Database == "" || c.Fleet.LocalWorker || c.Fleet.Lease != time.Minute || !c.Fleet.RequireKVM || c.Fleet.Poll != 5*time.Second {
@@ -91,7 +100,12 @@ func TestExampleConfigDecodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.Sources) != 2 || c.Sources[0].IMAP == nil || c.Sources[1].Lore == "" || c.HTTP == "" {
+	if len(c.Sources) != 3 || c.Sources[0].IMAP == nil || c.Sources[1].Lore == "" || c.HTTP == "" {
 		t.Errorf("example config decoded as %+v", c)
+	}
+	// The IMAP folder and the lore archive are the list's; the inbox is not.
+	if !c.Sources[0].ListMail() || !c.Sources[1].ListMail() || c.Sources[2].ListMail() ||
+		c.Limits.UnverifiedPerSenderPerDay != 1 || c.DKIM.Timeout != 5*time.Second {
+		t.Errorf("example config: sources %+v, limits %+v, dkim %+v", c.Sources, c.Limits, c.DKIM)
 	}
 }

@@ -35,6 +35,9 @@ type Daemon struct {
 	Name string
 	// Sources by name; the name keys the stored cursor.
 	Sources map[string]mailbox.Source
+	// Verifier checks who sent each mail (DKIM); default from the config's
+	// dkim: and commands.authserv_ids. Tests give one with a local resolver.
+	Verifier *mailbox.Verifier
 	// Outbox holds the replies; it sends them when it has a Sender.
 	Outbox  *outbox.Outbox
 	Log     *slog.Logger
@@ -254,6 +257,9 @@ func (d *Daemon) defaults() {
 	}
 	if d.Outbox == nil {
 		d.Outbox = &outbox.Outbox{Store: d.Store, Log: d.Log}
+	}
+	if d.Verifier == nil {
+		d.Verifier = mailbox.NewVerifier(d.Config.DKIM, d.Config.Commands.AuthservIDs)
 	}
 	if d.Outbox.MaxRecipients == 0 {
 		d.Outbox.MaxRecipients = d.Config.Limits.MaxRecipients

@@ -97,6 +97,11 @@ func newTestDaemon(t *testing.T, dir string) *testDaemon {
 	cfg.StateDir = dir
 	cfg.Commands.Allow = []string{"maintainer@example.org"}
 	cfg.Commands.AuthservIDs = []string{testAuthserv}
+	// The sources the tests feed: three bound to the list (so their mail
+	// is list mail), "mail" and "inbox" not.
+	for _, name := range []string{"list", "lore", "imap"} {
+		cfg.Sources = append(cfg.Sources, mailbox.SourceConfig{Name: name, Mbox: "/nonexistent/" + name, List: "linux-fsdevel@vger.kernel.org"})
+	}
 	dbPath := filepath.Join(dir, "state.db")
 	st, err := store.Open(dbPath)
 	if err != nil {
@@ -104,14 +109,16 @@ func newTestDaemon(t *testing.T, dir string) *testDaemon {
 	}
 	t.Cleanup(func() { st.Close() })
 	b, te := &fakeBuilder{}, &fakeTester{}
-	d := &Daemon{Config: cfg, Store: st, Pipeline: &Pipeline{Builder: b, Tester: te, Reply: cfg.Reply}}
+	d := &Daemon{Config: cfg, Store: st, Pipeline: &Pipeline{Builder: b, Tester: te, Reply: cfg.Reply},
+		Verifier: &mailbox.Verifier{LookupTXT: testKeys.LookupTXT, AuthservIDs: cfg.Commands.AuthservIDs}}
 	return &testDaemon{Daemon: d, builder: b, tester: te, dbPath: dbPath}
 }
 
 // testAuthserv is the receiving server the test daemon trusts.
 const testAuthserv = "mx.patchbot.test"
 
-// listID is the List-Id that vger puts on linux-fsdevel mail.
+// listID is the List-Id that vger puts on linux-fsdevel mail. It proves
+// nothing: the mail is list mail because its source is bound to the list.
 const listID = "List-Id: <linux-fsdevel.vger.kernel.org>\n"
 
 // ingestFile feeds every mail of an mbox to the daemon as a source would,
@@ -129,7 +136,7 @@ func (d *testDaemon) ingestAs(t *testing.T, source, path, header string) {
 	ctx := context.Background()
 	cur, _ := d.Store.Cursor(ctx, source)
 	if _, err := src.Poll(ctx, cur, func(m *mailbox.Message, cur string) error {
-		m, err := mailbox.ParseBytes(append([]byte(header), m.Raw...))
+		m, err := mailbox.ParseBytes(testKeys.sign(t, append([]byte(header), m.Raw...)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,10 +146,10 @@ func (d *testDaemon) ingestAs(t *testing.T, source, path, header string) {
 	}
 }
 
-// ingestRaw feeds one mail.
+// ingestRaw feeds one mail, signed where dkimPass says.
 func (d *testDaemon) ingestRaw(t *testing.T, source, raw string) {
 	t.Helper()
-	m, err := mailbox.ParseBytes([]byte(raw))
+	m, err := mailbox.ParseBytes(testKeys.sign(t, []byte(raw)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,12 +158,9 @@ func (d *testDaemon) ingestRaw(t *testing.T, source, raw string) {
 	}
 }
 
-// dkimPass is the Authentication-Results field the trusted server adds to
-// a mail whose DKIM signature for domain verified.
-func dkimPass(domain string) string {
-	return "Authentication-Results: " + testAuthserv + ";\n dkim=pass (2048-bit key) header.d=" + domain +
-		" header.i=@" + domain + " header.b=\"AbCdEf\"\n"
-}
+// dkimPass marks a mail to be signed with domain's key (a real DKIM
+// signature, made by the ingest helpers; testKeys serves the key).
+func dkimPass(domain string) string { return signAs + domain + "\n" }
 
 func (d *testDaemon) outbox(t *testing.T) []store.OutboxMessage {
 	t.Helper()
@@ -366,7 +370,9 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	}
 	d.ingestFile(t, "cmd1", cmd("cmd1", "Maintainer <maintainer@example.org>", "#patchbot test cache-contention profile=quick"))
 	d.ingestFile(t, "cmd2", cmd("cmd2", "Stranger <stranger@example.net>", "#patchbot test"))
-	d.ingestFile(t, "cmd3", cmd("cmd3", "Stranger <stranger@example.net>", "#patchbot help"))
+	// An unverified sender gets one answer a day: the help comes from
+	// another.
+	d.ingestFile(t, "cmd3", cmd("cmd3", "Other <other@example.net>", "#patchbot help"))
 	jobs, _ := d.Store.Jobs(ctx)
 	if len(jobs) != 2 || jobs[1].Trigger != "command" {
 		t.Fatalf("jobs = %d, want the list's and the maintainer's command", len(jobs))

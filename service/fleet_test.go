@@ -269,7 +269,7 @@ func newFleetWorld(t *testing.T, lists int, fleet, extra string) *fleetWorld {
 			os.MkdirAll(filepath.Join(md, sub), 0o755)
 		}
 		w.lists = append(w.lists, md)
-		fmt.Fprintf(&srcs, "  - {name: list-%c, maildir: %s, poll: 200ms}\n", 'a'+i, md)
+		fmt.Fprintf(&srcs, "  - {name: list-%c, maildir: %s, list: list-%c@lists.example.org, poll: 200ms}\n", 'a'+i, md, 'a'+i)
 	}
 	w.cfg = filepath.Join(w.dir, "patchbot.yaml")
 	conf := fmt.Sprintf(`state_dir: %s

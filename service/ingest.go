@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,8 +50,20 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 			return setCursor(ctx, tx, source, cur)
 		})
 	}
+	// Who sent it, verified before the transaction (DNS is no business
+	// of a write lock), and kept with the mail.
+	if m.Attestation == nil {
+		m.Attestation = d.Verifier.Verify(ctx, m)
+	}
+	if d.sources[source].Trusted {
+		m.Attestation.Source = source
+	}
+	attestation, err := json.Marshal(m.Attestation)
+	if err != nil {
+		return err
+	}
 	in := &ingest{d: d, m: m, origin: mailbox.OriginOf(m), source: source, now: time.Now()}
-	in.log = d.Log.With("source", source, "message_id", m.MessageID)
+	in.log = d.Log.With("source", source, "message_id", m.MessageID, "from", m.Identity().String())
 	err = d.Store.Update(ctx, func(tx *store.Tx) error {
 		in.tx, in.jobs, in.answers = tx, 0, 0
 		// The thread of the mail it answers, when that is kept (a reply
@@ -76,6 +89,9 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		}
 		if !fresh {
 			return nil // acted on when it was first kept
+		}
+		if err := tx.SetAttestation(ctx, key, attestation); err != nil {
+			return err
 		}
 		// Replies that came before this mail were kept under its ID.
 		if err := tx.Rehome(ctx, key, in.thread); err != nil {
@@ -133,7 +149,7 @@ func (in *ingest) act(ctx context.Context) error {
 	if m.Diff == "" {
 		return nil
 	}
-	if !in.listMail(in.source, in.origin) {
+	if !in.listMail(in.source) {
 		in.log.Info("a patch sent to patchbot directly, not through a list, is not tested on its own; "+
 			"an allowed sender can ask with #patchbot test in its thread", "from", in.origin.Sender)
 		return nil
@@ -148,11 +164,17 @@ func (in *ingest) act(ctx context.Context) error {
 			log.Info("series touches no watched path; not tested", "files", s.Files(), "complete", s.Complete)
 			continue
 		}
-		if out, err := in.optedOut(ctx, s.Author); err != nil {
+		// An opt-out stops the testing of an address's series when its
+		// "stop" was verified (or the config's), or the series is not: a
+		// forged "stop" in a verified author's name silences the mail to
+		// the address (the outbox leaves it out), not the test.
+		if out, verified, err := in.authorOptedOut(ctx, s.Author); err != nil {
 			return err
-		} else if out {
+		} else if out && (verified || !s.Identity.Verified()) {
 			log.Info("the series' author opted out; not tested")
 			continue
+		} else if out {
+			log.Info("the author's address opted out in an unverified mail: the verified series is tested, the author not mailed")
 		}
 		if !s.Complete {
 			log.Info("series incomplete; waiting for the rest", "missing", s.Missing, "reason", s.Reason,
@@ -168,6 +190,18 @@ func (in *ingest) act(ctx context.Context) error {
 			// it is kept under, and starts a thread of its own.
 			target = storageKey(s.Patches[0].Message)
 		}
+		// A series is keyed by its sender as verified and by the mail
+		// that carries it (its first patch: a cover letter that comes
+		// late does not make it another): two mails claiming one series
+		// and version are two candidates, each queued and logged, and an
+		// unverified one never takes a verified one's place.
+		first := s.Patches[0].MessageID
+		if first == "" {
+			first = storageKey(s.Patches[0].Message)
+		}
+		claim := fmt.Sprintf("series:%s:%s:v%d:", mailbox.AddrOf(s.Author), s.Title, s.Version)
+		dedupe := claim + s.Identity.Key() + ":" + first
+		log = log.With("identity", s.Identity.String(), "candidate", first)
 		req := NewRequest(s, d.Config.Suites, target)
 		if err := in.boundThread(ctx, &req.Thread, view, target); err != nil {
 			return err
@@ -180,20 +214,39 @@ func (in *ingest) act(ctx context.Context) error {
 			log.Info("no suite to run for this series; not tested", "err", err)
 			continue
 		}
-		if err := in.enqueue(ctx, "list", fmt.Sprintf("series:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
-			mailbox.AddrOf(s.Author), req); err != nil {
+		others, err := in.tx.DedupesWithPrefix(ctx, claim)
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(others, dedupe) { // a new candidate: said once, when it comes
+			for _, o := range others {
+				log.Warn("another mail claims this series and version: both are candidates, each tested on its own",
+					"other", strings.TrimPrefix(o, claim))
+			}
+		}
+		if err := in.enqueue(ctx, "list", dedupe, mailbox.AddrOf(s.Author), req); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// listMail says whether a mail came through a mailing list: it has a
-// List-Id, or its source is a list archive (lore) or trusted as a whole.
-// Mail sent to patchbot alone starts no test, and its replies Cc nobody.
-func (in *ingest) listMail(source string, o mailbox.Origin) bool {
-	sc := in.d.sources[source]
-	return o.ListID != "" || sc.Lore != "" || sc.Trusted
+// listMail says whether a mail came through a mailing list: its source is
+// bound to a list (sources[].list) or is a list archive (lore). A List-Id
+// proves nothing: anyone can write one. Mail sent to patchbot alone
+// starts no test, and its replies Cc nobody.
+func (in *ingest) listMail(source string) bool {
+	return in.d.sources[source].ListMail()
+}
+
+// authorOptedOut says whether an author's address opted out, and whether
+// by a verified "stop" (the config's opt-outs are the operator's word).
+func (in *ingest) authorOptedOut(ctx context.Context, addr string) (out, verified bool, err error) {
+	a := mailbox.AddrOf(addr)
+	if in.d.Config.Limits.optedOut(a) {
+		return true, true, nil
+	}
+	return in.tx.OptOutOf(ctx, a)
 }
 
 func (in *ingest) optedOut(ctx context.Context, addr string) (bool, error) {
@@ -208,9 +261,51 @@ func (in *ingest) optedOut(ctx context.Context, addr string) (bool, error) {
 type threadView struct {
 	series []*mailbox.Series
 	lists  map[string]bool // the list addresses its mail came through
-	// origins by Message-ID, and whether each mail came through a list.
+	// origins by Message-ID, whether each mail came through a list, and
+	// the mails themselves (with who sent them, as verified).
 	origins map[string]mailbox.Origin
 	viaList map[string]bool
+	msgs    map[string]*mailbox.Message
+	// sourceLists are the configured list addresses of the sources the
+	// thread's mail came from.
+	sourceLists []string
+}
+
+// owner is who started the thread, as verified: the sender of its root
+// mail when that is kept; else the first verified sender of a series in
+// it; else the first series' sender.
+func (v *threadView) owner(root string) mailbox.Identity {
+	if m, ok := v.msgs[root]; ok {
+		return m.Identity()
+	}
+	for _, s := range v.series {
+		if s.Identity.Verified() {
+			return s.Identity
+		}
+	}
+	if len(v.series) > 0 {
+		return v.series[0].Identity
+	}
+	return mailbox.Identity{}
+}
+
+// ccMail is the mail whose To and Cc a reply about the series answered on
+// target takes: the mail that started the thread (root), or the target
+// itself when it is that mail or its sender is the root's, verified (an
+// author's own v2 in the thread). Never a later stranger's: when the root
+// is not kept, only a target that is the root gives its Cc, else none.
+func (v *threadView) ccMail(root, target string) string {
+	r, haveRoot := v.msgs[root]
+	t, haveTarget := v.msgs[target]
+	switch {
+	case haveTarget && target == root:
+		return target
+	case haveRoot && haveTarget && t.Identity().Verified() && t.Identity().Key() == r.Identity().Key():
+		return target
+	case haveRoot:
+		return root
+	}
+	return ""
 }
 
 // threadSeries assembles the series of the mail's thread, leaving out one
@@ -221,17 +316,42 @@ func (in *ingest) threadSeries(ctx context.Context, skip string, all bool) (*thr
 	if err != nil {
 		return nil, err
 	}
-	v := &threadView{lists: map[string]bool{}, origins: map[string]mailbox.Origin{}, viaList: map[string]bool{}}
+	v := &threadView{lists: map[string]bool{}, origins: map[string]mailbox.Origin{}, viaList: map[string]bool{},
+		msgs: map[string]*mailbox.Message{}}
 	var msgs []*mailbox.Message
 	for _, sm := range stored {
-		m, err := in.d.parsed.get(sm.MessageID, sm.Raw)
-		if err != nil || (skip != "" && m.MessageID == skip) {
+		parsed, err := in.d.parsed.get(sm.MessageID, sm.Raw)
+		if err != nil {
 			continue // it was parsed once already; a stored mail that no longer parses is skipped
 		}
-		o := mailbox.OriginOf(m)
-		listAddrs(o, v.lists)
-		v.origins[m.MessageID], v.viaList[m.MessageID] = o, in.listMail(sm.Source, o)
-		msgs = append(msgs, m)
+		// A copy: the parsed mail is shared, the attestation is the
+		// store's word for this mail.
+		m := *parsed
+		m.Attestation = nil
+		if len(sm.Attestation) > 0 {
+			var a mailbox.Attestation
+			if json.Unmarshal(sm.Attestation, &a) == nil {
+				m.Attestation = &a
+			}
+		}
+		v.msgs[sm.MessageID] = &m
+		via := in.listMail(sm.Source)
+		o := mailbox.OriginOf(&m)
+		if via {
+			// A list's own headers count only on the list's mail.
+			listAddrs(o, v.lists)
+			if l := in.d.sources[sm.Source].List; l != "" {
+				v.lists[strings.ToLower(l)] = true
+				if !slices.Contains(v.sourceLists, strings.ToLower(l)) {
+					v.sourceLists = append(v.sourceLists, strings.ToLower(l))
+				}
+			}
+		}
+		v.origins[sm.MessageID], v.viaList[sm.MessageID] = o, via
+		if skip != "" && m.MessageID == skip {
+			continue
+		}
+		msgs = append(msgs, &m)
 	}
 	if all {
 		v.series = mailbox.AssembleVersions(msgs)
@@ -242,14 +362,17 @@ func (in *ingest) threadSeries(ctx context.Context, skip string, all bool) (*thr
 }
 
 // boundThread makes a reply's recipients safe before it is composed (see
-// Daemon.boundThread): the Cc is read again from the raw header of the
-// mail the series is answered on (target), so that a name cannot smuggle
-// in addresses, and opted-out addresses are left out.
+// Daemon.boundThread): the Cc is that of the mail that started the thread
+// (or the thread owner's own mail the series is answered on: see
+// threadView.ccMail), read again from its raw header so that a name
+// cannot smuggle in addresses; opted-out addresses are left out.
 func (in *ingest) boundThread(ctx context.Context, t *reports.Thread, v *threadView, target string) error {
-	o, ok := v.origins[target]
-	if ok {
-		t.Lists, t.Cc = o.Recipients, nil
+	if o, ok := v.origins[v.ccMail(in.thread, target)]; ok {
+		t.Lists = o.Recipients
+	} else {
+		t.Lists = append([]string(nil), v.sourceLists...) // no mail whose Cc patchbot may take: the lists alone
 	}
+	t.Cc = nil
 	var keep []string
 	for _, a := range t.Lists {
 		out, err := in.optedOut(ctx, a)
@@ -279,8 +402,9 @@ func (in *ingest) waitForParts(ctx context.Context, s *mailbox.Series) error {
 		replyTo, subject, refs = s.Patches[0].MessageID, s.Patches[0].Subject, s.Patches[0].Message.References
 	}
 	req := &Request{Title: s.Subject,
-		Thread:     reports.Thread{Subject: subject, MessageID: replyTo, References: refs, Author: s.Author},
-		Incomplete: &IncompleteCheck{ThreadID: in.thread, Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+		Thread: reports.Thread{Subject: subject, MessageID: replyTo, References: refs, Author: s.Author},
+		Incomplete: &IncompleteCheck{ThreadID: in.thread, Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version,
+			Identity: s.Identity.Key(), Unverified: !s.Identity.Verified()}}
 	in.d.boundThread(&req.Thread, nil, false)
 	if req.Thread.Author == "" {
 		return nil // nobody to tell
@@ -289,7 +413,7 @@ func (in *ingest) waitForParts(ctx context.Context, s *mailbox.Series) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = in.tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprintf("incomplete:%s:%s:v%d", mailbox.AddrOf(s.Author), s.Title, s.Version),
+	_, _, err = in.tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprintf("incomplete:%s:%s:v%d:%s", mailbox.AddrOf(s.Author), s.Title, s.Version, s.Identity.Key()),
 		Kind: store.KindCheck, Trigger: "incomplete", Title: s.Subject, Request: data, Source: in.source,
 		Sender: mailbox.AddrOf(s.Author), NotBefore: in.now.Add(in.d.Config.IncompleteAfter)})
 	return err

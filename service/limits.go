@@ -31,12 +31,22 @@ type LimitsConfig struct {
 	// OptOut are addresses never mailed, as if each had sent
 	// "#patchbot stop".
 	OptOut []string `yaml:"opt_out"`
+
+	// Answers to unverified senders (no aligned DKIM signature, no trusted
+	// source) come from a budget of their own, which never reduces the
+	// quotas above: a stranger in anyone's name can neither silence
+	// patchbot for verified senders nor use it to mail many addresses
+	// that never wrote. UnverifiedPerSenderPerDay bounds the answers to
+	// one address, UnverifiedPerHour those to all of them.
+	UnverifiedPerSenderPerDay int `yaml:"unverified_per_sender_per_day"`
+	UnverifiedPerHour         int `yaml:"unverified_per_hour"`
 }
 
 // DefaultLimits: the seed series' reply (the author and 12 Cc's) fits
-// under the recipient cap.
+// under the recipient cap; an unverified sender gets one answer a day.
 func DefaultLimits() LimitsConfig {
-	return LimitsConfig{MaxRecipients: outbox.DefaultMaxRecipients, PerThreadPerDay: 10, PerHour: 30}
+	return LimitsConfig{MaxRecipients: outbox.DefaultMaxRecipients, PerThreadPerDay: 10, PerHour: 30,
+		UnverifiedPerSenderPerDay: 1, UnverifiedPerHour: 10}
 }
 
 func (l LimitsConfig) validate() []string {
@@ -49,6 +59,9 @@ func (l LimitsConfig) validate() []string {
 	}
 	if l.PerHour < 1 {
 		errs = append(errs, "limits.per_hour: want at least 1")
+	}
+	if l.UnverifiedPerSenderPerDay < 0 || l.UnverifiedPerHour < 0 {
+		errs = append(errs, "limits.unverified_per_sender_per_day, limits.unverified_per_hour: want 0 (never answer) or more")
 	}
 	for _, a := range l.OptOut {
 		if _, err := mail.ParseAddress(a); err != nil {
@@ -165,17 +178,26 @@ func listAddrs(o mailbox.Origin, into map[string]bool) {
 }
 
 // mayMail says whether one more automatic mail fits the quotas: per
-// thread per day, and in all per hour.
-func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, now time.Time) (bool, string, error) {
+// thread per day, and in all per hour; for an answer to an unverified
+// sender (stranger), the unverified budget's hour instead, which is
+// counted apart and never uses up the others.
+func (d *Daemon) mayMail(ctx context.Context, tx *store.Tx, thread string, stranger bool, now time.Time) (bool, string, error) {
 	l := d.Config.Limits
-	n, err := tx.OutboxSince(ctx, thread, now.Add(-24*time.Hour))
+	if stranger {
+		n, err := tx.OutboxSince(ctx, "", store.BudgetUnverified, now.Add(-time.Hour))
+		if err != nil || n < l.UnverifiedPerHour {
+			return err == nil, "", err
+		}
+		return false, fmt.Sprintf("patchbot answered %d unverified senders in the last hour (limit %d)", n, l.UnverifiedPerHour), nil
+	}
+	n, err := tx.OutboxSince(ctx, thread, "", now.Add(-24*time.Hour))
 	if err != nil {
 		return false, "", err
 	}
 	if n >= l.PerThreadPerDay {
 		return false, fmt.Sprintf("the thread had %d mails from patchbot in a day (limit %d)", n, l.PerThreadPerDay), nil
 	}
-	if n, err = tx.OutboxSince(ctx, "", now.Add(-time.Hour)); err != nil {
+	if n, err = tx.OutboxSince(ctx, "", "", now.Add(-time.Hour)); err != nil {
 		return false, "", err
 	}
 	if n >= l.PerHour {

@@ -84,7 +84,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// them on the log scale (see reports/stats.LogWelch).
 	opts := reports.Options{Test: stats.LogWelch}
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: opts,
-		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches)}
+		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches), Attestation: req.Attestation}
 	if req.First > 0 {
 		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
 	}

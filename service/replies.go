@@ -27,21 +27,21 @@ func (d *Daemon) putAnswer(ctx context.Context, tx *store.Tx, a reports.Answer, 
 		d.Metrics.Dropped.WithLabelValues("render").Inc()
 		return false, "the answer does not render", nil
 	}
-	return d.putReply(ctx, tx, r, thread)
-}
-
-// putReply puts a rendered mail in the outbox within tx.
-func (d *Daemon) putReply(ctx context.Context, tx *store.Tx, r *reports.Reply, thread string) (bool, string, error) {
-	return putReply(ctx, tx, d.Outbox, d.Config, d.Metrics, d.Log, r, thread)
+	budget := ""
+	if a.Stranger {
+		budget = store.BudgetUnverified
+	}
+	return putReply(ctx, tx, d.Outbox, d.Config, d.Metrics, d.Log, r, thread, budget)
 }
 
 // putReply puts a rendered mail in ob's outbox within tx, from the
-// config's sender, and counts and logs it. A mail that cannot be
+// config's sender, drawn from budget ("" or store.BudgetUnverified),
+// and counts and logs it. A mail that cannot be
 // addressed (or whose recipients all opted out) is dropped and logged: it
 // would be the same on every retry.
 func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
-	r *reports.Reply, thread string) (bool, string, error) {
-	q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread)
+	r *reports.Reply, thread, budget string) (bool, string, error) {
+	q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread, budget)
 	switch {
 	case q.drop != nil:
 		level, args := slog.LevelInfo, []any{"message_id", r.Header.MessageID}
@@ -83,7 +83,7 @@ type dropped struct {
 // (queued.drop says why); a mail of a Message-ID the outbox holds already
 // is not queued twice.
 func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from string, r *reports.Reply,
-	thread string) (q queued, err error) {
+	thread, budget string) (q queued, err error) {
 	raw, err := r.Bytes()
 	if err == nil {
 		q.to, err = r.Recipients()
@@ -93,7 +93,7 @@ func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from strin
 		return q, nil
 	}
 	q.added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(from), To: q.to, Raw: raw, ThreadID: thread})
+		From: mailbox.AddrOf(from), To: q.to, Raw: raw, ThreadID: thread, Budget: budget})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
 		q.drop = &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}
@@ -116,7 +116,7 @@ func Deliver(ctx context.Context, cfg Config, st *store.Store, r *reports.Reply,
 		return false, false, err
 	}
 	err = st.Update(ctx, func(tx *store.Tx) error {
-		q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, "")
+		q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, "", "")
 		if q.drop != nil {
 			return fmt.Errorf("the reply is not queued: %s", q.drop.why)
 		}
@@ -163,7 +163,8 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 			return err
 		}
 		for _, s := range view.series {
-			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author {
+			if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author ||
+				c.Identity != "" && s.Identity.Key() != c.Identity {
 				continue
 			}
 			if s.Complete {
@@ -174,8 +175,11 @@ func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, req *Request
 			for i, m := range s.Missing {
 				missing[i] = fmt.Sprintf("%d/%d", m, s.Total)
 			}
+			// An unverified author may be anyone's name: the answer comes
+			// from the unverified budget.
 			sent, why, err := in.answer(ctx, reports.Answer{Kind: reports.AnswerIncomplete, Thread: req.Thread,
-				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason})
+				MessageID: jobReplyID(d.Config, j), Missing: missing, Waited: humanDuration(d.Config.IncompleteAfter), Reason: s.Reason,
+				Stranger: c.Unverified})
 			if err == nil && !sent {
 				in.log.Info("incomplete-series answer not sent", "why", why)
 			}
@@ -212,7 +216,7 @@ func threadRoot(t reports.Thread) string {
 // has not opted out. It says whether it did, and why not.
 func (in *ingest) answer(ctx context.Context, a reports.Answer) (bool, string, error) {
 	d := in.d
-	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, in.now); err != nil || !ok {
+	if ok, why, err := d.mayMail(ctx, in.tx, in.thread, a.Stranger, in.now); err != nil || !ok {
 		if err == nil {
 			d.Metrics.Dropped.WithLabelValues("quota").Inc()
 		}

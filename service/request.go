@@ -55,13 +55,20 @@ type Request struct {
 	// Series names the series across its versions, so that the reply to
 	// v2 can say what v1 measured.
 	Series SeriesKey `json:"series"`
+	// Attestation is who signed each patch's mail, as verified when it
+	// came, for the reply and the dashboard.
+	Attestation []reports.Attested `json:"attestation,omitempty"`
 }
 
-// SeriesKey is a series across its versions: the same author and title.
+// SeriesKey is a series across its versions: the same author, as
+// verified, and title.
 type SeriesKey struct {
 	Author  string `json:"author,omitempty"` // address only
 	Title   string `json:"title,omitempty"`
 	Version int    `json:"version,omitempty"`
+	// Identity is the author's mailbox.Identity key ("addr/verified"):
+	// an unverified post's run is never another's earlier version.
+	Identity string `json:"identity,omitempty"`
 }
 
 // IncompleteCheck names the series an incomplete-series job looks at.
@@ -70,6 +77,11 @@ type IncompleteCheck struct {
 	Author   string `json:"author"`
 	Title    string `json:"title"`
 	Version  int    `json:"version"`
+	// Identity is the author's mailbox.Identity key; Unverified says the
+	// author was not proven, so the answer draws from the unverified
+	// budget.
+	Identity   string `json:"identity,omitempty"`
+	Unverified bool   `json:"unverified,omitempty"`
 }
 
 // NewRequest describes the test of a complete series, answering the mail
@@ -77,8 +89,17 @@ type IncompleteCheck struct {
 func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Request {
 	req := &Request{Title: s.Subject, Patches: s.Mails(), Files: s.Files(), Base: s.Base,
 		Profile: defaults.Profile, Runs: defaults.Runs,
-		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version}}
+		Series: SeriesKey{Author: mailbox.AddrOf(s.Author), Title: s.Title, Version: s.Version, Identity: s.Identity.Key()}}
 	req.Subjects = s.Subjects()
+	for _, p := range s.Patches {
+		if p.Message != nil && p.Message.Attestation != nil {
+			a := reports.Attested{Subject: p.Subject, Verified: p.Message.Identity().Verified()}
+			for _, c := range p.Attestation {
+				a.Checks = append(a.Checks, reports.Check{Pass: c.Pass, Text: c.Text})
+			}
+			req.Attestation = append(req.Attestation, a)
+		}
+	}
 	req.Tags = s.Tags()
 	p0 := s.Patches[0]
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,

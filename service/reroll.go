@@ -23,7 +23,8 @@ var _ History = (*store.Store)(nil)
 // reroll keeps them.
 func sameSeries(a, b SeriesKey) bool {
 	norm := func(s string) string { return strings.Join(strings.Fields(strings.ToLower(s)), " ") }
-	return a.Author != "" && strings.EqualFold(a.Author, b.Author) && norm(a.Title) == norm(b.Title)
+	return a.Author != "" && strings.EqualFold(a.Author, b.Author) && norm(a.Title) == norm(b.Title) &&
+		(a.Identity == "" || b.Identity == "" || a.Identity == b.Identity) // runs from before identities match
 }
 
 // earlier are the runs of the series' earlier versions that were tested

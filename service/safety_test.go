@@ -3,6 +3,7 @@ package service
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -94,12 +95,14 @@ func TestHostileThreadIsBounded(t *testing.T) {
 		limits func(*LimitsConfig)
 		want   int // answers queued
 	}{
-		// Four strangers who can be answered, four answers each an hour
-		// (help thrice and one refusal); the thread's quota (10 a day,
-		// the seed's own reply included) stops it at 9.
-		{"defaults", func(*LimitsConfig) {}, 9},
-		// Without the quotas the per-sender limit alone bounds it.
-		{"per-sender limit alone", func(l *LimitsConfig) { l.PerThreadPerDay, l.PerHour = 1000, 1000 }, 16},
+		// Four strangers who can be answered, none verified: one answer
+		// each a day, from the unverified budget.
+		{"defaults", func(*LimitsConfig) {}, 4},
+		// Without the quotas the per-sender limit alone bounds it: four
+		// answers each an hour (help thrice and one refusal).
+		{"per-sender limit alone", func(l *LimitsConfig) {
+			l.PerThreadPerDay, l.PerHour, l.UnverifiedPerSenderPerDay, l.UnverifiedPerHour = 1000, 1000, 1000, 1000
+		}, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -136,7 +139,11 @@ func TestHostileThreadIsBounded(t *testing.T) {
 			if len(all) != tc.want {
 				t.Errorf("%d answers queued, want %d", len(all), tc.want)
 			}
-			if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 1 {
+			jobs, _ := d.Store.Jobs(ctx)
+			for _, j := range jobs {
+				t.Logf("job %s", j.Dedupe)
+			}
+			if len(jobs) != 1 {
 				t.Errorf("%d jobs, want only the seed's", len(jobs))
 			}
 			refusals := 0
@@ -154,9 +161,12 @@ func TestHostileThreadIsBounded(t *testing.T) {
 	}
 }
 
-// A command from an allow-listed address counts only when a trusted server
-// vouches for it; a forged From:, or a field the sender wrote, does not.
-func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
+// A command from an allow-listed address counts only when a valid DKIM
+// signature aligned with From: proves it (patchbot's own check, or a
+// trusted server's for a key since gone), or its source is trusted; a
+// forged From:, a signature of another domain, a mail changed after
+// signing or an Authentication-Results field the sender wrote do not.
+func TestCommandNeedsAVerifiedSender(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDaemon(t, t.TempDir())
 	d.Config.Sources = append(d.Config.Sources, mailbox.SourceConfig{Name: "private", Maildir: "/nonexistent", Trusted: true})
@@ -164,33 +174,43 @@ func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
 	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
 	const from = "Maintainer <maintainer@example.org>"
 	const cmd = "#patchbot test cache-contention\n"
-	tests := []struct {
-		name, source, header string
-		want                 string // the command's outcome
-	}{
-		{"no Authentication-Results", "list", listID, "refused"},
-		{"a pass from a server not trusted", "list", listID + strings.ReplaceAll(dkimPass("example.org"), testAuthserv, "mx.evil.example"), "dropped"},
-		{"a pass for another domain", "list", listID + dkimPass("evil.example"), "dropped"},
-		{"a trusted server's pass", "list", listID + dkimPass("example.org"), "accepted"},
-		{"a trusted source", "private", listID, "accepted"},
+	mail := func(id, header string) []byte {
+		return testKeys.sign(t, []byte(reply{id: id, from: from, header: header, body: cmd}.raw()))
 	}
-	for i, tt := range tests {
-		id := fmt.Sprintf("auth-%d@example.org", i)
-		d.ingestRaw(t, tt.source, reply{id: id, from: from, header: tt.header, body: cmd}.raw())
-		if got := d.outcomes(t, id); len(got) != 1 || got[0] != tt.want {
-			t.Errorf("%s: outcome %v, want %s (later refusals are dropped: one a sender an hour)", tt.name, got, tt.want)
+	forgedAR := "Authentication-Results: " + testAuthserv + "; dkim=pass header.d=example.org\n"
+	tests := []struct {
+		name, source string
+		raw          []byte
+		want         string // the command's outcome
+	}{
+		{"unsigned", "list", mail("auth-0@example.org", listID), "refused"},
+		// Every later unverified one is dropped: one answer a day.
+		{"signed by another domain", "list", mail("auth-1@example.org", listID+dkimPass("evil.example")), "dropped"},
+		{"a trusted server's pass for no signature", "list", mail("auth-2@example.org", forgedAR+listID), "dropped"},
+		{"changed after signing", "list", bytes.Replace(mail("auth-3@example.org", listID+dkimPass("example.org")),
+			[]byte("cache-contention"), []byte("locks"), 1), "dropped"},
+		{"a pass the sender wrote below From:", "list", []byte(strings.Replace(string(mail("auth-4@example.org", listID)),
+			"To:", strings.TrimSuffix(forgedAR, "\n")+"\nTo:", 1)), "dropped"},
+		{"signed by example.org", "list", mail("auth-5@example.org", listID+dkimPass("example.org")), "accepted"},
+		{"a rotated key the trusted server vouched for", "list", vouch(t, keyGone(mail("auth-6@example.org", listID+dkimPass("example.org"))), testAuthserv), "accepted"},
+		{"a rotated key an untrusted server vouched for", "list", vouch(t, keyGone(mail("auth-7@example.org", listID+dkimPass("example.org"))), "mx.evil.example"), "dropped"},
+		{"a trusted source", "private", mail("auth-8@example.org", listID), "accepted"},
+	}
+	for _, tt := range tests {
+		m, err := mailbox.ParseBytes(tt.raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Ingest(ctx, tt.source, m, m.MessageID); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.outcomes(t, m.MessageID); len(got) != 1 || got[0] != tt.want {
+			t.Errorf("%s: outcome %v, want %s", tt.name, got, tt.want)
 		}
 	}
-	// Written by the sender, below From:, a field proves nothing.
-	id := "auth-forged@example.org"
-	d.ingestRaw(t, "list", listID+"From: "+from+"\n"+dkimPass("example.org")+
-		"Subject: Re: x\nMessage-ID: <"+id+">\nIn-Reply-To: <"+seedID+">\nReferences: <"+seedID+">\n\n"+cmd)
-	if got := d.outcomes(t, id); len(got) != 1 || got[0] == "accepted" {
-		t.Errorf("a forged field below From: was believed: %v", got)
-	}
 	jobs, _ := d.Store.Jobs(ctx)
-	if len(jobs) != 3 {
-		t.Errorf("%d jobs, want the list's and the two authenticated commands'", len(jobs))
+	if len(jobs) != 4 {
+		t.Errorf("%d jobs, want the list's and the three verified commands'", len(jobs))
 	}
 	var refusal string
 	for _, m := range d.outboxAll(t) {
@@ -198,9 +218,27 @@ func TestCommandNeedsDKIMPassFromTrustedServer(t *testing.T) {
 			refusal = string(m.Raw)
 		}
 	}
-	if !strings.Contains(strings.Join(strings.Fields(refusal), " "), "carries no DKIM pass for example.org") {
+	if !strings.Contains(strings.Join(strings.Fields(refusal), " "), "carries no valid DKIM signature aligned with example.org") {
 		t.Errorf("the unauthenticated command's refusal does not say why:\n%s", refusal)
 	}
+}
+
+// keyGone makes a signed mail's key unfindable, as when a domain rotated
+// it after the mail was checked: the selector points nowhere.
+func keyGone(raw []byte) []byte {
+	return bytes.Replace(raw, []byte("s=test;"), []byte("s=rotated;"), 1)
+}
+
+// vouch prepends a receiving server's DKIM pass for the mail's signature
+// (header.d and the start of b=, as servers write them).
+func vouch(t *testing.T, raw []byte, authserv string) []byte {
+	t.Helper()
+	i := bytes.Index(raw, []byte(" b="))
+	if i < 0 {
+		t.Fatal("no signature")
+	}
+	b := strings.Join(strings.Fields(string(raw[i+3:i+3+12])), "")[:8]
+	return append([]byte("Authentication-Results: "+authserv+";\n dkim=pass header.d=example.org header.b=\""+b+"\"\n"), raw...)
 }
 
 // Fifty copies of a command are one; a mail's fourth command is not read;
@@ -534,5 +572,191 @@ func TestShutdownGivesTheAttemptBack(t *testing.T) {
 	if j := jobs[0]; j.State != store.JobQueued || j.Attempts != 0 || j.Stage != "interrupted" {
 		t.Errorf("after %d shutdowns: job %s, stage %q, %d attempts; want queued with none spent",
 			2*d.MaxAttempts, j.State, j.Stage, j.Attempts)
+	}
+}
+
+// A stranger's v2 in the author's thread, Cc'ing addresses of its own
+// choosing: the author's command still tests the author's series, a
+// maintainer's too unless it names the v2, and no reply Cc's the
+// stranger's addresses.
+func TestStrangersV2InTheThread(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", dkimPass("linux.dev"))
+	seed, _ := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	v2 := strings.SplitN(string(seed), "\nFrom ", 2)[0]
+	var cc []string
+	for i := 0; i < 20; i++ {
+		cc = append(cc, fmt.Sprintf("stranger-cc%d@victims.example", i))
+	}
+	v2 = strings.NewReplacer("From: Usama Arif <usama.arif@linux.dev>", "From: Stranger <s@stranger.example>",
+		"[PATCH] squashfs", "[PATCH v2] squashfs", "Message-ID: <"+seedID+">",
+		"Message-ID: <v2@stranger.example>\nIn-Reply-To: <"+seedID+">\nReferences: <"+seedID+">\nCc: "+strings.Join(cc, ", ")).Replace(v2)
+	v2 = v2[strings.Index(v2, "\n")+1:] // no mbox From line
+	d.ingestRaw(t, "list", dkimPass("stranger.example")+v2)
+	d.ingestRaw(t, "list", reply{id: "author-cmd@linux.dev", from: "Usama Arif <usama.arif@linux.dev>",
+		header: dkimPass("linux.dev"), body: "#patchbot test\n"}.raw())
+	d.ingestRaw(t, "list", reply{id: "maint-cmd@example.org", from: "Maintainer <maintainer@example.org>",
+		header: dkimPass("example.org"), body: "#patchbot test\n"}.raw())
+	d.ingestRaw(t, "list", reply{id: "maint-named@example.org", from: "Maintainer <maintainer@example.org>",
+		header: dkimPass("example.org"), body: "#patchbot test series=v2@stranger.example\n"}.raw())
+	jobs, _ := d.Store.Jobs(ctx)
+	byKey := map[string]Request{}
+	for _, j := range jobs {
+		var r Request
+		json.Unmarshal(j.Request, &r)
+		byKey[j.Dedupe] = r
+		if strings.Contains(strings.Join(r.Thread.Lists, " "), "victims.example") {
+			t.Errorf("job %s Cc's the stranger's addresses: %v", j.Dedupe, r.Thread.Lists)
+		}
+	}
+	for key, want := range map[string]string{
+		"command:author-cmd@linux.dev#0":     "usama.arif@linux.dev",
+		"command:maint-cmd@example.org#0":    "usama.arif@linux.dev",
+		"command:maint-named@example.org#0":  "s@stranger.example",
+		"series:s@stranger.example:squashfs": "", // the v2 itself, as list mail
+	} {
+		found := false
+		for k, r := range byKey {
+			if strings.HasPrefix(k, key) {
+				found = true
+				if want != "" && r.Series.Author != want {
+					t.Errorf("%s tests %s's series, want %s's", k, r.Series.Author, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no job %s (jobs %v)", key, jobs)
+		}
+	}
+}
+
+// A forged v2 in the author's name, sent first in a thread of its own,
+// and then the author's signed v2: both are candidates, each queued.
+func TestSquattingV2(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	seed, _ := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
+	patch := strings.SplitN(string(seed), "\nFrom ", 2)[0]
+	patch = strings.Replace(patch[strings.Index(patch, "\n")+1:], "[PATCH] squashfs", "[PATCH v2] squashfs", 1)
+	d.ingestRaw(t, "list", strings.Replace(patch, seedID, "squat@evil.example", 1))
+	d.ingestRaw(t, "list", dkimPass("linux.dev")+strings.Replace(patch, seedID, "real-v2@linux.dev", 1))
+	jobs, _ := d.Store.Jobs(ctx)
+	var keys []string
+	for _, j := range jobs {
+		keys = append(keys, j.Dedupe)
+	}
+	if len(jobs) != 2 || !strings.HasSuffix(keys[0], ":usama.arif@linux.dev/unverified:squat@evil.example") ||
+		!strings.HasSuffix(keys[1], ":usama.arif@linux.dev/verified:real-v2@linux.dev") {
+		t.Errorf("jobs %q: want the forged and the real v2, each its own", keys)
+	}
+}
+
+// Thirty forged senders, each in a new thread, and ten in the seed's, ask
+// for help (once they blocked a maintainer everywhere for an hour, and in
+// the thread for a day); the maintainer's signed test still runs, and the
+// strangers get the unverified budget, one mail each, no more.
+func TestStrangersCannotSilenceAMaintainer(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	for i := 0; i < 40; i++ {
+		r := reply{id: fmt.Sprintf("help-%02d@victims.example", i), from: fmt.Sprintf("victim%02d@victims.example", i), body: "#patchbot help\n"}
+		if i < 30 {
+			r.inReplyTo = fmt.Sprintf("nowhere-%02d@victims.example", i) // a thread of its own
+		}
+		d.ingestRaw(t, "list", r.raw())
+	}
+	// In the maintainer's own name, unsigned: counted apart from the
+	// maintainer's limit.
+	for i := 0; i < 5; i++ {
+		d.ingestRaw(t, "list", reply{id: fmt.Sprintf("in-his-name-%d@example.org", i), from: "maintainer@example.org", body: "#patchbot help\n"}.raw())
+	}
+	d.ingestRaw(t, "list", reply{id: "maint@example.org", from: "maintainer@example.org", header: dkimPass("example.org"),
+		body: "#patchbot test cache-contention\n"}.raw())
+	if o := d.outcomes(t, "maint@example.org"); len(o) != 1 || o[0] != "accepted" {
+		t.Errorf("the maintainer's test: %v", o)
+	}
+	out := d.outboxAll(t)
+	perAddr := map[string]int{}
+	for _, m := range out {
+		if m.Budget != store.BudgetUnverified || len(m.Recipients) != 1 {
+			t.Errorf("an answer to a stranger from budget %q to %v", m.Budget, m.Recipients)
+		}
+		perAddr[m.Recipients[0]]++
+	}
+	if len(out) != d.Config.Limits.UnverifiedPerHour {
+		t.Errorf("%d answers to strangers, want the unverified budget, %d", len(out), d.Config.Limits.UnverifiedPerHour)
+	}
+	for a, n := range perAddr {
+		if n > 1 {
+			t.Errorf("%s got %d answers", a, n)
+		}
+	}
+	// The maintainer's own verified limit is untouched.
+	c, _ := d.Store.CommandCounts(ctx, "maintainer@example.org", true, time.Now().Add(-time.Hour))
+	if c.Counted != 1 {
+		t.Errorf("the maintainer's verified commands counted %d, want 1", c.Counted)
+	}
+}
+
+// A "stop" in the author's name that no signature proves stops the mail
+// to the address, not the testing of the author's signed series; the
+// author's own signed "stop" stops both.
+func TestForgedStopDoesNotHideAVerifiedAuthor(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name, header string
+		tested       bool
+	}{
+		{"forged stop", "", true},
+		{"the author's signed stop", dkimPass("linux.dev"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDaemon(t, t.TempDir())
+			d.ingestRaw(t, "mail", reply{id: "stop@linux.dev", from: "Usama Arif <usama.arif@linux.dev>", header: tc.header,
+				inReplyTo: "earlier@linux.dev", body: "#patchbot stop\n"}.raw())
+			d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", dkimPass("linux.dev"))
+			jobs, _ := d.Store.Jobs(ctx)
+			if (len(jobs) == 1) != tc.tested {
+				t.Fatalf("%d jobs; want the signed series tested: %v", len(jobs), tc.tested)
+			}
+			if !tc.tested {
+				return
+			}
+			if ran, _ := d.RunOnce(ctx); !ran {
+				t.Fatal("the job did not run")
+			}
+			out := d.outboxAll(t)
+			rcpt := strings.Join(out[len(out)-1].Recipients, " ")
+			if strings.Contains(rcpt, "usama.arif@linux.dev") || !strings.Contains(rcpt, "linux-fsdevel@vger.kernel.org") {
+				t.Errorf("the reply went to %s: want the lists, not the opted-out address", rcpt)
+			}
+		})
+	}
+}
+
+// The reply says who signed each patch, as b4 am does: verified when the
+// mail came, carried in the job to the worker that writes the reply.
+func TestReplySaysWhoSignedEachPatch(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		header, want string
+	}{
+		{dkimPass("linux.dev"), "  ✓ [PATCH] squashfs: avoid thundering-herd cache wakeups\n  ---\n  ✓ Signed: DKIM/linux.dev\n"},
+		{"", "  ✗ [PATCH] squashfs: avoid thundering-herd cache wakeups\n  ---\n  ✗ No signature (From: usama.arif@linux.dev)\n"},
+	} {
+		d := newTestDaemon(t, t.TempDir())
+		d.ingestAs(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox", tc.header)
+		if ran, _ := d.RunOnce(ctx); !ran {
+			t.Fatal("no job ran")
+		}
+		out := d.outboxAll(t)
+		if len(out) != 1 {
+			t.Fatalf("%d mails", len(out))
+		}
+		if body := strings.ReplaceAll(string(out[0].Raw), "\r\n", "\n"); !strings.Contains(body, tc.want) {
+			t.Errorf("the reply does not say %q:\n%s", tc.want, body)
+		}
 	}
 }

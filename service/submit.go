@@ -68,6 +68,8 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (int64, error) {
 	default:
 		return 0, fmt.Errorf("the submission names no series: %w", ErrRefused)
 	}
+	// Who sent it, as the daemon checks it: the run's page says it per patch.
+	mailbox.NewVerifier(s.Config.DKIM, s.Config.Commands.AuthservIDs).VerifyAll(ctx, msgs)
 	series, _, err := mailbox.Choose(mailbox.AssembleVersions(msgs), 0)
 	if err != nil {
 		return 0, fmt.Errorf("%v: %w", err, ErrRefused)

@@ -103,7 +103,8 @@ References: <20261130100000.3-0-author@example.org>
 	}
 	var list Request
 	json.Unmarshal(jobs[0].Request, &list)
-	if list.Series != (SeriesKey{Author: "author@example.org", Title: "squashfs: fewer cache wake-ups, and what the docs say of them", Version: 1}) {
+	if list.Series != (SeriesKey{Author: "author@example.org", Title: "squashfs: fewer cache wake-ups, and what the docs say of them", Version: 1,
+		Identity: "author@example.org/unverified"}) {
 		t.Errorf("series key %+v", list.Series)
 	}
 	var answer string

@@ -354,7 +354,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 			if req.NoMail {
 				return nil
 			}
-			_, _, err := putReply(bg, tx, w.replies, w.Config, w.Metrics, w.Log, out.Reply, threadRoot(req.Thread))
+			_, _, err := putReply(bg, tx, w.replies, w.Config, w.Metrics, w.Log, out.Reply, threadRoot(req.Thread), "")
 			return err
 		})
 		if errors.Is(err, store.ErrLeaseLost) {

@@ -26,6 +26,9 @@ type Command struct {
 	ThreadID string
 	At       time.Time
 	Outcome  CommandOutcome
+	// Unverified: the sender's address was not proven (no aligned DKIM
+	// signature, no trusted source). Such commands are counted apart.
+	Unverified bool
 }
 
 // LogCommand records an email command; a command seen before is not
@@ -33,9 +36,9 @@ type Command struct {
 func (t *Tx) LogCommand(ctx context.Context, c Command) (bool, error) { return logCommand(ctx, t.r, c) }
 
 func logCommand(ctx context.Context, r runner, c Command) (bool, error) {
-	res, err := r.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome)
-		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
-		c.Key, c.Sender, c.ThreadID, fmtTime(c.At), boolInt(c.Outcome == CommandAccepted), string(c.Outcome))
+	res, err := r.ExecContext(ctx, `INSERT INTO commands (message_id, sender, thread_id, at, accepted, outcome, verified)
+		VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
+		c.Key, c.Sender, c.ThreadID, fmtTime(c.At), boolInt(c.Outcome == CommandAccepted), string(c.Outcome), boolInt(!c.Unverified))
 	if err != nil {
 		return false, fmt.Errorf("logging command %s: %w", c.Key, err)
 	}
@@ -49,44 +52,67 @@ type CommandCounts struct {
 	Refusals int // refusals answered
 }
 
-// CommandCounts counts a sender's commands since a time.
-func (s *Store) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, s.r, sender, since)
+// CommandCounts counts a sender's commands since a time, those of the
+// verified sender or those of mail only claiming the address: the two are
+// counted apart, so that a stranger writing in someone's name cannot use
+// up that person's limit.
+func (s *Store) CommandCounts(ctx context.Context, sender string, verified bool, since time.Time) (CommandCounts, error) {
+	return commandCounts(ctx, s.r, sender, verified, since)
 }
 
 // CommandCounts is Store.CommandCounts inside the transaction.
-func (t *Tx) CommandCounts(ctx context.Context, sender string, since time.Time) (CommandCounts, error) {
-	return commandCounts(ctx, t.r, sender, since)
+func (t *Tx) CommandCounts(ctx context.Context, sender string, verified bool, since time.Time) (CommandCounts, error) {
+	return commandCounts(ctx, t.r, sender, verified, since)
 }
 
-func commandCounts(ctx context.Context, r runner, sender string, since time.Time) (CommandCounts, error) {
+func commandCounts(ctx context.Context, r runner, sender string, verified bool, since time.Time) (CommandCounts, error) {
 	var c CommandCounts
 	err := r.QueryRowContext(ctx, `SELECT
 		coalesce(sum(CASE WHEN outcome IN (?, ?, ?) THEN 1 ELSE 0 END), 0),
 		coalesce(sum(CASE WHEN outcome = ? THEN 1 ELSE 0 END), 0)
-		FROM commands WHERE sender = ? AND at >= ?`,
+		FROM commands WHERE sender = ? AND verified = ? AND at >= ?`,
 		CommandAccepted, CommandAnswered, CommandRefused, CommandRefused,
-		sender, fmtTime(since)).Scan(&c.Counted, &c.Refusals)
+		sender, boolInt(verified), fmtTime(since)).Scan(&c.Counted, &c.Refusals)
 	if err != nil {
 		return c, fmt.Errorf("counting commands of %s: %w", sender, err)
 	}
 	return c, nil
 }
 
-// OptOut records that an address asked never to be mailed again. It
-// returns whether the address was new.
-func (t *Tx) OptOut(ctx context.Context, address, reason string) (bool, error) {
-	return optOut(ctx, t.r, address, reason)
+// OptOut records that an address asked never to be mailed again, in a
+// mail whose sender was verified or not (a verified "stop" later makes it
+// verified). It returns whether the address was new.
+func (t *Tx) OptOut(ctx context.Context, address, reason string, verified bool) (bool, error) {
+	return optOut(ctx, t.r, address, reason, verified)
 }
 
-func optOut(ctx context.Context, r runner, address, reason string) (bool, error) {
-	res, err := r.ExecContext(ctx, `INSERT INTO optouts (address, reason, at) VALUES (?, ?, ?)
-		ON CONFLICT(address) DO NOTHING`, strings.ToLower(address), reason, now())
+func optOut(ctx context.Context, r runner, address, reason string, verified bool) (bool, error) {
+	res, err := r.ExecContext(ctx, `INSERT INTO optouts (address, reason, at, verified) VALUES (?, ?, ?, ?)
+		ON CONFLICT(address) DO NOTHING`, strings.ToLower(address), reason, now(), boolInt(verified))
 	if err != nil {
 		return false, fmt.Errorf("recording the opt-out of %s: %w", address, err)
 	}
 	n, _ := res.RowsAffected()
+	if n == 0 && verified {
+		if _, err := r.ExecContext(ctx, `UPDATE optouts SET verified = 1 WHERE address = ?`, strings.ToLower(address)); err != nil {
+			return false, fmt.Errorf("recording the opt-out of %s: %w", address, err)
+		}
+	}
 	return n == 1, nil
+}
+
+// OptOutOf says whether an address opted out, and whether any of its
+// "stop"s was verified.
+func (t *Tx) OptOutOf(ctx context.Context, address string) (out, verified bool, err error) {
+	var v int
+	err = t.r.QueryRowContext(ctx, `SELECT verified FROM optouts WHERE address = ?`, strings.ToLower(address)).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, false, nil
+	}
+	if err != nil {
+		return false, false, fmt.Errorf("reading the opt-outs: %w", err)
+	}
+	return true, v == 1, nil
 }
 
 // OptedOut says whether an address asked never to be mailed again.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/patchbot/patchbot/blame"
 )
@@ -100,6 +101,27 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// DedupesWithPrefix lists the dedupe keys of the jobs whose key starts
+// with prefix: the other candidates for one claim (see the service's
+// series keys).
+func (t *Tx) DedupesWithPrefix(ctx context.Context, prefix string) ([]string, error) {
+	rows, err := t.r.QueryContext(ctx, `SELECT dedupe FROM jobs WHERE substr(dedupe, 1, ?) = ? ORDER BY id`,
+		utf8.RuneCountInString(prefix), prefix)
+	if err != nil {
+		return nil, fmt.Errorf("reading the jobs of %s: %w", prefix, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
 }
 
 // AddJob queues a job unless one with the same dedupe key exists. A job

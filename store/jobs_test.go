@@ -89,15 +89,21 @@ func TestMessagesAndCommands(t *testing.T) {
 			tx.LogCommand(ctx, Command{Key: "c4", Sender: "dev@x", At: now, Outcome: CommandAnswered})
 			tx.LogCommand(ctx, Command{Key: "c5", Sender: "dev@x", At: now, Outcome: CommandDropped}) // sent nothing: not counted
 			tx.LogCommand(ctx, Command{Key: "c6", Sender: "other@x", At: now, Outcome: CommandAccepted})
+			// In dev@x's name but not proven: counted apart.
+			tx.LogCommand(ctx, Command{Key: "c7", Sender: "dev@x", At: now, Outcome: CommandAnswered, Unverified: true})
+			tx.LogCommand(ctx, Command{Key: "c8", Sender: "dev@x", At: now, Outcome: CommandRefused, Unverified: true})
 			return nil
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if c, _ := s.CommandCounts(ctx, "dev@x", now.Add(-time.Minute)); c != (CommandCounts{Counted: 4, Refusals: 1}) {
+		if c, _ := s.CommandCounts(ctx, "dev@x", true, now.Add(-time.Minute)); c != (CommandCounts{Counted: 4, Refusals: 1}) {
 			t.Errorf("CommandCounts = %+v, want 4 counted, 1 refusal", c)
 		}
-		if c, _ := s.CommandCounts(ctx, "dev@x", now.Add(time.Minute)); c != (CommandCounts{}) {
+		if c, _ := s.CommandCounts(ctx, "dev@x", false, now.Add(-time.Minute)); c != (CommandCounts{Counted: 2, Refusals: 1}) {
+			t.Errorf("CommandCounts(unverified) = %+v, want 2 counted, 1 refusal", c)
+		}
+		if c, _ := s.CommandCounts(ctx, "dev@x", true, now.Add(time.Minute)); c != (CommandCounts{}) {
 			t.Errorf("CommandCounts(future) = %+v, want none", c)
 		}
 	})
@@ -228,11 +234,20 @@ func TestOptOuts(t *testing.T) {
 		ctx := context.Background()
 		s, _ := e.open(t)
 		s.Update(ctx, func(tx *Tx) error {
-			if added, err := tx.OptOut(ctx, "Dev@X.org", "#patchbot stop"); !added || err != nil {
+			if added, err := tx.OptOut(ctx, "Dev@X.org", "#patchbot stop", false); !added || err != nil {
 				t.Errorf("OptOut = %v, %v", added, err)
 			}
-			if added, _ := tx.OptOut(ctx, "dev@x.org", "again"); added {
+			if out, verified, _ := tx.OptOutOf(ctx, "dev@x.org"); !out || verified {
+				t.Errorf("an unverified stop: out %v, verified %v", out, verified)
+			}
+			if added, _ := tx.OptOut(ctx, "dev@x.org", "again", true); added {
 				t.Error("a second opt-out was added")
+			}
+			if out, verified, _ := tx.OptOutOf(ctx, "dev@x.org"); !out || !verified {
+				t.Errorf("then a verified one: out %v, verified %v", out, verified)
+			}
+			if out, _, _ := tx.OptOutOf(ctx, "other@x.org"); out {
+				t.Error("an address that never opted out is out")
 			}
 			return nil
 		})

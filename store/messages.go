@@ -70,6 +70,18 @@ type StoredMessage struct {
 	MessageID string
 	Source    string
 	Raw       []byte
+	// Attestation is who sent it as verified when it was kept (the
+	// mailbox's Attestation as JSON); empty when not recorded.
+	Attestation []byte
+}
+
+// SetAttestation records who sent a kept mail, as verified when it came.
+func (t *Tx) SetAttestation(ctx context.Context, messageID string, attestation []byte) error {
+	if _, err := t.r.ExecContext(ctx, `UPDATE messages SET attestation = ? WHERE message_id = ?`,
+		string(attestation), messageID); err != nil {
+		return fmt.Errorf("saving the attestation of %s: %w", messageID, err)
+	}
+	return nil
 }
 
 // ThreadMessages returns the raw mails kept for a thread, in the order seen.
@@ -93,8 +105,15 @@ func (t *Tx) Thread(ctx context.Context, threadID string) ([]StoredMessage, erro
 
 func threadMessages(ctx context.Context, r runner, threadID string) ([]StoredMessage, error) {
 	return queryAll(ctx, r, "reading thread "+threadID, func(rows *sql.Rows) (m StoredMessage, err error) {
-		return m, rows.Scan(&m.MessageID, &m.Source, &m.Raw)
-	}, `SELECT message_id, source, raw FROM messages WHERE thread_id = ? ORDER BY `+r.d.insertOrder, threadID)
+		var att string
+		if err := rows.Scan(&m.MessageID, &m.Source, &m.Raw, &att); err != nil {
+			return m, err
+		}
+		if att != "" {
+			m.Attestation = []byte(att)
+		}
+		return m, nil
+	}, `SELECT message_id, source, raw, attestation FROM messages WHERE thread_id = ? ORDER BY `+r.d.insertOrder, threadID)
 }
 
 // HasMessage says whether a mail was seen already.

@@ -38,6 +38,9 @@ type OutboxMessage struct {
 	Recipients []string
 	Raw        []byte // the whole RFC 5322 message
 	ThreadID   string // the thread it answers in, for the per-thread quota ("" for none)
+	// Budget is the quota the mail was drawn from: "" (verified senders,
+	// job replies) or BudgetUnverified.
+	Budget     string
 	State      OutboxState
 	Attempts   int
 	LastError  string
@@ -47,6 +50,10 @@ type OutboxMessage struct {
 	Created    time.Time
 	Updated    time.Time
 }
+
+// BudgetUnverified is the budget of answers to unverified senders, counted
+// apart from everyone else's.
+const BudgetUnverified = "unverified"
 
 // ErrStateChanged means the message is no longer in the state (or held by
 // the owner) that a move expected: another sender moved it first.
@@ -78,9 +85,9 @@ func enqueue(ctx context.Context, r runner, m OutboxMessage) (id int64, added bo
 	}
 	t := now()
 	id, added, err = r.insertID(ctx, `INSERT INTO outbox
-		(message_id, sender, recipients, raw, state, thread_id, created, updated)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
-		m.MessageID, m.From, string(rcpt), m.Raw, string(Queued), m.ThreadID, t, t)
+		(message_id, sender, recipients, raw, state, thread_id, budget, created, updated)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(message_id) DO NOTHING`,
+		m.MessageID, m.From, string(rcpt), m.Raw, string(Queued), m.ThreadID, m.Budget, t, t)
 	if err != nil {
 		return 0, false, fmt.Errorf("enqueueing reply %s: %w", m.MessageID, err)
 	}
@@ -183,7 +190,7 @@ func (s *Store) OutboxMessageByID(ctx context.Context, id int64) (*OutboxMessage
 }
 
 const outboxColumns = `id, message_id, sender, recipients, raw, state, attempts, last_error,
-	owner, lease_until, not_before, thread_id, created, updated`
+	owner, lease_until, not_before, thread_id, budget, created, updated`
 
 func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 	defer rows.Close()
@@ -192,7 +199,7 @@ func scanOutbox(rows *sql.Rows) ([]OutboxMessage, error) {
 		var m OutboxMessage
 		var rcpt, state, lease, nb, created, updated string
 		if err := rows.Scan(&m.ID, &m.MessageID, &m.From, &rcpt, &m.Raw, &state,
-			&m.Attempts, &m.LastError, &m.Owner, &lease, &nb, &m.ThreadID, &created, &updated); err != nil {
+			&m.Attempts, &m.LastError, &m.Owner, &lease, &nb, &m.ThreadID, &m.Budget, &created, &updated); err != nil {
 			return nil, fmt.Errorf("reading outbox: %w", err)
 		}
 		if err := json.Unmarshal([]byte(rcpt), &m.Recipients); err != nil {
@@ -216,15 +223,15 @@ func repeat(s string, n int) string {
 	return out
 }
 
-// OutboxSince counts the mails queued since a time: in one thread, or in
-// all when threadID is "". Quotas are counted here, where every mail
-// patchbot writes goes.
-func (t *Tx) OutboxSince(ctx context.Context, threadID string, since time.Time) (int, error) {
-	return outboxSince(ctx, t.r, threadID, since)
+// OutboxSince counts the mails of one budget ("" or BudgetUnverified)
+// queued since a time: in one thread, or in all when threadID is "".
+// Quotas are counted here, where every mail patchbot writes goes.
+func (t *Tx) OutboxSince(ctx context.Context, threadID, budget string, since time.Time) (int, error) {
+	return outboxSince(ctx, t.r, threadID, budget, since)
 }
 
-func outboxSince(ctx context.Context, r runner, threadID string, since time.Time) (int, error) {
-	query, args := `SELECT count(*) FROM outbox WHERE created >= ?`, []any{fmtTime(since)}
+func outboxSince(ctx context.Context, r runner, threadID, budget string, since time.Time) (int, error) {
+	query, args := `SELECT count(*) FROM outbox WHERE budget = ? AND created >= ?`, []any{budget, fmtTime(since)}
 	if threadID != "" {
 		query, args = query+` AND thread_id = ?`, append(args, threadID)
 	}

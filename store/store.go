@@ -155,6 +155,23 @@ var migrations = []step{
 	{sql: fleetStep, postgres: translate(fleetStep) + `
 	-- SQLite orders messages by their implicit rowid; PostgreSQL needs a column.
 	ALTER TABLE messages ADD COLUMN seq BIGSERIAL;`},
+	// 7: who sent it, as verified. A mail keeps its attestation (the DKIM
+	// signatures patchbot checked, JSON), so that a thread assembled again
+	// later keys its series by verified senders without asking DNS again.
+	// A command records whether its sender was verified, and an outbox
+	// row the budget it was drawn from ("unverified" for an answer to an
+	// unverified sender, "" otherwise), so that strangers' mail is counted
+	// apart and never uses up what verified senders may have. An opt-out
+	// records whether its "stop" was verified: one in a forged mail stops
+	// mail to the address, not the testing of its owner's verified series.
+	// Rows logged before count as verified: nobody gains by the upgrade.
+	{sql: `
+	ALTER TABLE messages ADD COLUMN attestation TEXT NOT NULL DEFAULT '';
+	ALTER TABLE commands ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;
+	ALTER TABLE optouts ADD COLUMN verified INTEGER NOT NULL DEFAULT 1;
+	ALTER TABLE outbox ADD COLUMN budget TEXT NOT NULL DEFAULT '';
+	CREATE INDEX outbox_budget ON outbox(budget, created);
+	CREATE INDEX commands_verified ON commands(sender, verified, at);`},
 }
 
 const fleetStep = `

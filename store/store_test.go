@@ -148,6 +148,36 @@ func TestEnqueueRejectsIncomplete(t *testing.T) {
 	})
 }
 
+// A kept mail keeps who sent it, as verified when it came.
+func TestMessageAttestation(t *testing.T) {
+	eachEngine(t, func(t *testing.T, e engine) {
+		s, _ := e.open(t)
+		ctx := context.Background()
+		err := s.Update(ctx, func(tx *Tx) error {
+			for _, id := range []string{"a@x", "b@x"} {
+				if _, err := tx.SaveMessage(ctx, "list", id, "a@x", []byte("mail "+id)); err != nil {
+					return err
+				}
+			}
+			return tx.SetAttestation(ctx, "b@x", []byte(`{"from":"dev@x"}`))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		s.Update(ctx, func(tx *Tx) error {
+			ms, err := tx.Thread(ctx, "a@x")
+			for _, m := range ms {
+				got = append(got, m.MessageID+"="+string(m.Attestation))
+			}
+			return err
+		})
+		if want := `[a@x= b@x={"from":"dev@x"}]`; fmt.Sprint(got) != want {
+			t.Errorf("thread %s, want %s", got, want)
+		}
+	})
+}
+
 // Each Enqueue is one durable commit (WAL, synchronous=FULL).
 func BenchmarkEnqueue(b *testing.B) {
 	s, err := Open(filepath.Join(b.TempDir(), "patchbot.db"))
@@ -201,13 +231,20 @@ func TestOutboxUncertain(t *testing.T) {
 			if ok, err := tx.SeenOutbox(ctx, "a@x"); !ok || err != nil {
 				t.Errorf("SeenOutbox = %v, %v", ok, err)
 			}
-			if n, _ := tx.OutboxSince(ctx, "t@x", at.Add(-time.Minute)); n != 2 {
+			if n, _ := tx.OutboxSince(ctx, "t@x", "", at.Add(-time.Minute)); n != 2 {
 				t.Errorf("OutboxSince(thread) = %d, want 2", n)
 			}
-			if n, _ := tx.OutboxSince(ctx, "other@x", at.Add(-time.Minute)); n != 0 {
+			if _, _, err := tx.Enqueue(ctx, OutboxMessage{MessageID: "c@x", From: "bot@x", Recipients: []string{"s@y"},
+				Raw: []byte("x"), ThreadID: "t@x", Budget: BudgetUnverified}); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := tx.OutboxSince(ctx, "t@x", BudgetUnverified, at.Add(-time.Minute)); n != 1 {
+				t.Errorf("OutboxSince(thread, unverified) = %d, want 1", n)
+			}
+			if n, _ := tx.OutboxSince(ctx, "other@x", "", at.Add(-time.Minute)); n != 0 {
 				t.Errorf("OutboxSince(other thread) = %d, want 0", n)
 			}
-			if n, _ := tx.OutboxSince(ctx, "", at.Add(time.Minute)); n != 0 {
+			if n, _ := tx.OutboxSince(ctx, "", "", at.Add(time.Minute)); n != 0 {
 				t.Errorf("OutboxSince(future) = %d, want 0", n)
 			}
 			return nil
@@ -216,7 +253,7 @@ func TestOutboxUncertain(t *testing.T) {
 			t.Fatal(err)
 		}
 		ms, _ := s.OutboxIn(ctx, OutboxStates...)
-		if len(ms) != 2 || ms[0].State != Sent || ms[1].State != Queued || ms[1].Owner != "" {
+		if len(ms) != 3 || ms[0].State != Sent || ms[1].State != Queued || ms[1].Owner != "" || ms[2].Budget != BudgetUnverified {
 			t.Errorf("after seen and requeue: %+v", ms)
 		}
 		if err := s.RequeueUncertain(ctx, un[0].ID); !errors.Is(err, ErrStateChanged) {

@@ -65,12 +65,17 @@ func (v *RunView) PlotGroups() []PlotGroup {
 	return out
 }
 
-// PatchView is one patch of the series, from the run's series.mbox.
+// PatchView is one patch of the series, from the run's series.mbox, and
+// who signed its mail (run.json's attestation), as b4 am shows it.
 type PatchView struct {
 	Subject   string `json:"subject"`
 	Author    string `json:"author"`
 	MessageID string `json:"message_id"`
 	LoreURL   string `json:"lore_url"`
+	// Verified: a valid DKIM signature aligned with From: proved the
+	// sender; Signed are the attestation's lines ("✓ Signed: DKIM/linux.dev").
+	Verified bool     `json:"verified"`
+	Signed   []string `json:"signed,omitempty"`
 }
 
 // TableView is the comparison as the reply's table shows it.
@@ -160,6 +165,14 @@ func (s *server) buildRunView(name, dir string) (*RunView, error) {
 		v.Warning = "This run was read leniently: " + rd.strictErr.Error()
 	}
 	v.Patches = s.patchesOf(dir)
+	if len(run.Attestation) == len(v.Patches) {
+		for i, a := range run.Attestation {
+			v.Patches[i].Verified = a.Verified
+			for _, c := range a.Checks {
+				v.Patches[i].Signed = append(v.Patches[i].Signed, c.String())
+			}
+		}
+	}
 	v.Artifacts = s.artifactsOf(name, dir)
 	if rd.cmp != nil {
 		v.Table, v.Plots, err = s.tableAndPlots(name, run, rd.cmp)

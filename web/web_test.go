@@ -588,6 +588,16 @@ func TestRunPage(t *testing.T) {
 			}
 		})
 	}
+	// Who signed each patch, as the reply says it (b4 am's lines).
+	_, seedBody, _ := get(t, h, "/api/runs/"+seedRun)
+	var seed RunView
+	json.Unmarshal([]byte(seedBody), &seed)
+	if len(seed.Patches) != 1 || !seed.Patches[0].Verified || strings.Join(seed.Patches[0].Signed, "|") != "✓ Signed: DKIM/linux.dev" {
+		t.Errorf("the seed's patches: %+v", seed.Patches)
+	}
+	if _, page, _ := get(t, h, "/runs/"+seedRun+"/"); !strings.Contains(page, `<span class="signed verified">✓ Signed: DKIM/linux.dev</span>`) {
+		t.Error("the run page does not say who signed the patch")
+	}
 	// The readahead run: a grid, the new warning; the synthetic one: the
 	// model beside the measurement; locks: the curve.
 	_, body, _ := get(t, h, "/api/runs/readahead-warning")

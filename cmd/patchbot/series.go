@@ -67,6 +67,7 @@ func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir
 	if err != nil {
 		return err
 	}
+	mailbox.NewVerifier(mailbox.DKIMConfig{}, nil).VerifyAll(ctx, msgs)
 	series := mailbox.Assemble(msgs)
 	if asJSON {
 		return writeJSON(stdout, struct {
@@ -108,6 +109,9 @@ func writeSeriesText(w io.Writer, series []*mailbox.Series) {
 		for _, p := range s.Patches {
 			fmt.Fprintf(w, "  %d/%d <%s> %s\n", p.Index, s.Total, p.MessageID, p.Subject)
 			fmt.Fprintf(w, "       files: %s\n", strings.Join(p.Files, " "))
+			for _, c := range p.Attestation {
+				fmt.Fprintf(w, "       %s\n", c) // as b4 am shows who signed it
+			}
 			for _, t := range p.Trailers {
 				fmt.Fprintf(w, "       %s\n", t)
 			}

@@ -48,6 +48,9 @@ type Message struct {
 	To        []string
 	Raw       []byte
 	ThreadID  string // the thread it answers in, counted for the per-thread quota
+	// Budget is the quota it is drawn from: "" or store.BudgetUnverified
+	// (an answer to an unverified sender, counted apart).
+	Budget string
 }
 
 // Step is a point in delivering one message. Tests stop the process at
@@ -190,7 +193,7 @@ func (o *Outbox) PutTx(ctx context.Context, tx *store.Tx, m Message) (added bool
 		return false, fmt.Errorf("outbox: %s: %w", m.MessageID, ErrNoRecipients)
 	}
 	_, added, err = tx.Enqueue(ctx, store.OutboxMessage{MessageID: m.MessageID, From: m.From, Recipients: to,
-		Raw: m.Raw, ThreadID: m.ThreadID})
+		Raw: m.Raw, ThreadID: m.ThreadID, Budget: m.Budget})
 	return added, err
 }
 

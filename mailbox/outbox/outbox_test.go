@@ -88,7 +88,7 @@ func TestPutCapsRecipients(t *testing.T) {
 func TestPutDropsOptedOut(t *testing.T) {
 	ctx := context.Background()
 	st := openStore(t, filepath.Join(t.TempDir(), "state.db"))
-	st.Update(ctx, func(tx *store.Tx) error { _, err := tx.OptOut(ctx, "list@patchbot.test", "test"); return err })
+	st.Update(ctx, func(tx *store.Tx) error { _, err := tx.OptOut(ctx, "list@patchbot.test", "test", true); return err })
 	o := &Outbox{Store: st}
 	m := testMessage("optout@patchbot.test")
 	if added, err := o.Put(ctx, m); !added || err != nil {

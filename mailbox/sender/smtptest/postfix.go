@@ -2,9 +2,12 @@ package smtptest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
+	"net/smtp"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,12 +23,25 @@ import (
 
 // Postfix is a second Postfix instance, started for one test, that accepts
 // mail on a loopback port and delivers every recipient, of any domain, into
-// one Maildir.
+// one Maildir (or one mbox file).
 type Postfix struct {
 	Addr      string         // 127.0.0.1:port of its smtpd
 	Roots     *x509.CertPool // trusts its STARTTLS certificate
 	ConfigDir string
 	Maildir   string
+	Mbox      string // with Options.Mbox: the file mail is appended to
+}
+
+// Options change what StartPostfixWith starts.
+type Options struct {
+	// Mbox, when set, delivers every recipient into this mbox file
+	// instead of the Maildir (appended, fcntl-locked, as a list archive or
+	// a local mailbox would have it).
+	Mbox string
+	// Milter, when set, is a milter (inet:HOST:PORT) that sees every mail
+	// smtpd accepts, as a receiving server runs opendkim: see
+	// StartOpenDKIM.
+	Milter string
 }
 
 // masterCF runs every service unchrooted (the temporary queue directory has
@@ -67,6 +83,12 @@ postlog   unix-dgram n  -       n       -       1       postlogd
 // As Debian's Postfix requires, the instance's config directory is listed
 // in alternate_config_directories of /etc/postfix/main.cf while it runs.
 func StartPostfix(t testing.TB, maildir string) *Postfix {
+	return StartPostfixWith(t, maildir, Options{})
+}
+
+// StartPostfixWith is StartPostfix with options: delivery into an mbox
+// file, a milter in front of delivery.
+func StartPostfixWith(t testing.TB, maildir string, o Options) *Postfix {
 	t.Helper()
 	postfix := "/usr/sbin/postfix" // Debian's, off a user's PATH
 	if _, err := os.Stat(postfix); err != nil {
@@ -140,6 +162,32 @@ func StartPostfix(t testing.TB, maildir string) *Postfix {
 			"",
 		}, "\n"),
 	}
+	if o.Mbox != "" {
+		mbox, err := filepath.Abs(o.Mbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Mbox = mbox
+		if err := os.MkdirAll(filepath.Dir(mbox), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Dir(mbox), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		traversable(t, mbox)
+		// No trailing slash: an mbox file, appended under an fcntl lock.
+		files["main.cf"] = strings.NewReplacer(
+			"virtual_mailbox_base = "+filepath.Dir(maildir)+"\n", "virtual_mailbox_base = "+filepath.Dir(mbox)+"\n",
+			"virtual_mailbox_maps = static:"+filepath.Base(maildir)+"/\n", "virtual_mailbox_maps = static:"+filepath.Base(mbox)+"\nvirtual_mailbox_lock = fcntl\n",
+		).Replace(files["main.cf"])
+	}
+	if o.Milter != "" {
+		files["main.cf"] += strings.Join([]string{
+			"smtpd_milters = " + o.Milter,
+			"milter_default_action = tempfail",
+			"milter_protocol = 6",
+			""}, "\n")
+	}
 	for name, content := range files {
 		mode := os.FileMode(0o644)
 		if name == "key.pem" {
@@ -190,7 +238,43 @@ func StartPostfix(t testing.TB, maildir string) *Postfix {
 		log, _ := os.ReadFile(filepath.Join(dir, "maillog"))
 		t.Fatalf("postfix did not answer on %s: %v\n%s", addr, err, log)
 	}
-	return &Postfix{Addr: addr, Roots: cert.Roots, ConfigDir: dir, Maildir: maildir}
+	return &Postfix{Addr: addr, Roots: cert.Roots, ConfigDir: dir, Maildir: maildir, Mbox: o.Mbox}
+}
+
+// Send submits one mail over SMTP with STARTTLS, as a sender's server
+// would hand it over.
+func (p *Postfix) Send(t testing.TB, from string, to []string, raw []byte) {
+	t.Helper()
+	c, err := smtp.Dial(p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = c.StartTLS(&tls.Config{RootCAs: p.Roots, ServerName: "127.0.0.1"})
+	if err == nil {
+		err = c.Mail(from)
+	}
+	for _, r := range to {
+		if err == nil {
+			err = c.Rcpt(r)
+		}
+	}
+	var w io.WriteCloser
+	if err == nil {
+		w, err = c.Data()
+	}
+	if err == nil {
+		_, err = w.Write(raw)
+	}
+	if err == nil {
+		err = w.Close()
+	}
+	if err == nil {
+		err = c.Quit()
+	}
+	if err != nil {
+		t.Fatalf("sending through postfix: %v\n%s", err, p.Log())
+	}
 }
 
 // Log is the instance's mail log, for failure messages.

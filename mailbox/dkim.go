@@ -1,0 +1,459 @@
+package mailbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/emersion/go-message/textproto"
+	"github.com/emersion/go-msgauth/dkim"
+	"golang.org/x/net/publicsuffix"
+)
+
+// DKIMConfig is the `dkim:` part of patchbot.yaml: where the signers'
+// keys are looked up.
+type DKIMConfig struct {
+	// DNS is the server (host:port) asked for the keys
+	// (selector._domainkey.domain TXT); empty: the system's resolver.
+	DNS string `yaml:"dns"`
+	// Timeout bounds the key lookups of one mail (default 5 s): a slow
+	// resolver costs a stranger's mail no more than this.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Validate checks the DNS server's address.
+func (c DKIMConfig) Validate() error {
+	if c.DNS != "" {
+		if _, _, err := net.SplitHostPort(c.DNS); err != nil {
+			return fmt.Errorf("dkim.dns %q: want host:port: %v", c.DNS, err)
+		}
+	}
+	if c.Timeout < 0 {
+		return errors.New("dkim.timeout: negative")
+	}
+	return nil
+}
+
+// MaxSignatures is how many DKIM-Signature fields of one mail are checked;
+// the rest are ignored (a stranger's mail with a thousand signatures costs
+// five verifications).
+const MaxSignatures = 5
+
+// Verifier checks who sent a mail, as b4's attestation and a receiving
+// mail server do: it verifies the mail's DKIM signatures itself, with the
+// signers' keys from DNS, and reads the Authentication-Results of the
+// servers it is told to trust (RFC 8601) where a key cannot be had. It
+// keeps the keys it looked up for a while, so that the patches of one
+// series cost one lookup.
+type Verifier struct {
+	// LookupTXT answers a key query; nil asks the system's resolver (or
+	// the DNS server of NewVerifier's config). Tests give a local one.
+	LookupTXT func(ctx context.Context, name string) ([]string, error)
+	// AuthservIDs are the receiving servers whose Authentication-Results
+	// fields are read (e.g. smtp.subspace.kernel.org for mail read from
+	// lore). Only the topmost block of such fields counts.
+	AuthservIDs []string
+	// Timeout bounds one mail's lookups; default 5 s.
+	Timeout time.Duration
+	// KeyTTL is how long a looked-up key is kept; default 10 minutes.
+	KeyTTL time.Duration
+
+	mu   sync.Mutex
+	keys map[string]cachedKey
+}
+
+type cachedKey struct {
+	txts    []string
+	err     error
+	expires time.Time
+}
+
+// NewVerifier makes the verifier a config describes.
+func NewVerifier(c DKIMConfig, authservIDs []string) *Verifier {
+	v := &Verifier{AuthservIDs: authservIDs, Timeout: c.Timeout}
+	if c.DNS != "" {
+		server := c.DNS
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, server)
+		}}
+		v.LookupTXT = r.LookupTXT
+	}
+	return v
+}
+
+// Result is what one check of one signature found.
+type Result string
+
+const (
+	Pass      Result = "pass"
+	Fail      Result = "fail"      // the mail changed after signing: body hash or signature does not verify
+	NoKey     Result = "nokey"     // the key could not be had (not in DNS, or the lookup failed)
+	PermError Result = "permerror" // the signature cannot be checked: malformed, expired, weak hash, ...
+)
+
+// Signature is one DKIM signature of a mail and what came of checking it.
+type Signature struct {
+	Domain   string `json:"domain"` // d=
+	Selector string `json:"selector,omitempty"`
+	Result   Result `json:"result"`
+	Err      string `json:"error,omitempty"`
+	// Aligned: the signing domain's organizational domain is the From:
+	// domain's (DMARC's relaxed alignment).
+	Aligned bool `json:"aligned"`
+	// By names the trusted server whose Authentication-Results vouched
+	// for the signature, when patchbot could not get the key itself.
+	By string `json:"by,omitempty"`
+}
+
+// Attestation is what patchbot checked about who sent a mail. It is kept
+// with the mail, so that a thread assembled again later needs no DNS.
+type Attestation struct {
+	// From is the one bare address of From:, "" when there is not
+	// exactly one (then nobody is verified).
+	From       string      `json:"from"`
+	Signatures []Signature `json:"signatures,omitempty"`
+	// Source names the mail's source when the operator trusts it as a
+	// whole (sources[].trusted): a private list whose server checks its
+	// senders.
+	Source string `json:"source,omitempty"`
+}
+
+// Identity is who sent a mail, as far as patchbot verified it.
+type Identity struct {
+	Address string // bare, lower case
+	// Via is how the address was verified: "DKIM/linux.dev" (a valid
+	// signature aligned with From:), "source/NAME" (a trusted source);
+	// empty when it was not.
+	Via string
+}
+
+// Verified says whether the address was proven.
+func (id Identity) Verified() bool { return id.Via != "" && id.Address != "" }
+
+// Key is the identity as series are keyed by: the address and whether it
+// was verified. An unverified mail in someone's name never shares a key
+// with that person's verified mail.
+func (id Identity) Key() string {
+	if id.Verified() {
+		return id.Address + "/verified"
+	}
+	return id.Address + "/unverified"
+}
+
+// String is the identity as the reply and the logs say it:
+// "usama.arif@linux.dev (DKIM/linux.dev)" or "... (unverified)".
+func (id Identity) String() string {
+	if id.Verified() {
+		return id.Address + " (" + id.Via + ")"
+	}
+	return id.Address + " (unverified)"
+}
+
+// Identity is who the attestation proves sent the mail: the first valid
+// signature aligned with From:, else a trusted source, else nobody.
+func (a *Attestation) Identity() Identity {
+	if a == nil {
+		return Identity{}
+	}
+	id := Identity{Address: a.From}
+	if a.From == "" {
+		return id
+	}
+	for _, s := range a.Signatures {
+		if s.Result == Pass && s.Aligned {
+			id.Via = "DKIM/" + s.Domain
+			return id
+		}
+	}
+	if a.Source != "" {
+		id.Via = "source/" + a.Source
+	}
+	return id
+}
+
+// Check is one line of a patch's attestation, as b4 am prints it under the
+// patch: "✓ Signed: DKIM/linux.dev", "✗ BADSIG: DKIM/linux.dev".
+type Check struct {
+	Pass bool   `json:"pass"`
+	Text string `json:"text"` // without the mark
+}
+
+// String is the line with b4's mark.
+func (c Check) String() string {
+	if c.Pass {
+		return "✓ " + c.Text
+	}
+	return "✗ " + c.Text
+}
+
+// Checks are the attestation's lines, as b4 shows them: the aligned valid
+// signature alone when there is one, else every signature (a valid one of
+// another domain says whose it is: "(From: x@linux.dev)"); a mail without
+// any says so.
+func (a *Attestation) Checks() []Check {
+	if a == nil {
+		return []Check{{Text: "No signature: not checked"}}
+	}
+	for _, s := range a.Signatures {
+		if s.Result == Pass && s.Aligned {
+			return []Check{s.check(a.From)}
+		}
+	}
+	var out []Check
+	for _, s := range a.Signatures {
+		out = append(out, s.check(a.From))
+	}
+	if a.Source != "" {
+		out = append(out, Check{Pass: true, Text: "Trusted source: " + a.Source})
+	}
+	if len(out) == 0 {
+		from := a.From
+		if from == "" {
+			from = "not one address"
+		}
+		out = append(out, Check{Text: "No signature (From: " + from + ")"})
+	}
+	return out
+}
+
+func (s Signature) check(from string) Check {
+	name := "DKIM/" + s.Domain
+	switch {
+	case s.Result == Pass && s.Aligned && s.By != "":
+		return Check{Pass: true, Text: "Signed: " + name + " (checked by " + s.By + ")"}
+	case s.Result == Pass && s.Aligned:
+		return Check{Pass: true, Text: "Signed: " + name}
+	case s.Result == Pass:
+		return Check{Pass: true, Text: "Signed: " + name + " (From: " + from + ")"}
+	case s.Result == NoKey:
+		return Check{Text: "No key: " + name}
+	}
+	return Check{Text: "BADSIG: " + name}
+}
+
+// Verify checks m's signatures and the trusted servers' results. It costs
+// at most MaxSignatures verifications and Timeout of lookups; a mail it
+// cannot read is simply not verified.
+func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
+	a := &Attestation{}
+	o := OriginOf(m)
+	a.From = o.Sender
+	h, err := textproto.ReadHeader(bufio.NewReader(bytes.NewReader(m.Raw)))
+	if err != nil {
+		return a
+	}
+	if !h.Has("Dkim-Signature") {
+		return a
+	}
+	timeout := v.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	failed := map[string]bool{} // key names whose lookup failed
+	var mu sync.Mutex
+	lookup := func(name string) ([]string, error) {
+		txts, err := v.lookup(ctx, name)
+		if err != nil {
+			mu.Lock()
+			failed[strings.ToLower(name)] = true
+			mu.Unlock()
+		}
+		return txts, err
+	}
+	verifs, err := dkim.VerifyWithOptions(bytes.NewReader(m.Raw), &dkim.VerifyOptions{LookupTXT: lookup, MaxVerifications: MaxSignatures})
+	if err != nil && !errors.Is(err, dkim.ErrTooManySignatures) {
+		return a
+	}
+	counts := fieldCounts(h)
+	sigs := signatureTags(h)
+	fromDomain := Domain(a.From)
+	for i, vf := range verifs {
+		s := Signature{Domain: strings.ToLower(vf.Domain), Result: Pass}
+		var tags map[string]string
+		if i < len(sigs) {
+			tags = sigs[i]
+			s.Selector = tags["s"]
+		}
+		switch {
+		case vf.Err == nil:
+			if missing := unsigned(vf.HeaderKeys, counts); missing != "" {
+				s.Result, s.Err = Fail, "a "+missing+": field the signature does not cover was added"
+			}
+		case failed[strings.ToLower(s.Selector+"._domainkey."+s.Domain)]:
+			s.Result, s.Err = NoKey, vf.Err.Error()
+		case dkim.IsPermFail(vf.Err) || dkim.IsTempFail(vf.Err):
+			s.Result, s.Err = PermError, vf.Err.Error()
+		default:
+			s.Result, s.Err = Fail, vf.Err.Error()
+		}
+		s.Aligned = aligned(s.Domain, fromDomain)
+		if s.Result == NoKey {
+			if by := vouched(h, v.AuthservIDs, s, tags["b"]); by != "" {
+				s.Result, s.By, s.Err = Pass, by, ""
+			}
+		}
+		a.Signatures = append(a.Signatures, s)
+	}
+	return a
+}
+
+// VerifyAll verifies each mail that has no attestation yet.
+func (v *Verifier) VerifyAll(ctx context.Context, msgs []*Message) {
+	for _, m := range msgs {
+		if m.Attestation == nil {
+			m.Attestation = v.Verify(ctx, m)
+		}
+	}
+}
+
+// lookup asks for a key, or answers from the keys kept.
+func (v *Verifier) lookup(ctx context.Context, name string) ([]string, error) {
+	name = strings.ToLower(name)
+	now := time.Now()
+	v.mu.Lock()
+	if k, ok := v.keys[name]; ok && now.Before(k.expires) {
+		v.mu.Unlock()
+		return k.txts, k.err
+	}
+	v.mu.Unlock()
+	look := v.LookupTXT
+	if look == nil {
+		look = net.DefaultResolver.LookupTXT
+	}
+	txts, err := look(ctx, name)
+	ttl := v.KeyTTL
+	if ttl <= 0 {
+		ttl = 10 * time.Minute
+	}
+	if err != nil {
+		// A failure is kept briefly: a burst of a stranger's mail does not
+		// become a burst of queries, and a resolver back up is soon used.
+		ttl = min(ttl, time.Minute)
+		var dnsErr *net.DNSError
+		if errors.As(err, &dnsErr) && dnsErr.IsTimeout {
+			ttl = 0 // a timeout says nothing about the key
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.keys == nil || len(v.keys) > 4096 {
+		v.keys = map[string]cachedKey{}
+	}
+	if ttl > 0 {
+		v.keys[name] = cachedKey{txts: txts, err: err, expires: now.Add(ttl)}
+	}
+	return txts, err
+}
+
+// fieldCounts counts the header's fields by lower-case name.
+func fieldCounts(h textproto.Header) map[string]int {
+	counts := map[string]int{}
+	f := h.Fields()
+	for f.Next() {
+		counts[strings.ToLower(f.Key())]++
+	}
+	return counts
+}
+
+// unsigned names a field the signature lists (h=) of which the mail holds
+// more instances than the signature covers. A verifier takes the
+// bottom-most instances; a reader takes the topmost: an unsigned Subject:
+// or From: put above the signed one would be read as the sender's.
+func unsigned(keys []string, counts map[string]int) string {
+	signed := map[string]int{}
+	for _, k := range keys {
+		signed[strings.ToLower(strings.TrimSpace(k))]++
+	}
+	for k, n := range signed {
+		if counts[k] > n {
+			return k
+		}
+	}
+	return ""
+}
+
+// signatureTags are the tags of the DKIM-Signature fields, top first, as
+// the verification reads them.
+func signatureTags(h textproto.Header) []map[string]string {
+	var out []map[string]string
+	f := h.FieldsByKey("Dkim-Signature")
+	for f.Next() && len(out) < MaxSignatures {
+		tags := map[string]string{}
+		for _, part := range strings.Split(f.Value(), ";") {
+			k, val, ok := strings.Cut(part, "=")
+			if !ok {
+				continue
+			}
+			tags[strings.ToLower(strings.TrimSpace(k))] = strings.Join(strings.Fields(val), "")
+		}
+		out = append(out, tags)
+	}
+	return out
+}
+
+// vouched names the trusted server whose topmost block of
+// Authentication-Results reports a DKIM pass for this very signature (its
+// header.d and, when given, the start of its b= as header.b), and no
+// contrary result: a server's word stands in for a key patchbot could not
+// get (an old mail whose key was rotated), never against a check
+// patchbot made itself.
+func vouched(h textproto.Header, trusted []string, s Signature, b string) string {
+	block := TrustedAuthResults(h, trusted)
+	by := ""
+	for _, ar := range block {
+		for _, r := range ar.Results {
+			if r.Method != "dkim" {
+				continue
+			}
+			if r.Result == "none" {
+				return "" // the server saw no signature at all
+			}
+			d := strings.ToLower(r.Props["header.d"])
+			if d == "" {
+				if _, after, ok := strings.Cut(r.Props["header.i"], "@"); ok {
+					d = strings.ToLower(after)
+				}
+			}
+			if d != s.Domain {
+				continue
+			}
+			if hb := r.Props["header.b"]; hb != "" && (len(hb) < 8 || !strings.HasPrefix(b, hb)) {
+				continue // another signature of the same domain
+			}
+			if r.Result != "pass" {
+				return ""
+			}
+			by = ar.AuthServID
+		}
+	}
+	return by
+}
+
+// aligned says whether a signing domain aligns with the From: domain in
+// DMARC's relaxed sense: both have the same organizational domain.
+func aligned(d, from string) bool {
+	org := OrgDomain(d)
+	return org != "" && org == OrgDomain(from)
+}
+
+// OrgDomain is a domain's organizational domain, as DMARC finds it: the
+// registrable domain under its public suffix (lists.linux.dev and
+// linux.dev are both linux.dev). A domain that is itself a public suffix
+// (dev, co.uk) has none: "" aligns with nothing.
+func OrgDomain(d string) string {
+	d = strings.ToLower(strings.TrimSuffix(d, "."))
+	org, err := publicsuffix.EffectiveTLDPlusOne(d)
+	if err != nil {
+		return ""
+	}
+	return org
+}
