@@ -317,6 +317,23 @@ func (o *Outbox) uncertain(m store.OutboxMessage, why string) {
 		"message_id", m.MessageID, "outbox_id", m.ID, "recipients", m.Recipients, "why", why)
 }
 
+// Recover takes back, at start, what this sender's previous run left
+// claimed (its Owner must be the same across restarts, as a coordinator's
+// is): a message it was sending before the final "." goes out again at
+// once, and one at the final "." is uncertain (reported, not resent). It
+// returns how many were queued again.
+func (o *Outbox) Recover(ctx context.Context) (int, error) {
+	requeued, uncertain, err := o.Store.RecoverOutbox(ctx, o.owner())
+	for _, m := range uncertain {
+		o.uncertain(m, "the sender died after the final \".\" was asked for")
+	}
+	if requeued > 0 {
+		o.log().Info("replies a dead sender was sending queued again", "count", requeued, "owner", o.owner())
+		o.Wake()
+	}
+	return requeued, err
+}
+
 // Uncertain lists the deliveries a crash or a broken link left unknown.
 func (o *Outbox) Uncertain(ctx context.Context) ([]store.OutboxMessage, error) {
 	return o.Store.OutboxIn(ctx, store.Uncertain)
