@@ -42,6 +42,9 @@ func (r Retry) again(j *store.Job, err error) (forGood bool) {
 		j.State = store.JobFailed
 		return true
 	}
-	j.State, j.NotBefore = store.JobQueued, time.Now().Add(r.Backoff*time.Duration(1<<(j.Attempts-1)))
+	// The wait is measured on the database's clock (RetryAfter), not on
+	// this host's; NotBefore is this host's guess of it, for the log.
+	j.RetryAfter = r.Backoff * time.Duration(1<<(j.Attempts-1))
+	j.State, j.NotBefore = store.JobQueued, time.Now().Add(j.RetryAfter)
 	return false
 }

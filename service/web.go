@@ -41,7 +41,12 @@ func NewDashboard(cfg Config, st *store.Store, q web.Queue, d *Daemon, log *slog
 		o.Workers = func() []web.WorkerStatus {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			ws, err := WorkerStatuses(ctx, st, cfg.Fleet.Lease, time.Now())
+			now := time.Now()
+			at, err := st.Now(ctx)
+			var ws []web.WorkerStatus
+			if err == nil {
+				ws, err = WorkerStatuses(ctx, st, cfg.Fleet.Lease, at, now)
+			}
 			if err != nil {
 				log.Warn("dashboard: listing workers", "err", err)
 				return []web.WorkerStatus{}
