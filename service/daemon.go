@@ -298,8 +298,14 @@ func (d *Daemon) defaults() {
 }
 
 // watch reads one source until ctx ends, logging and retrying failures.
+// A source that cannot be told of new mail is read every Poll, or as
+// often as its config's poll: says.
 func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	log := d.Log.With("source", name)
+	every := d.Poll
+	if p := d.sources[name].Poll; p > 0 {
+		every = p
+	}
 	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
 	for ctx.Err() == nil {
 		cur, err := d.Store.Cursor(ctx, name)
@@ -316,7 +322,7 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(d.Poll):
+		case <-time.After(every):
 		}
 	}
 }
