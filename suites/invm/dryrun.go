@@ -24,7 +24,7 @@ type DryRunTester struct {
 }
 
 // DryRunAccel is a dry run's accelerator, as the reply says it.
-const DryRunAccel = "none: a dry run, nothing was built or booted and these numbers are made up"
+const DryRunAccel = "dry run (nothing built or booted)"
 
 // Test runs the spec's rounds: Runs of them, or the plan's minimum.
 func (d DryRunTester) Test(ctx context.Context, s Spec) (*Outcome, error) {
