@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
@@ -66,8 +67,9 @@ type Worker struct {
 	// that a coordinator in the same process collects them at once.
 	OnDone func(*store.Job)
 
-	wake  chan struct{}
-	ready bool
+	wake     chan struct{}
+	ready    bool
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	running  int64        // the job being run, 0 when none
@@ -113,6 +115,18 @@ func (w *Worker) defaults() {
 	}
 	w.wake = make(chan struct{}, 1)
 	w.Log = w.Log.With("worker", w.Name)
+}
+
+// Drain makes Run take no new job: the running one, if any, runs to its
+// end and is recorded, then Run returns (a clean stop). It is how a worker
+// is taken out of a fleet without giving its job back (SIGHUP to
+// `patchbot worker`).
+func (w *Worker) Drain() {
+	w.defaults()
+	if !w.draining.Swap(true) {
+		w.Log.Info("draining: the running job, if any, runs to its end; no new job is taken")
+	}
+	w.Wake()
 }
 
 // Wake tells the worker that a job may be waiting.
@@ -164,7 +178,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	if w.Config.DryRun != nil {
 		w.Log.Warn("dry run: this worker builds and boots nothing, and its replies carry made-up numbers (dry_run: in the config)")
 	}
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !w.draining.Load() {
 		ran, err := w.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.Log.Error("claiming a job", "err", err)

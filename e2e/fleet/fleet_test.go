@@ -460,3 +460,94 @@ func freeAddr(t testing.TB) string {
 	defer l.Close()
 	return l.Addr().String()
 }
+
+// One worker, in its own namespace, runs the seed series for real: the
+// base kernel from the machine's cache, the patched build in the
+// sandbox, both booted in QEMU (TCG here), the rounds interleaved. Its
+// results and reply reach the coordinator through PostgreSQL, and the
+// reply goes out once. Heavy: run it under the shared lock. Its patch to
+// reply is the T of docs/fleet.md's sizing.
+func TestRealKernelThroughAWorker(t *testing.T) {
+	testenv.NeedsKernel(t)
+	testenv.NeedsVM(t)
+	testenv.Tools(t, "mksquashfs", "bwrap")
+	if _, err := os.Stat("/usr/src/linux-source-6.1.tar.xz"); err != nil {
+		t.Skip("Debian's linux-source-6.1 is not installed (scripts/install-deps.sh installs it)")
+	}
+	cache := os.Getenv("PATCHBOT_CACHE")
+	if cache == "" {
+		cache = "/var/cache/patchbot"
+	}
+	w := newWorld(t, options{workers: 1, lists: 1, lease: "30s", cache: cache,
+		extraWorker: "vm: {backend: qemu, cpus: 2, mem_mib: 1024}\n"})
+	start := time.Now()
+	id := w.post(0)
+	tl := w.settle(40 * time.Minute)
+	took := w.settled.Sub(start)
+	w.report("a real kernel through a worker", tl, 0, fmt.Sprintf(" (patch to reply %s)", took.Round(time.Second)))
+	jobs := w.jobs()
+	if len(jobs) != 1 {
+		t.Fatalf("%d jobs, want 1", len(jobs))
+	}
+	j := jobs[0]
+	if j.Owner != "w1" || j.Attempts != 1 || j.Blame != "" || j.State != store.JobDone {
+		t.Errorf("job = %s on %s, %d attempts, blame %q, error %q", j.State, j.Owner, j.Attempts, j.Blame, j.Error)
+	}
+	sent, _ := w.st.OutboxIn(context.Background(), store.Sent)
+	if len(sent) != 1 {
+		t.Fatalf("%d replies sent, want 1", len(sent))
+	}
+	reply := string(sent[0].Raw)
+	for _, want := range []string{"In-Reply-To: <" + id + ">", "sched_wakeup", "TCG"} {
+		if !strings.Contains(reply, want) {
+			t.Errorf("the reply lacks %q:\n%s", want, reply)
+		}
+	}
+	run := filepath.Join(w.dir, "coordinator", "state", "runs", fmt.Sprintf("job-%d", j.ID))
+	w.waitFor("the coordinator to collect the run", time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(run, "run.json"))
+		return err == nil
+	})
+	for _, f := range []string{"run.json", "base.json", "patched.json", "build-patched.log", "reply.eml", "series.mbox"} {
+		if _, err := os.Stat(filepath.Join(run, f)); err != nil {
+			t.Errorf("the coordinator's run lacks %s: %v", f, err)
+		}
+	}
+	w.checkCoordinatorBuiltNothing()
+	t.Logf("T for the seed series through a worker, %d rounds a side: %s", w.o.runs, took.Round(time.Second))
+}
+
+// A worker drained (SIGHUP, docs/fleet.md) while it runs a job finishes
+// that job, takes no other, and exits 0; the dashboard shows it stopped,
+// and the other worker runs the rest.
+func TestWorkerDrained(t *testing.T) {
+	w := newWorld(t, options{dryRun: dryRun})
+	w.postMany(6)
+	var held *store.Job
+	w.waitFor("w1 to run a job", 60*time.Second, func() bool {
+		held = w.runningOn("w1", "")
+		return held != nil
+	})
+	w1 := w.workers["w1"]
+	w1.cmd.Process.Signal(syscall.SIGHUP)
+	select {
+	case <-w1.done:
+	case <-time.After(time.Minute):
+		t.Fatal("w1 did not stop after its job")
+	}
+	if code := w1.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("w1 exited %d after draining", code)
+	}
+	j, _ := w.st.Job(context.Background(), held.ID)
+	if j.State != store.JobDone || j.Owner != "w1" || j.Attempts != 1 || j.Crashes != 0 {
+		t.Errorf("the job w1 held when drained: %s on %s, %d attempts, %d crashes; want done by w1 once", j.State, j.Owner, j.Attempts, j.Crashes)
+	}
+	if s := workerState(w.home(), "w1"); s != "stopped" {
+		t.Errorf("the dashboard shows the drained w1 %q, want stopped", s)
+	}
+	tl := w.settle(2 * time.Minute)
+	w.report("worker drained", tl, 0, "")
+	if n := w.jobsOf("w1"); n != 1 {
+		t.Errorf("w1 ended %d jobs, want the one it held when drained", n)
+	}
+}
