@@ -60,7 +60,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	os.Exit(run(*offset, flag.Args()))
+	os.Exit(run(*offset, flag.Args(), []uintptr{0, 1, 2}))
 }
 
 func fail(format string, args ...any) int {
@@ -68,7 +68,9 @@ func fail(format string, args ...any) int {
 	return 1
 }
 
-func run(offset time.Duration, args []string) int {
+// run runs args with the offset, its standard input, output and error
+// being files, and returns its exit status.
+func run(offset time.Duration, args []string, files []uintptr) int {
 	path, err := exec.LookPath(args[0])
 	if err != nil {
 		return fail("%v", err)
@@ -78,7 +80,7 @@ func run(offset time.Duration, args []string) int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	pid, err := syscall.ForkExec(path, args, &syscall.ProcAttr{Env: os.Environ(),
-		Files: []uintptr{0, 1, 2}, Sys: &syscall.SysProcAttr{Ptrace: true}})
+		Files: files, Sys: &syscall.SysProcAttr{Ptrace: true}})
 	if err != nil {
 		return fail("starting %s: %v", path, err)
 	}
