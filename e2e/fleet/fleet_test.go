@@ -27,7 +27,7 @@ import (
 // The many-jobs cases' workers: a dry run whose stages last long enough
 // for a fault to land where it is aimed, and short enough that a case
 // takes seconds.
-const dryRun = "{build: 700ms, round: 300ms}"
+const dryRun = "{build: 500ms, round: 200ms}"
 
 // A worker killed with SIGKILL while it builds: its lease runs out, the
 // coordinator queues the job again, the other worker runs it; the killed
@@ -37,7 +37,7 @@ const dryRun = "{build: 700ms, round: 300ms}"
 func TestWorkerKilledMidBuild(t *testing.T) {
 	w := newWorld(t, options{dryRun: dryRun})
 	w.checkWorkerRole()
-	w.postMany(10)
+	w.postMany(8)
 	var victim *store.Job
 	w.waitFor("w1 to build a patched kernel", 60*time.Second, func() bool {
 		victim = w.runningOn("w1", "apply and build patched")
@@ -57,7 +57,7 @@ func TestWorkerKilledMidBuild(t *testing.T) {
 // The same, killed while it measures.
 func TestWorkerKilledMidMeasurement(t *testing.T) {
 	w := newWorld(t, options{dryRun: dryRun})
-	w.postMany(10)
+	w.postMany(8)
 	var victim *store.Job
 	w.waitFor("w1 to measure", 60*time.Second, func() bool {
 		victim = w.runningOn("w1", "run ")
@@ -133,7 +133,7 @@ func TestWorkerCutOffLongerThanItsLease(t *testing.T) {
 // lost for a restart shorter than the lease.
 func TestPostgresRestartedMidRun(t *testing.T) {
 	w := newWorld(t, options{dryRun: dryRun, lease: "8s"})
-	w.postMany(10)
+	w.postMany(8)
 	w.waitFor("two jobs done and two running", 60*time.Second, func() bool {
 		c, _ := w.st.JobCounts(context.Background())
 		return c[store.JobDone] >= 2 && c[store.JobRunning] == 2
@@ -172,7 +172,7 @@ func TestPostgresRestartedMidRun(t *testing.T) {
 func TestCoordinatorKilledWithRepliesInTheOutbox(t *testing.T) {
 	w := newWorld(t, options{dryRun: "{build: 100ms, round: 50ms}"})
 	w.slowPostfix()
-	w.postMany(10)
+	w.postMany(8)
 	ctx := context.Background()
 	var pending int
 	w.waitFor("replies to pile up in the outbox", 90*time.Second, func() bool {
@@ -211,7 +211,7 @@ func TestWorkerClocksTenMinutesOff(t *testing.T) {
 			t.Fatalf("%s's clock is %s off the wanted skew %s: skewclock did not take", name, d, off)
 		}
 	}
-	w.postMany(10)
+	w.postMany(8)
 	tl := w.settle(2 * time.Minute)
 	if tl.Crashes != 0 {
 		t.Errorf("%d leases lost by workers whose clocks are off", tl.Crashes)

@@ -395,6 +395,8 @@ func newWorld(t *testing.T, o options) *world {
 		o.runs = 2
 	}
 	bin, skew := binaries(t)
+	began := time.Now()
+	defer func() { t.Logf("the fleet is up in %s", time.Since(began).Round(10*time.Millisecond)) }()
 	dir, err := os.MkdirTemp("", "patchbot-fleet-")
 	if err != nil {
 		t.Fatal(err)
