@@ -466,7 +466,7 @@ func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.L
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		tctx, cancel := context.WithTimeout(bg, 2*w.dbTimeout())
-		err := w.Store.Update(tctx, func(tx *store.Tx) error {
+		err := w.Store.UpdateHeld(tctx, func(tx *store.Tx) error {
 			if err := tx.FinishJob(tctx, j); err != nil {
 				return err
 			}
