@@ -81,6 +81,19 @@ type Config struct {
 	// Trees are the trees a series may be tested on besides the kernel:
 	// base, fetched into one object store (see images.Kernels.Choose).
 	Trees images.TreesConfig `yaml:"trees"`
+
+	// DryRun, when set, builds and boots nothing: every job "builds" and
+	// "measures" for the times given and replies with made-up numbers
+	// that say so. It rehearses a fleet's setup (database, roles, TLS,
+	// network, workers, mail) without build tools, kernels or VMs, and
+	// is what the fleet's many-jobs tests run (docs/fleet.md).
+	DryRun *DryRunConfig `yaml:"dry_run,omitempty"`
+}
+
+// DryRunConfig times a dry run's stages.
+type DryRunConfig struct {
+	Build time.Duration `yaml:"build"` // each kernel's "build"
+	Round time.Duration `yaml:"round"` // each suite round, per kernel
 }
 
 // DashboardConfig is the `dashboard:` part of patchbot.yaml. The dashboard
@@ -261,6 +274,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Commands.PerSenderPerHour < 1 {
 		errs = append(errs, "commands.per_sender_per_hour: want at least 1")
+	}
+	if d := c.DryRun; d != nil && (d.Build < 0 || d.Build > time.Hour || d.Round < 0 || d.Round > time.Hour) {
+		errs = append(errs, "dry_run: build and round want 0..1h")
 	}
 	errs = append(errs, c.Limits.validate()...)
 	if len(errs) > 0 {

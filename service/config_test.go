@@ -109,3 +109,24 @@ func TestExampleConfigDecodes(t *testing.T) {
 		t.Errorf("example config: sources %+v, limits %+v, dkim %+v", c.Sources, c.Limits, c.DKIM)
 	}
 }
+
+// A database off this host reached without sslmode=verify-full is named
+// in a warning; loopback, a socket and verify-full are not.
+func TestUnverifiedTLS(t *testing.T) {
+	for _, tc := range []struct {
+		url  string
+		warn bool
+	}{
+		{"", false},
+		{"postgres://w@127.0.0.1:5432/patchbot", false},
+		{"postgres://w@localhost/patchbot?sslmode=disable", false},
+		{"postgres://w@db.example.org/patchbot", true},
+		{"postgres://w@10.0.0.5/patchbot?sslmode=require", true},
+		{"postgres://w@10.0.0.5/patchbot?sslmode=verify-ca&sslrootcert=/ca.pem", true},
+		{"postgres://w@db.example.org/patchbot?sslmode=verify-full&sslrootcert=/ca.pem", false},
+	} {
+		if got := unverifiedTLS(tc.url); (got != "") != tc.warn {
+			t.Errorf("unverifiedTLS(%q) = %q, want a warning: %v", tc.url, got, tc.warn)
+		}
+	}
+}

@@ -125,6 +125,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	// The outbox's owner is the coordinator's stable name: what the last
+	// run was sending before the final "." goes out at once.
+	if _, err := d.Outbox.Recover(ctx); err != nil {
+		return err
+	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
 		ids := make([]string, len(un))
 		for i, m := range un {
@@ -187,13 +192,20 @@ func (d *Daemon) recoverJobs(ctx context.Context) error {
 	return d.expire(ctx)
 }
 
-// expire applies the crash rule to jobs whose worker's lease ran out.
+// expire applies the crash rule to jobs whose worker's lease ran out (by
+// the database's clock), and fails the jobs out of attempts (workers only
+// skip them).
 func (d *Daemon) expire(ctx context.Context) error {
-	requeued, parked, err := d.Store.ExpireJobs(ctx, time.Now(), d.MaxCrashes)
+	requeued, parked, err := d.Store.ExpireJobs(ctx, time.Time{}, d.MaxCrashes)
 	if err != nil {
 		return err
 	}
 	logLost(d.Log, d.Metrics, requeued, parked, "its worker's lease ran out (the worker died, or lost the database)")
+	if n, err := d.Store.FailSpentJobs(ctx, d.MaxAttempts); err != nil {
+		return err
+	} else if n > 0 {
+		d.Log.Error("jobs failed for good: out of attempts", "count", n, "max_attempts", d.MaxAttempts)
+	}
 	return nil
 }
 
@@ -226,7 +238,7 @@ func (d *Daemon) coordinate(ctx context.Context) {
 // collect writes the runs workers stored into the runs directory; their
 // replies were stored with them, so the outbox is told.
 func (d *Daemon) collect(ctx context.Context) {
-	n, err := CollectRuns(ctx, d.Config, d.Store, d.Log)
+	n, err := CollectRuns(ctx, d.Config, d.Store, d.Outbox, d.Metrics, d.Log)
 	if err != nil && ctx.Err() == nil {
 		d.Log.Error("collecting runs", "err", err)
 	}
@@ -274,6 +286,9 @@ func (d *Daemon) defaults() {
 	if d.Name == "" {
 		d.Name = host + "/coordinator"
 	}
+	if d.Outbox.Owner == "" {
+		d.Outbox.Owner = d.Name
+	}
 	if d.Worker == nil && d.Config.Fleet.LocalWorker {
 		d.Worker = &Worker{Config: d.Config, Store: d.Store, Pipeline: d.Pipeline, Name: host + "/watch", Host: host,
 			Log: d.Log, Metrics: d.Metrics, Retry: d.Retry,
@@ -297,11 +312,11 @@ func (d *Daemon) defaults() {
 // d.Poll), logging and retrying failures.
 func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	log := d.Log.With("source", name)
-	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
 	every := d.Poll
 	if p := d.sources[name].Poll; p > 0 {
 		every = p
 	}
+	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
 	for ctx.Err() == nil {
 		again := false
 		cur, err := d.Store.Cursor(ctx, name)
@@ -346,6 +361,9 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 func (d *Daemon) RunOnce(ctx context.Context) (bool, error) {
 	if d.wake == nil {
 		d.defaults()
+	}
+	if err := d.expire(ctx); err != nil {
+		return false, err
 	}
 	if ran, err := d.checkOnce(ctx); ran || err != nil {
 		return ran, err

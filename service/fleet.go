@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	netmail "net/mail"
 	"os"
 	"path"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -80,11 +84,15 @@ var runFileName = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}$`)
 
 // CollectRuns writes the runs that workers stored into the state
 // directory's runs/, where the dashboard and `patchbot reply` read them,
-// and forgets the stored copies. A run is written beside its place and
-// renamed into it, so that a reader never sees half of one. A file whose
-// name is not a plain relative path is left out, and logged. It returns
-// how many runs it wrote.
-func CollectRuns(ctx context.Context, cfg Config, st *store.Store, log *slog.Logger) (int, error) {
+// puts each run's reply in the outbox (ob: the coordinator's; workers
+// never write the outbox), and forgets the stored copies. A run is
+// written beside its place and renamed into it, so that a reader never
+// sees half of one; the reply's queueing and the forgetting are one
+// transaction, so a crash between any two steps repeats the collection
+// and queues nothing twice. A file whose name is not a plain relative
+// path is left out, and logged. A reply is checked against its job
+// (queueWorkerReply). It returns how many runs it wrote.
+func CollectRuns(ctx context.Context, cfg Config, st *store.Store, ob *outbox.Outbox, m *Metrics, log *slog.Logger) (int, error) {
 	runs := filepath.Join(cfg.StateDir, "runs")
 	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return 0, fmt.Errorf("creating the runs directory: %w", err)
@@ -101,6 +109,14 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, log *slog.Log
 			if err != nil {
 				return n, err
 			}
+			reply, err := st.JobReply(ctx, id)
+			if err != nil {
+				return n, err
+			}
+			j, err := st.Job(ctx, id)
+			if err != nil {
+				return n, err
+			}
 			skipped, err := writeRun(runs, fmt.Sprintf("job-%d", id), files)
 			if err != nil {
 				return n, fmt.Errorf("writing the run of job %d: %w", id, err)
@@ -108,7 +124,15 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, log *slog.Log
 			if len(skipped) > 0 {
 				log.Error("files of a run left out: their names are not plain relative paths", "job", id, "names", skipped)
 			}
-			if err := st.DeleteRunFiles(ctx, id); err != nil {
+			err = st.Update(ctx, func(tx *store.Tx) error {
+				if reply != nil {
+					if err := queueWorkerReply(ctx, tx, cfg, ob, m, log, j, reply); err != nil {
+						return err
+					}
+				}
+				return tx.DeleteRun(ctx, id)
+			})
+			if err != nil {
 				return n, err
 			}
 			n++
@@ -118,6 +142,65 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, log *slog.Log
 		}
 	}
 	return n, ctx.Err()
+}
+
+// queueWorkerReply puts a worker's reply to job j in the outbox, within tx,
+// after checking it against the job as the coordinator queued it: its
+// Message-ID is the job's own (every config of a fleet has the same
+// reply.from), and it goes only to addresses the job's thread named (the
+// author, the Cc, the lists) or the config adds (reply.extra_cc); any
+// other is dropped and logged. A worker is the operator's host, but what
+// it sends back is checked where it lands, as a run's file names are.
+func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.Outbox, m *Metrics, log *slog.Logger,
+	j *store.Job, r *store.JobReply) error {
+	log = log.With("job", j.ID, "message_id", r.MessageID)
+	if want := jobReplyID(cfg, j); r.MessageID != want {
+		log.Error("a worker's reply is not its job's: not sent (is reply.from the same in the worker's config?)",
+			"want", want, "worker", j.Owner)
+		m.Dropped.WithLabelValues("mismatch").Inc()
+		return nil
+	}
+	var req Request
+	if err := json.Unmarshal(j.Request, &req); err != nil {
+		log.Error("a worker's reply to an undecodable request: not sent", "err", err)
+		m.Dropped.WithLabelValues("mismatch").Inc()
+		return nil
+	}
+	allowed := map[string]bool{}
+	named := append([]string{req.Thread.Author}, req.Thread.Cc...)
+	if !cfg.Reply.NoListCc {
+		named = append(named, req.Thread.Lists...)
+	}
+	for _, a := range append(named, cfg.Reply.ExtraCc...) {
+		if list, err := netmail.ParseAddressList(a); err == nil {
+			for _, addr := range list {
+				allowed[strings.ToLower(addr.Address)] = true
+			}
+		}
+	}
+	var to, refused []string
+	for _, a := range r.Recipients {
+		if allowed[strings.ToLower(a)] {
+			to = append(to, a)
+		} else {
+			refused = append(refused, a)
+		}
+	}
+	if len(refused) > 0 {
+		log.Error("a worker's reply asked for recipients its job's thread does not name: left out", "refused", refused,
+			"worker", j.Owner)
+	}
+	if len(to) == 0 {
+		m.Dropped.WithLabelValues("unaddressable").Inc()
+		return nil
+	}
+	q, err := queueMail(ctx, tx, ob, outbox.Message{MessageID: r.MessageID, From: mailbox.AddrOf(cfg.Reply.From), To: to,
+		Raw: r.Raw, ThreadID: threadRoot(req.Thread)})
+	if err != nil {
+		return fmt.Errorf("job %d: %w", j.ID, err)
+	}
+	q.record(ctx, m, log.With("worker", j.Owner))
+	return nil
 }
 
 // writeRun writes a run's files into runs/name, replacing what was there,

@@ -42,23 +42,30 @@ func (d *Daemon) putAnswer(ctx context.Context, tx *store.Tx, a reports.Answer, 
 func putReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, cfg Config, m *Metrics, log *slog.Logger,
 	r *reports.Reply, thread, budget string) (bool, string, error) {
 	q, err := queueReply(ctx, tx, ob, cfg.Reply.From, r, thread, budget)
-	switch {
-	case q.drop != nil:
-		level, args := slog.LevelInfo, []any{"message_id", r.Header.MessageID}
+	if err != nil {
+		return false, "", err
+	}
+	ok, why := q.record(ctx, m, log.With("message_id", r.Header.MessageID))
+	return ok, why, nil
+}
+
+// record logs and counts what became of a mail: queued, there already, or
+// dropped (and why, which it returns).
+func (q queued) record(ctx context.Context, m *Metrics, log *slog.Logger) (bool, string) {
+	if q.drop != nil {
+		level, args := slog.LevelInfo, []any{}
 		if q.drop.err != nil {
 			level, args = slog.LevelError, append(args, "err", q.drop.err)
 		}
 		log.Log(ctx, level, "mail not sent: "+q.drop.what, args...)
 		m.Dropped.WithLabelValues(q.drop.label).Inc()
-		return false, q.drop.why, nil
-	case err != nil:
-		return false, "", err
+		return false, q.drop.why
 	}
 	if q.added {
 		m.Replies.Inc()
-		log.Info("reply in the outbox", "message_id", r.Header.MessageID, "to", q.to)
+		log.Info("reply in the outbox", "to", q.to)
 	}
-	return true, "", nil
+	return true, ""
 }
 
 // queued is what became of a mail handed to the outbox.
@@ -77,23 +84,30 @@ type dropped struct {
 
 // queueReply puts a rendered mail in ob's outbox within tx, from the
 // sender from (an address, or "Name <address>") to its To and Cc,
-// threaded under thread: the one way a reply or an answer reaches the
-// outbox, from the daemon, a worker or a command. A mail that cannot be
-// encoded or addressed, or whose recipients all opted out, is not queued
-// (queued.drop says why); a mail of a Message-ID the outbox holds already
-// is not queued twice.
+// threaded under thread, drawn from budget. A mail that cannot be encoded
+// or addressed is not queued (queued.drop says why); the rest is
+// queueMail's.
 func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from string, r *reports.Reply,
-	thread, budget string) (q queued, err error) {
+	thread, budget string) (queued, error) {
 	raw, err := r.Bytes()
+	var to []string
 	if err == nil {
-		q.to, err = r.Recipients()
+		to, err = r.Recipients()
 	}
 	if err != nil {
-		q.drop = &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}
-		return q, nil
+		return queued{drop: &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}}, nil
 	}
-	q.added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(from), To: q.to, Raw: raw, ThreadID: thread, Budget: budget})
+	return queueMail(ctx, tx, ob, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(from), To: to, Raw: raw, ThreadID: thread, Budget: budget})
+}
+
+// queueMail is the one way a mail reaches the outbox, from the daemon, a
+// worker's collected run or a command: within tx, never twice for one
+// Message-ID; a mail whose recipients all opted out, or too many, is not
+// queued (queued.drop says why).
+func queueMail(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, msg outbox.Message) (q queued, err error) {
+	q.to = msg.To
+	q.added, err = ob.PutTx(ctx, tx, msg)
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
 		q.drop = &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}

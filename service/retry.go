@@ -45,11 +45,15 @@ func (r *Retry) defaults() {
 // for good; it says which.
 func (r Retry) again(j *store.Job, err error) (forGood bool) {
 	j.Blame, j.Error = blame.Of(err), err.Error()
-	next := time.Now().Add(r.Backoff * time.Duration(1<<(j.Attempts-1)))
+	wait := r.Backoff * time.Duration(1<<(j.Attempts-1))
+	next := time.Now().Add(wait)
 	if j.Attempts >= r.MaxAttempts || (r.MaxAge > 0 && !j.Created.IsZero() && next.Sub(j.Created) > r.MaxAge) {
 		j.State = store.JobFailed
 		return true
 	}
+	// The wait is measured on the database's clock (RetryAfter), not on
+	// this host's; NotBefore is this host's guess of it, for the log.
+	j.RetryAfter = wait
 	j.State, j.NotBefore = store.JobQueued, next
 	return false
 }

@@ -1,12 +1,15 @@
 package service
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
@@ -24,6 +27,9 @@ import (
 // VMs of the configured shape, and the reply options. The caller that has
 // a store sets History.
 func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
+	if cfg.DryRun != nil {
+		return newDryRun(cfg, progress)
+	}
 	k, err := images.NewKernels(cfg.Kernel, cfg.Trees, progress)
 	if err != nil {
 		return nil, err
@@ -50,11 +56,36 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	return p, nil
 }
 
+// newDryRun is the pipeline of a dry run: images.DryRun "builds" into the
+// cache's dry-run directory, invm.DryRunTester "measures".
+func newDryRun(cfg Config, progress io.Writer) (*Pipeline, error) {
+	cache, err := images.CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	p := &Pipeline{
+		Builder:  &images.DryRun{Dir: filepath.Join(cache, "dry-run"), Delay: cfg.DryRun.Build},
+		Tester:   invm.DryRunTester{Round: cfg.DryRun.Round},
+		Reply:    cfg.Reply,
+		Progress: progress,
+		VM:       cfg.VM,
+		Tree:     cfg.Kernel,
+	}
+	if base := cfg.Dashboard.BaseURL; base != "" {
+		p.ResultsURL = func(runDir string) string { return reports.RunURL(base, filepath.Base(runDir)) }
+	}
+	return p, nil
+}
+
 // OpenStore opens the state database: the config's PostgreSQL server when
 // it names one (with the password from its file), else state.db in the
 // state directory. It creates the state directory 0700 either way: the
 // runs and the secrets' copies in it are patchbot's alone.
-func OpenStore(cfg Config) (*store.Store, error) {
+func OpenStore(cfg Config) (*store.Store, error) { return openStore(cfg, store.Open) }
+
+// openStore is OpenStore with the store's opener: store.Open for the
+// coordinator (which migrates), store.OpenWorker for a worker.
+func openStore(cfg Config, open func(string) (*store.Store, error)) (*store.Store, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
@@ -77,7 +108,31 @@ func OpenStore(cfg Config) (*store.Store, error) {
 		u.User = url.UserPassword(u.User.Username(), pw)
 		dsn = u.String()
 	}
-	return store.Open(dsn)
+	return open(dsn)
+}
+
+// unverifiedTLS says why a PostgreSQL URL's connection could be read or
+// changed on the way, or "" when it cannot: a host other than this one
+// (loopback or a socket directory) without sslmode=verify-full. pgx's
+// default, prefer, takes TLS when offered but checks no certificate.
+func unverifiedTLS(database string) string {
+	u, err := url.Parse(database)
+	if err != nil || !store.IsPostgres(database) {
+		return ""
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || strings.HasPrefix(host, "/") || ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	mode := u.Query().Get("sslmode")
+	if mode == "verify-full" {
+		return ""
+	}
+	if mode == "" {
+		mode = "prefer (the default)"
+	}
+	return fmt.Sprintf("the database at %s is reached with sslmode=%s: its certificate is not checked; "+
+		"set sslmode=verify-full and sslrootcert (docs/fleet.md)", host, mode)
 }
 
 // NewOutbox is the outbox of st, sending through the configured SMTP
@@ -149,25 +204,50 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if why := unverifiedTLS(cfg.Database); why != "" {
+		log.Warn(why)
+	}
 	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
 	return d, nil
 }
 
-// NewWorker wires a worker from a config: the state database, the
-// pipeline, and what this host can run (DetectCaps; only the suites
-// named, when some are). The caller closes w.Store.
+// NewWorker wires a worker from a config: the state database (opened
+// without migrating: the coordinator owns the schema), the pipeline, and
+// what this host can run (DetectCaps; only the suites named, when some
+// are). A worker that connects to PostgreSQL as a worker role
+// (store.WorkerRole) holds jobs in its role's name: name defaults to it,
+// and another name is refused. The caller closes w.Store.
 func NewWorker(cfg Config, log *slog.Logger, name string, only []string) (*Worker, error) {
 	if err := suites.Check(only, ""); err != nil {
 		return nil, err
 	}
-	st, err := OpenStore(cfg)
+	st, err := openStore(cfg, store.OpenWorker)
 	if err != nil {
 		return nil, err
 	}
-	p, err := NewPipeline(cfg, nil)
-	if err != nil {
+	fail := func(err error) (*Worker, error) {
 		st.Close()
 		return nil, err
+	}
+	role, restricted, err := st.Role(context.Background())
+	if err != nil {
+		return fail(err)
+	}
+	if restricted {
+		if name == "" {
+			name = role
+		}
+		if name != role {
+			return fail(fmt.Errorf("worker name %q: this worker connects to the database as role %q, which may hold jobs "+
+				"only in its own name: run it with --name %s, or give it a role of that name", name, role, role))
+		}
+	}
+	if why := unverifiedTLS(cfg.Database); why != "" {
+		log.Warn(why)
+	}
+	p, err := NewPipeline(cfg, nil)
+	if err != nil {
+		return fail(err)
 	}
 	caps := DetectCaps(cfg, only)
 	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil

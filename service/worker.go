@@ -10,10 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
-	"github.com/patchbot/patchbot/mailbox/outbox"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -28,7 +29,13 @@ import (
 // job is then claimable by another worker and counts a crash. Whatever the
 // dead worker's job did is thrown away: a late end is refused
 // (store.ErrLeaseLost), and its reply, were it to come, has the job's
-// Message-ID, which the outbox holds once.
+// Message-ID, which the outbox holds once. A worker cut off from the
+// database stops the job itself once its lease may have run out (by its
+// own monotonic clock, from the last renewal it saw succeed), so that it
+// does not go on with work another worker now holds.
+//
+// Leases are stamped and judged by the database's clock, never the
+// worker's: its wall clock may be minutes off.
 type Worker struct {
 	Config   Config
 	Store    *store.Store
@@ -59,9 +66,9 @@ type Worker struct {
 	// that a coordinator in the same process collects them at once.
 	OnDone func(*store.Job)
 
-	replies *outbox.Outbox // puts replies in the outbox table: never sends
-	wake    chan struct{}
-	ready   bool
+	wake     chan struct{}
+	ready    bool
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	running  int64          // the job being run, 0 when none
@@ -102,15 +109,23 @@ func (w *Worker) defaults() {
 		c := DetectCaps(w.Config, nil)
 		w.Caps = &c
 	}
-	if w.replies == nil {
-		w.replies = &outbox.Outbox{Store: w.Store, Log: w.Log, MaxRecipients: w.Config.Limits.MaxRecipients,
-			OptOut: optOutAddrs(w.Config.Limits)}
-	}
 	if w.Pipeline != nil && w.Pipeline.OnStage == nil {
 		w.Pipeline.OnStage = w.setStage
 	}
 	w.wake = make(chan struct{}, 1)
 	w.Log = w.Log.With("worker", w.Name)
+}
+
+// Drain makes Run take no new job: the running one, if any, runs to its
+// end and is recorded, then Run returns (a clean stop). It is how a worker
+// is taken out of a fleet without giving its job back (SIGHUP to
+// `patchbot worker`).
+func (w *Worker) Drain() {
+	w.defaults()
+	if !w.draining.Swap(true) {
+		w.Log.Info("draining: the running job, if any, runs to its end; no new job is taken")
+	}
+	w.Wake()
 }
 
 // Wake tells the worker that a job may be waiting.
@@ -122,7 +137,8 @@ func (w *Worker) step(s Step) {
 	}
 }
 
-// claim is the worker's claim at a time.
+// claim is the worker's claim at a time; the zero time is the database's
+// clock.
 func (w *Worker) claim(at time.Time) store.Claim {
 	w.defaults()
 	return store.Claim{Worker: w.Name, Lease: w.Lease, At: at, Kind: store.KindTest, Caps: *w.Caps, MaxAttempts: w.MaxAttempts}
@@ -155,8 +171,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	w.Log.Info("worker started", "accel", w.Caps.Accel, "cpus", w.Caps.CPUs, "mem_mib", w.Caps.MemMiB,
-		"suites", w.Caps.Suites, "lease", w.Lease)
-	for ctx.Err() == nil {
+		"suites", w.Caps.Suites, "lease", w.Lease, "dry_run", w.Config.DryRun != nil)
+	if w.Config.DryRun != nil {
+		w.Log.Warn("dry run: this worker builds and boots nothing, and its replies carry made-up numbers (dry_run: in the config)")
+	}
+	for ctx.Err() == nil && !w.draining.Load() {
 		ran, err := w.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
 			w.Log.Error("claiming a job", "err", err)
@@ -164,7 +183,10 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ran {
 			continue
 		}
-		if err := w.Store.Heartbeat(ctx, w.Name, 0, 0, time.Now()); err != nil && ctx.Err() == nil {
+		hctx, cancel := context.WithTimeout(ctx, w.dbTimeout())
+		err = w.Store.Heartbeat(hctx, w.Name, 0, 0, time.Time{})
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			w.Log.Warn("heartbeat", "err", err)
 		}
 		select {
@@ -210,11 +232,29 @@ func logLost(log *slog.Logger, m *Metrics, requeued, parked []*store.Job, why st
 	}
 }
 
+// dbTimeout bounds one call to the database: a link that went silent
+// (its host cut off, no reset) must not hold a renewal past the lease.
+func (w *Worker) dbTimeout() time.Duration { return max(w.Lease/4, time.Second) }
+
 // RunOnce runs the job that fits the worker best, if one is due, and says
 // whether it ran one.
 func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 	w.defaults()
-	return claimOne(ctx, w.Store, w.claim(time.Now()), w.step, w.runJob)
+	// The lease runs from the database's clock at the claim, which is no
+	// earlier than now: held counts it on this host's monotonic clock.
+	sent := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, 2*w.dbTimeout())
+	j, err := w.Store.ClaimJob(cctx, w.claim(time.Time{}))
+	cancel()
+	if errors.Is(err, store.ErrNoJob) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	w.step(StepJobClaimed)
+	w.runJob(ctx, j, sent.Add(w.Lease))
+	return true, nil
 }
 
 // setStage records the running job's stage: in this process for the
@@ -246,16 +286,38 @@ func runDir(cfg Config, j *store.Job) string {
 	return filepath.Join(cfg.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
 }
 
-func (w *Worker) runJob(ctx context.Context, j *store.Job) {
+// lease is a running job's hold: renewed by heartbeat, and lost (held
+// ends with store.ErrLeaseLost) when the store says another worker has the
+// job or when this worker could not renew it before it may have run out.
+type lease struct {
+	held    context.Context // ends when the lease is lost
+	lose    context.CancelCauseFunc
+	mu      sync.Mutex
+	until   time.Time // by this host's monotonic clock: no later than the database's end of it
+	renewed int
+}
+
+func (l *lease) deadline() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.until
+}
+
+func (l *lease) lost() bool { return errors.Is(context.Cause(l.held), store.ErrLeaseLost) }
+
+func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	log := w.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
-	bg := context.WithoutCancel(ctx)
-	end := func() {
-		if err := w.Store.FinishJob(bg, j); errors.Is(err, store.ErrLeaseLost) {
-			log.Error("the job's lease ran out before it ended; another worker has it", "state", j.State)
-		} else if err != nil {
-			log.Error("recording the job's end", "err", err)
-		}
-	}
+	held, lose := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer lose(nil)
+	l := &lease{held: held, lose: lose, until: until}
+	// The lease is renewed until the job has ended, its end recorded.
+	hbDone := make(chan struct{})
+	defer func() { lose(nil); <-hbDone }()
+	go func() {
+		defer close(hbDone)
+		w.heartbeat(held, j, l, log)
+	}()
+	end := func() { w.finish(ctx, j, l, log, nil) }
 	var req Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
 		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "undecodable request: "+err.Error()
@@ -298,22 +360,18 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 		w.mu.Unlock()
 	}()
 
-	jobCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		w.heartbeat(jobCtx, j, cancel, log)
-	}()
+	// The job runs until it ends, the worker shuts down (ctx), or the
+	// lease is lost (held).
+	jobCtx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(held, cancel)
 	out, err := w.Pipeline.Execute(jobCtx, &req, work)
-	lost := errors.Is(context.Cause(jobCtx), store.ErrLeaseLost)
-	cancel(nil)
-	<-hbDone
+	stop()
+	cancel()
 	w.Metrics.JobSeconds.Observe(time.Since(start).Seconds())
 	switch {
-	case lost:
+	case l.lost():
 		log.Error("the job's lease was lost while it ran (this worker could not reach the database in time); "+
-			"its result is thrown away, another worker runs it", "seconds", time.Since(start).Round(time.Second).Seconds())
+			"its work is stopped and thrown away, another worker runs it", "seconds", time.Since(start).Round(time.Second).Seconds())
 		return
 	case ctx.Err() != nil:
 		// Shutting down: the job goes back to the queue, and the claim,
@@ -339,33 +397,33 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 			w.retry(j, err, log)
 			break
 		}
+		var reply *store.JobReply
+		if !req.NoMail {
+			if reply, err = reportOf(j, out.Reply); err != nil {
+				log.Error("reply not sent: it cannot be encoded or addressed", "message_id", out.Reply.Header.MessageID, "err", err)
+				w.Metrics.Dropped.WithLabelValues("unaddressable").Inc()
+			}
+		}
 		j.State, j.Stage = store.JobDone, "done"
 		// The job's end, its results and its reply, in one transaction:
-		// none of them is kept without the others. The reply is not held
-		// to the quotas: the job was accepted under them, and its
-		// recipients were capped when it was queued.
-		err = w.Store.Update(bg, func(tx *store.Tx) error {
-			if err := tx.FinishJob(bg, j); err != nil {
+		// none of them is kept without the others. The coordinator puts
+		// the reply in the outbox when it collects the run; the reply is
+		// not held to the quotas: the job was accepted under them, and
+		// its recipients were capped when it was queued.
+		if !w.finish(ctx, j, l, log, func(tx *store.Tx) error {
+			if err := tx.PutRunFiles(context.WithoutCancel(ctx), j.ID, files); err != nil {
 				return err
 			}
-			if err := tx.PutRunFiles(bg, j.ID, files); err != nil {
-				return err
+			if reply != nil {
+				return tx.PutJobReply(context.WithoutCancel(ctx), *reply)
 			}
-			if req.NoMail {
-				return nil
-			}
-			_, _, err := putReply(bg, tx, w.replies, w.Config, w.Metrics, w.Log, out.Reply, threadRoot(req.Thread), "")
-			return err
-		})
-		if errors.Is(err, store.ErrLeaseLost) {
-			log.Error("the job's lease ran out as it ended; its result is thrown away, another worker runs it")
+			return nil
+		}) {
 			return
 		}
-		if err != nil {
-			w.retry(j, err, log)
-			break
-		}
-		if req.NoMail {
+		if reply != nil {
+			w.Metrics.Replies.Inc()
+		} else if req.NoMail {
 			log.Info("reply kept with the run, not mailed (a dashboard run)", "run_dir", j.RunDir)
 		}
 		w.step(StepJobReplied)
@@ -379,25 +437,108 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job) {
 	end()
 }
 
-// heartbeat renews the job's lease every quarter of it until ctx ends; a
-// lease found lost cancels the job. A failed renewal is retried at the
-// next beat: the lease outlasts three of them.
-func (w *Worker) heartbeat(ctx context.Context, j *store.Job, cancel context.CancelCauseFunc, log *slog.Logger) {
+// reportOf is the reply a worker reports with a job's run: the mail and
+// the envelope it asks for.
+func reportOf(j *store.Job, r *reports.Reply) (*store.JobReply, error) {
+	raw, err := r.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	rcpt, err := r.Recipients()
+	if err != nil {
+		return nil, err
+	}
+	return &store.JobReply{JobID: j.ID, MessageID: r.Header.MessageID, Recipients: rcpt, Raw: raw}, nil
+}
+
+// finish records the job's end (j as it stands, with more in the same
+// transaction when more is given), and says whether it was recorded. A
+// failure of the database is retried for as long as the lease may hold:
+// the worker does not throw away a finished run because PostgreSQL
+// restarted. A lease found lost, or run out, or a shutdown, ends the
+// tries; the job is then another worker's, or this worker's next start's
+// (RecoverJobs).
+func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.Logger, more func(*store.Tx) error) bool {
+	bg := context.WithoutCancel(ctx)
+	wait := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		tctx, cancel := context.WithTimeout(bg, 2*w.dbTimeout())
+		err := w.Store.UpdateHeld(tctx, func(tx *store.Tx) error {
+			if err := tx.FinishJob(tctx, j); err != nil {
+				return err
+			}
+			if more != nil {
+				return more(tx)
+			}
+			return nil
+		})
+		cancel()
+		switch {
+		case err == nil:
+			if try > 1 {
+				log.Info("the job's end is recorded after the database came back", "tries", try)
+			}
+			return true
+		case errors.Is(err, store.ErrLeaseLost):
+			log.Error("the job's lease ran out before its end was recorded; another worker has it, "+
+				"and this run is thrown away", "state", j.State)
+			return false
+		}
+		if l.lost() || !time.Now().Add(wait).Before(l.deadline()) {
+			log.Error("recording the job's end failed until its lease may have run out; "+
+				"this run is thrown away, another worker (or this one, restarted) runs it", "err", err, "tries", try)
+			l.lose(store.ErrLeaseLost)
+			return false
+		}
+		if ctx.Err() != nil {
+			log.Warn("recording the job's end failed as the worker stops; its next start takes the job back", "err", err)
+			return false
+		}
+		log.Warn("recording the job's end failed; retrying", "err", err, "try", try)
+		select {
+		case <-time.After(wait):
+		case <-l.held.Done():
+		case <-ctx.Done():
+		}
+		wait = min(2*wait, w.Lease/8)
+	}
+}
+
+// heartbeat renews the job's lease every quarter of it until held ends.
+// The lease is lost when the store says the job is no longer this
+// worker's, or when no renewal succeeded before the lease may have run
+// out: a renewal counts from the moment it was sent, by this host's
+// monotonic clock, never later than the database's stamp of it.
+func (w *Worker) heartbeat(held context.Context, j *store.Job, l *lease, log *slog.Logger) {
 	tick := time.NewTicker(w.Lease / 4)
 	defer tick.Stop()
 	for {
+		deadline := l.deadline()
 		select {
-		case <-ctx.Done():
+		case <-held.Done():
+			return
+		case <-time.After(time.Until(deadline)):
+			log.Error("could not renew the job's lease before it ran out (the database is out of reach); "+
+				"stopping the job: another worker may hold it now", "lease", w.Lease)
+			l.lose(store.ErrLeaseLost)
 			return
 		case <-tick.C:
 		}
-		err := w.Store.Heartbeat(ctx, w.Name, j.ID, w.Lease, time.Now())
-		if errors.Is(err, store.ErrLeaseLost) {
-			cancel(store.ErrLeaseLost)
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(held, min(w.dbTimeout(), time.Until(deadline)))
+		err := w.Store.Heartbeat(ctx, w.Name, j.ID, w.Lease, time.Time{})
+		cancel()
+		switch {
+		case err == nil:
+			l.mu.Lock()
+			l.until, l.renewed = sent.Add(w.Lease), l.renewed+1
+			l.mu.Unlock()
+		case errors.Is(err, store.ErrLeaseLost):
+			log.Error("the job's lease is another worker's now; stopping the job")
+			l.lose(store.ErrLeaseLost)
 			return
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("renewing the job's lease failed; retrying", "err", err)
+		case held.Err() == nil:
+			log.Warn("renewing the job's lease failed; retrying", "err", err, "lease_left", time.Until(deadline).Round(time.Millisecond))
 		}
 	}
 }

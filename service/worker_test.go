@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -54,7 +55,8 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			n, err := CollectRuns(ctx, Config{StateDir: state}, st, slog.New(slog.NewTextHandler(&logs, nil)))
+			n, err := CollectRuns(ctx, Config{StateDir: state}, st, &outbox.Outbox{Store: st}, NewMetrics(),
+				slog.New(slog.NewTextHandler(&logs, nil)))
 			run := filepath.Join(state, "runs", "job-1")
 			// The run is written either way, with its good files.
 			if err != nil || n != 1 {

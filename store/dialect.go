@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // dialect is what differs between the two engines. Queries are written
@@ -34,6 +35,27 @@ var (
 )
 
 func (d *dialect) postgres() bool { return d == pgDialect }
+
+// pgClock is PostgreSQL's clock as a stored time (timeFormat: microseconds,
+// padded to nanoseconds), plus a number of seconds.
+const pgClock = `to_char((statement_timestamp() + make_interval(secs => ?)) AT TIME ZONE 'UTC', ` +
+	`'YYYY-MM-DD"T"HH24:MI:SS.US"000Z"')`
+
+// at is a stored time in a statement, as SQL and its one argument: at plus
+// d, or, when at is zero, the database's clock plus d. A fleet's leases
+// and heartbeats are stamped and judged by the database's clock, never by
+// a worker's: a host whose clock is minutes off neither loses every job it
+// claims nor holds a dead worker's jobs for minutes. SQLite serves one
+// host, whose clock is the database's.
+func (d *dialect) at(at time.Time, plus time.Duration) (string, any) {
+	if at.IsZero() {
+		if d.postgres() {
+			return pgClock, plus.Seconds()
+		}
+		at = time.Now()
+	}
+	return "?", fmtTime(at.Add(plus))
+}
 
 // rebind turns ? placeholders into $1, $2 … for PostgreSQL. A ? inside a
 // quoted string literal is left alone.

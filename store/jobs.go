@@ -70,7 +70,11 @@ type Job struct {
 	Attempts  int // claims so far (a claim given back at a clean shutdown does not count)
 	Crashes   int // claims lost: the worker died, or its lease ran out
 	NotBefore time.Time
-	RunDir    string
+	// RetryAfter, when positive, makes FinishJob set NotBefore to the
+	// database's clock plus it: a worker's backoff is not measured on its
+	// own clock.
+	RetryAfter time.Duration
+	RunDir     string
 	// Owner is the worker that holds the job while it runs (and, after,
 	// the one that ran it last); LeaseUntil is when its claim ends unless
 	// renewed.
@@ -141,10 +145,10 @@ func (s *Store) AddJob(ctx context.Context, j Job) (int64, bool, error) {
 func (t *Tx) AddJob(ctx context.Context, j Job) (int64, bool, error) { return addJob(ctx, t.r, j) }
 
 func addJob(ctx context.Context, r runner, j Job) (int64, bool, error) {
-	t := now()
-	notBefore := t
+	nowSQL, nowArg := r.d.at(time.Time{}, 0)
+	nbSQL, nbArg := nowSQL, nowArg
 	if !j.NotBefore.IsZero() {
-		notBefore = fmtTime(j.NotBefore)
+		nbSQL, nbArg = r.d.at(j.NotBefore, 0)
 	}
 	if j.Kind == "" {
 		j.Kind = KindTest
@@ -152,9 +156,9 @@ func addJob(ctx context.Context, r runner, j Job) (int64, bool, error) {
 	id, added, err := r.insertID(ctx, `INSERT INTO jobs
 		(dedupe, kind, trigger, title, source, sender, need_kvm, need_cpus, need_mem_mib,
 		 request, state, not_before, created, updated)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(dedupe) DO NOTHING`,
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, `+nbSQL+`, `+nowSQL+`, `+nowSQL+`) ON CONFLICT(dedupe) DO NOTHING`,
 		j.Dedupe, j.Kind, j.Trigger, j.Title, j.Source, j.Sender,
-		boolInt(j.Needs.KVM), j.Needs.CPUs, j.Needs.MemMiB, j.Request, JobQueued, notBefore, t, t)
+		boolInt(j.Needs.KVM), j.Needs.CPUs, j.Needs.MemMiB, j.Request, JobQueued, nbArg, nowArg, nowArg)
 	if err != nil {
 		return 0, false, fmt.Errorf("adding job %s: %w", j.Dedupe, err)
 	}
@@ -273,12 +277,16 @@ type Caps struct {
 type Claim struct {
 	Worker string // the owner the job is held by
 	Lease  time.Duration
-	At     time.Time // now: jobs due by then; the lease runs from then
-	Kind   JobKind   // default KindTest
-	Caps   Caps      // only a job that needs no more is taken
-	// MaxAttempts fails, instead of claiming, a queued job that has used
-	// that many claims already (0: no limit): the limit holds however the
-	// job came back to the queue, a retry or a lost lease.
+	// At is now: jobs due by then are claimable, and the lease runs from
+	// then. Zero (what workers pass) is the database's clock, so that a
+	// worker's own clock decides nothing.
+	At   time.Time
+	Kind JobKind // default KindTest
+	Caps Caps    // only a job that needs no more is taken
+	// MaxAttempts leaves a queued job that has used that many claims
+	// already (0: no limit) to the coordinator, which fails it
+	// (FailSpentJobs): the limit holds however the job came back to the
+	// queue, a retry or a lost lease.
 	MaxAttempts int
 }
 
@@ -302,20 +310,19 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 	if c.Lease <= 0 {
 		return nil, errors.New("claiming a job: no lease")
 	}
+	d := s.r.d
+	atSQL, atArg := d.at(c.At, 0)
+	leaseSQL, leaseArg := d.at(c.At, c.Lease)
+	nowSQL, nowArg := d.at(time.Time{}, 0)
+	// What fits: due, of the kind, with attempts left, and needing no
+	// more than the worker has. Written for a jobs row named j.
+	fits := `j.state = ? AND j.kind = ? AND j.not_before <= ` + atSQL + ` AND j.need_kvm <= ? AND j.need_cpus <= ? AND j.need_mem_mib <= ?`
+	fitArgs := []any{JobQueued, c.Kind, atArg, boolInt(c.Caps.Accel == "kvm"), c.Caps.CPUs, c.Caps.MemMiB}
 	if c.MaxAttempts > 0 {
-		if _, err := s.r.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ? || error, updated = ?
-			WHERE state = ? AND attempts >= ?`,
-			JobFailed, fmt.Sprintf("gave up after %d attempts; last error: ", c.MaxAttempts), now(),
-			JobQueued, c.MaxAttempts); err != nil {
-			return nil, fmt.Errorf("failing jobs out of attempts: %w", err)
-		}
+		fits += ` AND j.attempts < ?`
+		fitArgs = append(fitArgs, c.MaxAttempts)
 	}
-	at := fmtTime(c.At)
-	// What fits: due, of the kind, and needing no more than the worker
-	// has. Written for a jobs row named j.
-	fits := `j.state = ? AND j.kind = ? AND j.not_before <= ? AND j.need_kvm <= ? AND j.need_cpus <= ? AND j.need_mem_mib <= ?
-		AND NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id`
-	fitArgs := []any{JobQueued, c.Kind, at, boolInt(c.Caps.Accel == "kvm"), c.Caps.CPUs, c.Caps.MemMiB}
+	fits += ` AND NOT EXISTS (SELECT 1 FROM job_suites su WHERE su.job_id = j.id`
 	if len(c.Caps.Suites) > 0 {
 		fits += ` AND su.suite NOT IN (?` + strings.Repeat(", ?", len(c.Caps.Suites)-1) + `)`
 		for _, s := range c.Caps.Suites {
@@ -357,10 +364,10 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 		// the next, and …): on PostgreSQL those are skipped, and a pair
 		// whose jobs are all held gives way to the next.
 		for _, p := range pairs {
-			args := []any{JobRunning, c.Worker, fmtTime(c.At.Add(c.Lease)), at, now(), JobQueued}
+			args := []any{JobRunning, c.Worker, leaseArg, atArg, nowArg, JobQueued}
 			args = append(append(args, fitArgs...), p[0], p[1])
-			j, err = scanJob(r.QueryRowContext(ctx, `UPDATE jobs SET state = ?, owner = ?, lease_until = ?, started = ?,
-				attempts = attempts + 1, updated = ?
+			j, err = scanJob(r.QueryRowContext(ctx, `UPDATE jobs SET state = ?, owner = ?, lease_until = `+leaseSQL+`,
+				started = `+atSQL+`, attempts = attempts + 1, updated = `+nowSQL+`
 				WHERE state = ? AND id = (SELECT j.id FROM jobs j WHERE `+fits+` AND j.source = ? AND j.sender = ?
 					ORDER BY j.id LIMIT 1`+r.d.skipLocked("j")+`)
 				RETURNING `+jobColumns, args...))
@@ -379,8 +386,8 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 		// sender, always, so that two claims never wait on each other's
 		// rows in opposite orders.
 		for _, k := range [][2]string{{"source", j.Source}, {"sender", j.Sender}} {
-			if _, err := r.ExecContext(ctx, `INSERT INTO served (kind, name, last) VALUES (?, ?, ?)
-				ON CONFLICT(kind, name) DO UPDATE SET last = excluded.last`, k[0], k[1], at); err != nil {
+			if _, err := r.ExecContext(ctx, `INSERT INTO served (kind, name, last) VALUES (?, ?, `+atSQL+`)
+				ON CONFLICT(kind, name) DO UPDATE SET last = excluded.last`, k[0], k[1], atArg); err != nil {
 				return err
 			}
 		}
@@ -395,21 +402,41 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 	return j, nil
 }
 
+// FailSpentJobs fails every queued job that has used maxAttempts claims
+// (claims leave them alone), and returns how many. The coordinator calls
+// it at every look at the queue: a worker may not end a job it does not
+// hold.
+func (s *Store) FailSpentJobs(ctx context.Context, maxAttempts int) (int, error) {
+	if maxAttempts <= 0 {
+		return 0, nil
+	}
+	nowSQL, nowArg := s.r.d.at(time.Time{}, 0)
+	res, err := s.r.ExecContext(ctx, `UPDATE jobs SET state = ?, error = ? || error, updated = `+nowSQL+`
+		WHERE state = ? AND attempts >= ?`,
+		JobFailed, fmt.Sprintf("gave up after %d attempts; last error: ", maxAttempts), nowArg, JobQueued, maxAttempts)
+	if err != nil {
+		return 0, fmt.Errorf("failing jobs out of attempts: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // Heartbeat says that worker is alive and, when jobID is not 0, renews its
-// lease on that job until at+lease. It fails with ErrLeaseLost when the
-// worker no longer holds the job.
+// lease on that job until at+lease (a zero at: the database's clock). It
+// fails with ErrLeaseLost when the worker no longer holds the job.
 func (s *Store) Heartbeat(ctx context.Context, worker string, jobID int64, lease time.Duration, at time.Time) error {
-	t := fmtTime(at)
-	if _, err := s.r.ExecContext(ctx, `UPDATE workers SET heartbeat = ?, stopped = '',
-		since = CASE WHEN job_id = ? THEN since ELSE ? END, job_id = ? WHERE name = ?`,
-		t, jobID, t, jobID, worker); err != nil {
+	t, ta := s.r.d.at(at, 0)
+	if _, err := s.r.ExecContext(ctx, `UPDATE workers SET heartbeat = `+t+`, stopped = '',
+		since = CASE WHEN job_id = ? THEN since ELSE `+t+` END, job_id = ? WHERE name = ?`,
+		ta, jobID, ta, jobID, worker); err != nil {
 		return fmt.Errorf("heartbeat of %s: %w", worker, err)
 	}
 	if jobID == 0 {
 		return nil
 	}
-	res, err := s.r.ExecContext(ctx, `UPDATE jobs SET lease_until = ? WHERE id = ? AND owner = ? AND state = ?`,
-		fmtTime(at.Add(lease)), jobID, worker, JobRunning)
+	l, la := s.r.d.at(at, lease)
+	res, err := s.r.ExecContext(ctx, `UPDATE jobs SET lease_until = `+l+` WHERE id = ? AND owner = ? AND state = ?`,
+		la, jobID, worker, JobRunning)
 	if err != nil {
 		return fmt.Errorf("renewing the lease of job %d: %w", jobID, err)
 	}
@@ -422,8 +449,9 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, jobID int64, lease
 // SetStage records the stage of a job its worker holds, for the
 // dashboard.
 func (s *Store) SetStage(ctx context.Context, jobID int64, worker, stage string) error {
-	_, err := s.r.ExecContext(ctx, `UPDATE jobs SET stage = ?, updated = ? WHERE id = ? AND owner = ? AND state = ?`,
-		stage, now(), jobID, worker, JobRunning)
+	t, ta := s.r.d.at(time.Time{}, 0)
+	_, err := s.r.ExecContext(ctx, `UPDATE jobs SET stage = ?, updated = `+t+` WHERE id = ? AND owner = ? AND state = ?`,
+		stage, ta, jobID, worker, JobRunning)
 	return err
 }
 
@@ -444,10 +472,15 @@ func finishJob(ctx context.Context, r runner, j *Job) error {
 	if j.State == JobQueued {
 		j.Owner = "" // nobody holds a queued job
 	}
+	nbSQL, nbArg := "?", any(fmtTime(j.NotBefore))
+	if j.RetryAfter > 0 {
+		nbSQL, nbArg = r.d.at(time.Time{}, j.RetryAfter)
+	}
+	t, ta := r.d.at(time.Time{}, 0)
 	res, err := r.ExecContext(ctx, `UPDATE jobs SET state = ?, stage = ?, blame = ?, error = ?, attempts = ?,
-		not_before = ?, run_dir = ?, owner = ?, lease_until = '', updated = ?
+		not_before = `+nbSQL+`, run_dir = ?, owner = ?, lease_until = '', updated = `+t+`
 		WHERE id = ? AND owner = ? AND state = ?`,
-		j.State, j.Stage, j.Blame, j.Error, j.Attempts, fmtTime(j.NotBefore), j.RunDir, j.Owner, now(),
+		j.State, j.Stage, j.Blame, j.Error, j.Attempts, nbArg, j.RunDir, j.Owner, ta,
 		j.ID, owner, JobRunning)
 	if err != nil {
 		j.Owner = owner
@@ -488,12 +521,13 @@ func (s *Store) RecoverJobs(ctx context.Context, owner string, maxCrashes int) (
 }
 
 // ExpireJobs applies RecoverJobs' rule to every running job whose lease
-// ran out by at: its worker was killed, its host is gone, or it cannot
-// reach the database; the job is claimable again (or parked) and a late
-// word from the old worker is refused (ErrLeaseLost). Coordinator and
-// workers call it; a job is expired once.
+// ran out by at (zero: by the database's clock): its worker was killed,
+// its host is gone, or it cannot reach the database; the job is claimable
+// again (or parked) and a late word from the old worker is refused
+// (ErrLeaseLost). The coordinator calls it; a job is expired once.
 func (s *Store) ExpireJobs(ctx context.Context, at time.Time, maxCrashes int) (requeued, parked []*Job, err error) {
-	requeued, parked, err = s.loseJobs(ctx, maxCrashes, `lease_until < ?`, fmtTime(at))
+	t, ta := s.r.d.at(at, 0)
+	requeued, parked, err = s.loseJobs(ctx, maxCrashes, `lease_until < `+t, ta)
 	if err != nil {
 		return nil, nil, fmt.Errorf("expiring leases: %w", err)
 	}
@@ -502,13 +536,14 @@ func (s *Store) ExpireJobs(ctx context.Context, at time.Time, maxCrashes int) (r
 
 func (s *Store) loseJobs(ctx context.Context, maxCrashes int, where string, arg any) (requeued, parked []*Job, err error) {
 	err = s.Update(ctx, func(tx *Tx) error {
+		t, ta := tx.r.d.at(time.Time{}, 0)
 		jobs, err := queryJobs(ctx, tx.r, `UPDATE jobs SET crashes = crashes + 1,
 			state = CASE WHEN crashes + 1 >= ? THEN ? ELSE ? END,
 			error = CASE WHEN crashes + 1 >= ? THEN 'parked: its worker died while running it ' || (crashes + 1) || ' times' ELSE error END,
 			owner = CASE WHEN crashes + 1 >= ? THEN owner ELSE '' END,
-			lease_until = '', updated = ?
+			lease_until = '', updated = `+t+`
 			WHERE state = ? AND `+where+` RETURNING `+jobColumns,
-			maxCrashes, JobParked, JobQueued, maxCrashes, maxCrashes, now(), JobRunning, arg)
+			maxCrashes, JobParked, JobQueued, maxCrashes, maxCrashes, ta, JobRunning, arg)
 		if err != nil {
 			return err
 		}

@@ -210,7 +210,8 @@ func TestJobsParkedAndOutOfAttempts(t *testing.T) {
 		}
 
 		// Out of attempts: requeued by hand (as a restart would) after its
-		// last allowed attempt, it is failed at the next claim, not run.
+		// last allowed attempt, it is not claimed, and the coordinator's
+		// next look fails it.
 		id2, _, _ := s.AddJob(ctx, Job{Dedupe: "series:flaky", Request: []byte("{}")})
 		for i := 0; i < 2; i++ {
 			j, err := s.ClaimJob(ctx, claim(time.Now(), 2))
@@ -222,6 +223,12 @@ func TestJobsParkedAndOutOfAttempts(t *testing.T) {
 		}
 		if j, err := s.ClaimJob(ctx, claim(time.Now(), 2)); !errors.Is(err, ErrNoJob) {
 			t.Fatalf("a job out of attempts was claimed: %+v, %v", j, err)
+		}
+		if j, _ := s.Job(ctx, id2); j.State != JobQueued {
+			t.Fatalf("a claim changed a job out of attempts: %+v", j)
+		}
+		if n, err := s.FailSpentJobs(ctx, 2); n != 1 || err != nil {
+			t.Fatalf("FailSpentJobs = %d, %v; want the one job", n, err)
 		}
 		if j, _ := s.Job(ctx, id2); j.State != JobFailed || !strings.Contains(j.Error, "gave up after 2 attempts; last error: qemu") {
 			t.Errorf("job out of attempts = %+v", j)

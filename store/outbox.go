@@ -257,6 +257,36 @@ func (s *Store) MarkUncertain(ctx context.Context, at time.Time) ([]OutboxMessag
 	return scanOutbox(rows)
 }
 
+// RecoverOutbox is a sender's first act after a restart under the owner
+// name it had before (a coordinator's is stable): a message it left
+// "sending" never had its final "." sent and is queued again at once,
+// instead of when the dead claim's lease runs out; one it left
+// "delivering" may have reached the server, and is uncertain (returned,
+// to be reported once, and never resent on its own).
+func (s *Store) RecoverOutbox(ctx context.Context, owner string) (requeued int, uncertain []OutboxMessage, err error) {
+	err = s.Update(ctx, func(tx *Tx) error {
+		res, err := tx.r.ExecContext(ctx, `UPDATE outbox SET state = ?, owner = '', lease_until = '', updated = ?
+			WHERE state = ? AND owner = ?`, string(Queued), now(), string(Sending), owner)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		requeued = int(n)
+		rows, err := tx.r.QueryContext(ctx, `UPDATE outbox SET state = ?, last_error = ?, updated = ?
+			WHERE state = ? AND owner = ? RETURNING `+outboxColumns,
+			string(Uncertain), "the sender died after the final \".\" was asked for", now(), string(Delivering), owner)
+		if err != nil {
+			return err
+		}
+		uncertain, err = scanOutbox(rows)
+		return err
+	})
+	if err != nil {
+		return 0, nil, fmt.Errorf("recovering the outbox's claims of %s: %w", owner, err)
+	}
+	return requeued, uncertain, nil
+}
+
 // SeenOutbox records that a mail with this Message-ID came back on a
 // watched source: if patchbot's delivery of it was uncertain (or still
 // delivering), it was delivered. It returns whether a message changed.

@@ -16,6 +16,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -172,7 +173,80 @@ var migrations = []step{
 	ALTER TABLE outbox ADD COLUMN budget TEXT NOT NULL DEFAULT '';
 	CREATE INDEX outbox_budget ON outbox(budget, created);
 	CREATE INDEX commands_verified ON commands(sender, verified, at);`},
+	// 8: least privilege for a fleet's workers. A worker reports its
+	// job's reply in job_replies, beside the run's files, and the
+	// coordinator checks it and puts it in the outbox: workers no longer
+	// write the outbox. On PostgreSQL, workers connect as login roles
+	// that are members of patchbot_worker (docs/fleet.md), which may
+	// claim, renew and end jobs, and report runs and replies, and nothing
+	// else; row-level security keeps each to its own rows (the login
+	// role's name is the worker's name). The coordinator's role owns
+	// the schema and applies this; patchbot_worker is made here when that
+	// role may make roles, else a superuser makes it first.
+	{sql: replyStep, postgres: translate(replyStep) + workerRoleStep},
 }
+
+const replyStep = `
+	CREATE TABLE job_replies (
+		job_id     BIGINT PRIMARY KEY,
+		message_id TEXT NOT NULL,
+		recipients TEXT NOT NULL, -- JSON array of addresses
+		raw        BLOB NOT NULL
+	);`
+
+// WorkerRole is the PostgreSQL role whose members are a fleet's workers.
+const WorkerRole = "patchbot_worker"
+
+// workerRoleStep grants patchbot_worker what a worker does, and no more:
+//
+//   - jobs: read the queued and running jobs (a claim ranks them) and its
+//     own; update a queued job (claim it) or a job it runs (renew, stage,
+//     end, give back), only the columns a worker changes, and only so
+//     that the job stays its own or goes back to the queue unowned;
+//   - job_suites: read; served: the claims' fairness record;
+//   - workers: its own row;
+//   - run_files, job_replies: a finished job of its own;
+//   - schema_version: read (a worker never migrates).
+//
+// Nothing of the outbox, the mail, the commands, the cursors or the
+// opt-outs. The schema's owner bypasses row-level security.
+const workerRoleStep = `
+	DO $$
+	BEGIN
+		IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'patchbot_worker') THEN
+			IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = current_user AND (rolsuper OR rolcreaterole)) THEN
+				RAISE EXCEPTION 'the role patchbot_worker does not exist, and % may not create it: as a superuser, run CREATE ROLE patchbot_worker NOLOGIN (docs/fleet.md)', current_user;
+			END IF;
+			BEGIN
+				CREATE ROLE patchbot_worker NOLOGIN;
+			EXCEPTION WHEN duplicate_object OR unique_violation THEN
+				NULL; -- made meanwhile, for another database of the cluster
+			END;
+		END IF;
+	END $$;
+	GRANT USAGE ON SCHEMA public TO patchbot_worker;
+	GRANT SELECT ON schema_version, jobs, job_suites TO patchbot_worker;
+	GRANT UPDATE (state, stage, blame, error, attempts, crashes, not_before, run_dir, owner, lease_until, started, updated)
+		ON jobs TO patchbot_worker;
+	GRANT SELECT, INSERT, UPDATE ON served, workers TO patchbot_worker;
+	GRANT SELECT, INSERT, DELETE ON run_files, job_replies TO patchbot_worker;
+	ALTER TABLE jobs ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY worker_reads ON jobs FOR SELECT TO patchbot_worker
+		USING (state IN ('queued', 'running') OR owner = current_user);
+	CREATE POLICY worker_writes ON jobs FOR UPDATE TO patchbot_worker
+		USING (state = 'queued' OR (state = 'running' AND owner = current_user))
+		WITH CHECK (owner = current_user OR (state = 'queued' AND owner = ''));
+	ALTER TABLE workers ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY worker_own ON workers TO patchbot_worker
+		USING (name = current_user) WITH CHECK (name = current_user);
+	ALTER TABLE run_files ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY worker_own ON run_files TO patchbot_worker
+		USING (job_id IN (SELECT id FROM jobs WHERE owner = current_user))
+		WITH CHECK (job_id IN (SELECT id FROM jobs WHERE owner = current_user AND state = 'done'));
+	ALTER TABLE job_replies ENABLE ROW LEVEL SECURITY;
+	CREATE POLICY worker_own ON job_replies TO patchbot_worker
+		USING (job_id IN (SELECT id FROM jobs WHERE owner = current_user))
+		WITH CHECK (job_id IN (SELECT id FROM jobs WHERE owner = current_user AND state = 'done'));`
 
 const fleetStep = `
 	ALTER TABLE jobs ADD COLUMN kind TEXT NOT NULL DEFAULT 'test';
@@ -235,6 +309,60 @@ func IsPostgres(name string) bool {
 // history: a SQLite file is made 0600, and an existing one (and its -wal
 // and -shm files) open to others is closed to them.
 func Open(name string) (*Store, error) { return openSteps(name, migrations) }
+
+// ErrSchema means a worker found the database's schema at another version
+// than its own: the coordinator migrates, and is upgraded first.
+var ErrSchema = errors.New("the database's schema is not this patchbot's")
+
+// OpenWorker opens the database as a fleet's worker does: on PostgreSQL
+// it never migrates (a worker's role may not, and the coordinator owns
+// the schema) and fails with ErrSchema unless the schema is exactly this
+// patchbot's. A SQLite file is opened as Open does.
+func OpenWorker(name string) (*Store, error) {
+	if !IsPostgres(name) {
+		return Open(name)
+	}
+	where := redact(name)
+	db, err := sql.Open("pgx", name)
+	if err != nil {
+		return nil, fmt.Errorf("opening store %s: %w", where, err)
+	}
+	s := &Store{db: db, r: runner{q: db, d: pgDialect}}
+	v, err := s.Version(context.Background())
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening store %s: reading the schema's version (has the coordinator started?): %w", where, err)
+	}
+	if v != len(migrations) {
+		db.Close()
+		if v < len(migrations) {
+			return nil, fmt.Errorf("opening store %s: schema version %d, this worker needs %d: start (or upgrade) the coordinator first: %w",
+				where, v, len(migrations), ErrSchema)
+		}
+		return nil, fmt.Errorf("opening store %s: schema version %d is newer than this worker knows (%d): upgrade the worker: %w",
+			where, v, len(migrations), ErrSchema)
+	}
+	return s, nil
+}
+
+// Role is whom the store's connection is as the database sees it: its
+// role's name, and whether that role is one of a fleet's workers (a member
+// of WorkerRole, restricted to its own rows). On SQLite, "" and false.
+func (s *Store) Role(ctx context.Context) (name string, worker bool, err error) {
+	if !s.r.d.postgres() {
+		return "", false, nil
+	}
+	// A superuser counts as a member of every role, and bypasses
+	// row-level security: not a restricted worker.
+	err = s.r.QueryRowContext(ctx, `SELECT current_user,
+		coalesce((SELECT pg_has_role(current_user, oid, 'MEMBER') FROM pg_roles WHERE rolname = ?), false)
+		AND NOT (SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user)`,
+		WorkerRole).Scan(&name, &worker)
+	if err != nil {
+		return "", false, fmt.Errorf("reading the database role: %w", err)
+	}
+	return name, worker, nil
+}
 
 // openSteps opens a database with its schema brought up to steps.
 func openSteps(name string, steps []step) (*Store, error) {

@@ -30,6 +30,16 @@ func (s *Store) Update(ctx context.Context, fn func(*Tx) error) error {
 	return s.inTx(ctx, true, func(r runner) error { return fn(&Tx{r: r}) })
 }
 
+// UpdateHeld runs fn in one transaction as Update does, but without the
+// write lock: for a worker's writes to the rows it holds (its job's end,
+// its run's files and reply), which depend on no read another writer
+// could change before the commit, only on the job's row itself, which
+// PostgreSQL locks. Ending a job does not wait, then, for every other
+// write of the fleet; a fleet's workers end jobs side by side.
+func (s *Store) UpdateHeld(ctx context.Context, fn func(*Tx) error) error {
+	return s.inTx(ctx, false, func(r runner) error { return fn(&Tx{r: r}) })
+}
+
 // inTx runs fn in a transaction, serialized with every Update when
 // exclusive (always so on SQLite, whose transactions all take the write
 // lock first).

@@ -36,7 +36,15 @@ var funcs = template.FuncMap{
 		return humanDuration(time.Since(t)) + " ago"
 	},
 	"until": func(t time.Time) string { return "in " + humanDuration(time.Until(t)) },
-	"dur":   humanDuration,
+	// lease is when a worker's hold on its job ends: "ends in 45 s", or
+	// "ran out 3 s ago" (the worker stopped renewing it).
+	"lease": func(t time.Time) string {
+		if d := time.Until(t); d >= 0 {
+			return "ends in " + humanDuration(d)
+		}
+		return "ran out " + humanDuration(time.Since(t)) + " ago"
+	},
+	"dur": humanDuration,
 	"size": func(n int64) string {
 		switch {
 		case n >= 1<<20:

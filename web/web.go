@@ -98,13 +98,17 @@ type SourceStatus struct {
 // WorkerStatus is one worker of the fleet, as the store's workers table
 // knows it.
 type WorkerStatus struct {
-	Name  string    `json:"name"`
-	Host  string    `json:"host,omitempty"`
-	State string    `json:"state"` // busy, idle, stopped, or down (no heartbeat for a lease)
-	JobID int64     `json:"job_id,omitempty"`
-	Since time.Time `json:"since"` // in this state since
-	Seen  time.Time `json:"seen"`  // its last heartbeat
-	Caps  string    `json:"caps"`  // what it can run: "kvm, 32 CPUs, 64 GiB, suites: …"
+	Name  string `json:"name"`
+	Host  string `json:"host,omitempty"`
+	State string `json:"state"` // busy, idle, stopped, or down (no heartbeat for a lease)
+	JobID int64  `json:"job_id,omitempty"`
+	// Stage and LeaseUntil are the busy worker's job's: its stage, and
+	// when its lease runs out unless the worker renews it.
+	Stage      string    `json:"stage,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitempty"`
+	Since      time.Time `json:"since"` // in this state since
+	Seen       time.Time `json:"seen"`  // its last heartbeat
+	Caps       string    `json:"caps"`  // what it can run: "kvm, 32 CPUs, 64 GiB, suites: …"
 }
 
 // Progress is how far a running job got, as its worker tells it.

@@ -713,7 +713,8 @@ func TestHomeQueueAndSources(t *testing.T) {
 		},
 		Workers: func() []WorkerStatus {
 			return []WorkerStatus{{Name: "kvm-7", Host: "lab7", State: "busy", JobID: running, Since: time.Now(),
-				Seen: time.Now(), Caps: "kvm, 32 CPUs, 64 GiB, suites: cache-contention"},
+				Stage: "apply and build patched", LeaseUntil: time.Now().Add(100 * time.Second),
+				Seen: time.Now().Add(-20 * time.Second), Caps: "kvm, 32 CPUs, 64 GiB, suites: cache-contention"},
 				{Name: "kvm-8", Host: "lab8", State: "down", Since: time.Now().Add(-3 * time.Minute)}}
 		},
 	})
@@ -725,7 +726,9 @@ func TestHomeQueueAndSources(t *testing.T) {
 		"about 4 min left", "[PATCH] queued", "[PATCH] waiting", "runs again in 1 h 59 min", "cannot allocate memory",
 		`<tr class="job parked">`, "died while running it 2 times", "a person must unpark it",
 		"[PATCH] failed", "disk full", "fsdevel", "5 min ago", "squashfs: disable readahead",
-		`<tr class="worker busy"><td>kvm-7</td><td>lab7</td>`, "kvm, 32 CPUs, 64 GiB", `<tr class="worker down"><td>kvm-8</td>`); miss != "" {
+		`<tr class="worker busy" data-worker="kvm-7"><td class="name">kvm-7</td><td>lab7</td>`, "kvm, 32 CPUs, 64 GiB",
+		`<span class="stage">apply and build patched</span>`, ">ends in 1 min</time>", ">20 s ago</time>",
+		`<tr class="worker down" data-worker="kvm-8"><td class="name">kvm-8</td>`); miss != "" {
 		t.Errorf("home lacks %q", miss)
 	}
 	if strings.Contains(page, "<script>") && strings.Count(page, "<script") != 1 {

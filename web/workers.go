@@ -16,22 +16,32 @@ const workersSince = 24 * time.Hour
 // WorkerStatuses is the dashboard's view of the fleet: every worker heard
 // from in the last day, busy (with its job), idle, stopped, or down (no
 // heartbeat for a lease: it died, or cannot reach the database).
-func WorkerStatuses(ctx context.Context, st *store.Store, lease time.Duration, at time.Time) ([]WorkerStatus, error) {
+//
+// Heartbeats are stamped by the database's clock, so they are judged by
+// it: at is the database's time (store.Now), and the times shown are
+// moved onto this host's clock (now), on which the page says "ago".
+func WorkerStatuses(ctx context.Context, st *store.Store, lease time.Duration, at, now time.Time) ([]WorkerStatus, error) {
 	ws, err := st.Workers(ctx, at.Add(-workersSince))
 	if err != nil {
 		return nil, err
 	}
+	local := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return t
+		}
+		return t.Add(now.Sub(at))
+	}
 	out := make([]WorkerStatus, 0, len(ws))
 	for _, w := range ws {
-		s := WorkerStatus{Name: w.Name, Host: w.Host, Since: w.Since, Seen: w.Heartbeat,
+		s := WorkerStatus{Name: w.Name, Host: w.Host, Since: local(w.Since), Seen: local(w.Heartbeat),
 			Caps: capsLine(w.Caps)}
 		switch {
 		case !w.Stopped.IsZero():
 			s.State = "stopped"
 		case at.Sub(w.Heartbeat) > lease:
-			s.State, s.Since = "down", w.Heartbeat
+			s.State, s.Since = "down", local(w.Heartbeat)
 		case w.JobID != 0:
-			s.State, s.JobID = "busy", w.JobID
+			s.State, s.JobID, s.Stage, s.LeaseUntil = "busy", w.JobID, w.Stage, local(w.LeaseUntil)
 		default:
 			s.State = "idle"
 		}
@@ -61,7 +71,12 @@ func (s *server) storeWorkers(ctx context.Context) []WorkerStatus {
 	if lease == 0 {
 		lease = 2 * time.Minute
 	}
-	ws, err := WorkerStatuses(ctx, s.o.Store, lease, time.Now())
+	now := time.Now()
+	at, err := s.o.Store.Now(ctx)
+	var ws []WorkerStatus
+	if err == nil {
+		ws, err = WorkerStatuses(ctx, s.o.Store, lease, at, now)
+	}
 	if err != nil {
 		s.log.Warn("dashboard: listing workers", "err", err)
 		return []WorkerStatus{}

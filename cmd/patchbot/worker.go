@@ -5,7 +5,10 @@ import (
 	"flag"
 	"log/slog"
 	"net"
+	"os"
+	"os/signal"
 	"regexp"
+	"syscall"
 
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
@@ -32,13 +35,18 @@ twice is parked. Workers read no mail and send none.
 
 The name owns the worker's claims: give each worker its own, and keep it
 across restarts, so that a restarted worker takes back the job it held at
-once. Logs are JSON on standard error; with --http it serves /healthz and
-/metrics. See docs/service.md (the fleet).`,
+once. A worker that connects as a PostgreSQL worker role is named after the
+role. Logs are JSON on standard error; with --http it serves /healthz and
+/metrics.
+
+SIGTERM stops at once: the running job's stage is abandoned and the job goes
+back to the queue. SIGHUP drains: the running job runs to its end, no new one
+is taken, and the worker exits 0. See docs/fleet.md.`,
 		example: `patchbot worker --config /etc/patchbot/patchbot.yaml --name kvm-lab7
 patchbot worker --config patchbot.yaml --suites cache-contention,readahead --http 127.0.0.1:9188`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			configPath := fs.String("config", "patchbot.yaml", "the fleet's config `file` (the same as the coordinator's)")
-			name := fs.String("name", "", "this worker's `name`, unique in the fleet (default: the host name)")
+			name := fs.String("name", "", "this worker's `name`, unique in the fleet (default: its database role's, else the host name)")
 			var only suitesFlag
 			fs.Var(&only, "suites", "the suites this host's kernels support, `a,b` (default: all)")
 			addr := fs.String("http", "", "serve /healthz and /metrics on this `address`")
@@ -72,6 +80,16 @@ patchbot worker --config patchbot.yaml --suites cache-contention,readahead --htt
 						}
 					}()
 				}
+				hup := make(chan os.Signal, 1)
+				signal.Notify(hup, syscall.SIGHUP)
+				defer signal.Stop(hup)
+				go func() {
+					select {
+					case <-hup:
+						w.Drain()
+					case <-ctx.Done():
+					}
+				}()
 				return w.Run(ctx)
 			}
 		},

@@ -98,6 +98,7 @@ type Outbox struct {
 
 	wakeOnce sync.Once
 	wake     chan struct{}
+	flushMu  sync.Mutex
 }
 
 func (o *Outbox) owner() string {
@@ -201,11 +202,21 @@ func (o *Outbox) PutTx(ctx context.Context, tx *store.Tx, m Message) (added bool
 // returns how many went out. A transient failure queues the message again
 // with a growing wait; a permanent refusal marks it failed. Either is the
 // infrastructure's problem, logged, never the author's.
+//
+// Flushes of one Outbox take turns, so that none of its claims is in
+// flight when one begins: a claim of its own still standing then was left
+// by a delivery whose record failed (the database went away under it),
+// and is taken back at once as Recover does.
 func (o *Outbox) Flush(ctx context.Context) (sent int, err error) {
 	if o.Sender == nil {
 		return 0, nil
 	}
+	o.flushMu.Lock()
+	defer o.flushMu.Unlock()
 	var errs []error
+	if _, err := o.Recover(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	if err := o.markUncertain(ctx); err != nil {
 		errs = append(errs, err)
 	}
@@ -240,12 +251,15 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 	if err := o.hook(StepClaimed); err != nil {
 		return err
 	}
-	delivering := false
+	delivering, ours := false, false
 	err := o.Sender.Send(ctx, &sender.Email{From: m.From, To: m.Recipients, Raw: m.Raw, BeforeEnd: func() error {
 		if err := o.hook(StepBodyWritten); err != nil {
 			return err
 		}
 		if err := o.Store.MoveOutbox(ctx, m.ID, owner, store.Sending, store.Delivering, "", time.Time{}); err != nil {
+			// The store failed, not the server: no "." was sent, and the
+			// mail goes again as soon as the store is back.
+			ours = !errors.Is(err, store.ErrStateChanged)
 			return err
 		}
 		delivering = true
@@ -259,7 +273,7 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 			// server may have the mail. Leave it for a person rather
 			// than risk a second copy. (An SMTP reply to the "." is a
 			// definite answer and handled below.)
-			if merr := o.Store.MoveOutbox(bg, m.ID, owner, store.Delivering, store.Uncertain, err.Error(), time.Time{}); merr != nil {
+			if merr := o.move(bg, m.ID, owner, store.Delivering, store.Uncertain, err.Error(), time.Time{}); merr != nil {
 				return errors.Join(err, merr)
 			}
 			o.uncertain(*m, err.Error())
@@ -270,11 +284,14 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 			from = store.Delivering
 		}
 		next, notBefore := store.Queued, time.Now().Add(o.backoff(m.Attempts))
+		if ours {
+			notBefore = time.Now()
+		}
 		var rejected *sender.RejectedError
 		if errors.As(err, &rejected) || o.tooOld(m, notBefore) {
 			next, notBefore = store.Failed, time.Time{}
 		}
-		if merr := o.Store.MoveOutbox(bg, m.ID, owner, from, next, err.Error(), notBefore); merr != nil {
+		if merr := o.move(bg, m.ID, owner, from, next, err.Error(), notBefore); merr != nil {
 			return errors.Join(err, merr)
 		}
 		return fmt.Errorf("reply %s: %w", m.MessageID, err)
@@ -282,11 +299,11 @@ func (o *Outbox) deliver(ctx context.Context, m *store.OutboxMessage) error {
 	if err := o.hook(StepAccepted); err != nil {
 		return err
 	}
-	err = o.Store.MoveOutbox(bg, m.ID, owner, store.Delivering, store.Sent, "", time.Time{})
+	err = o.move(bg, m.ID, owner, store.Delivering, store.Sent, "", time.Time{})
 	if errors.Is(err, store.ErrStateChanged) {
 		// Slower than our lease: the sweep called it uncertain meanwhile,
 		// and we know better now.
-		err = o.Store.MoveOutbox(bg, m.ID, owner, store.Uncertain, store.Sent, "", time.Time{})
+		err = o.move(bg, m.ID, owner, store.Uncertain, store.Sent, "", time.Time{})
 	}
 	if err != nil {
 		return err
@@ -301,6 +318,23 @@ func (o *Outbox) tooOld(m *store.OutboxMessage, next time.Time) bool {
 		age = 72 * time.Hour
 	}
 	return !m.Created.IsZero() && next.Sub(m.Created) > age
+}
+
+// move records how far a delivery got, trying again while the store
+// fails (a database restarting) for up to a minute: what the server
+// answered is known only here, and lost if it is not recorded. A move the
+// store refuses (ErrStateChanged) is not retried.
+func (o *Outbox) move(ctx context.Context, id int64, owner string, from, to store.OutboxState, errText string, notBefore time.Time) error {
+	wait, give := 100*time.Millisecond, time.Now().Add(time.Minute)
+	for {
+		err := o.Store.MoveOutbox(ctx, id, owner, from, to, errText, notBefore)
+		if err == nil || errors.Is(err, store.ErrStateChanged) || time.Now().Add(wait).After(give) {
+			return err
+		}
+		o.log().Warn("recording a delivery's state failed; retrying", "outbox_id", id, "to", string(to), "err", err)
+		time.Sleep(wait)
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 func (o *Outbox) backoff(attempts int) time.Duration {
@@ -333,6 +367,23 @@ func (o *Outbox) uncertain(m store.OutboxMessage, why string) {
 		"message_id", m.MessageID, "outbox_id", m.ID, "recipients", m.Recipients, "why", why)
 }
 
+// Recover takes back, at start, what this sender's previous run left
+// claimed (its Owner must be the same across restarts, as a coordinator's
+// is): a message it was sending before the final "." goes out again at
+// once, and one at the final "." is uncertain (reported, not resent). It
+// returns how many were queued again.
+func (o *Outbox) Recover(ctx context.Context) (int, error) {
+	requeued, uncertain, err := o.Store.RecoverOutbox(ctx, o.owner())
+	for _, m := range uncertain {
+		o.uncertain(m, "the sender died after the final \".\" was asked for")
+	}
+	if requeued > 0 {
+		o.log().Info("replies a dead sender was sending queued again", "count", requeued, "owner", o.owner())
+		o.Wake()
+	}
+	return requeued, err
+}
+
 // Uncertain lists the deliveries a crash or a broken link left unknown.
 func (o *Outbox) Uncertain(ctx context.Context) ([]store.OutboxMessage, error) {
 	return o.Store.OutboxIn(ctx, store.Uncertain)
@@ -358,13 +409,18 @@ func (o *Outbox) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		// A flush that failed (the store, or the server) is tried again
+		// within seconds; each message keeps its own backoff.
+		var again <-chan time.Time
 		if _, err := o.Flush(ctx); err != nil && ctx.Err() == nil {
 			o.log().Warn("outbox flush", "err", err)
+			again = time.After(min(interval, 5*time.Second))
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-again:
 		case <-o.wakeup():
 		}
 	}
