@@ -5,7 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 // Command is a request to patchbot written in a reply, one per line:
@@ -42,19 +43,6 @@ const (
 	// MaxEcho is how much of what a sender wrote an error quotes.
 	MaxEcho = 64
 )
-
-// Clip cuts s to at most n bytes, at a character boundary, marking the
-// cut with "…".
-func Clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:max(cut, 0)] + "…"
-}
 
 // seriesIDRe is a Message-ID as series= takes it.
 var seriesIDRe = regexp.MustCompile(`^<?[!-;=?-~]{1,250}>?$`)
@@ -107,8 +95,8 @@ func ParseCommands(m *Message) []Command {
 }
 
 func parseCommand(line string, args []string) Command {
-	c := Command{Line: Clip(line, MaxLine)}
-	q := func(s string) string { return fmt.Sprintf("%q", Clip(s, MaxEcho)) }
+	c := Command{Line: inert.Clip(line, MaxLine)}
+	q := func(s string) string { return fmt.Sprintf("%q", inert.Clip(s, MaxEcho)) }
 	if len(args) == 0 {
 		c.Err = "no command after #patchbot (try \"#patchbot help\")"
 		return c

@@ -75,7 +75,4 @@ func TestParseSeriesAndEchoBound(t *testing.T) {
 	if len(kept) != 2 || ignored != 0 {
 		t.Errorf("folded to %d commands (%d ignored), want 2", len(kept), ignored)
 	}
-	if got := Clip("ab€cd", 5); got != "ab…" {
-		t.Errorf("Clip cut a character: %q", got)
-	}
 }

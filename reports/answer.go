@@ -9,6 +9,8 @@ import (
 	"text/template"
 	"time"
 	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/internal/inert"
 )
 
 var answerTemplate = template.Must(template.New("answer.txt.tmpl").Funcs(template.FuncMap{
@@ -66,19 +68,6 @@ const StrangerEcho = 64
 // sender's command.
 const StrangerSubject = "Re: your #patchbot command"
 
-// clipBytes cuts s to at most n bytes at a character boundary, marking
-// the cut with "…" (counted in n).
-func clipBytes(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n - len("…")
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:max(cut, 0)] + "…"
-}
-
 // RenderAnswer composes a short answer. Like Render it is pure.
 func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	if a.Thread.MessageID == "" || a.Thread.Author == "" || a.MessageID == "" || a.Date.IsZero() {
@@ -89,7 +78,7 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 		return nil, fmt.Errorf("rendering answer: From %q: %w", opt.From, err)
 	}
 	if a.Stranger {
-		a.Command = clipBytes(a.Command, StrangerEcho)
+		a.Command = inert.Clip(a.Command, StrangerEcho)
 		if a.Kind == AnswerNotUnderstood || a.Kind == AnswerInvalid {
 			a.Reason = "" // it quotes the line again
 		}
@@ -116,7 +105,7 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	if a.Stranger {
 		h.Subject = StrangerSubject
 		if a.Kind == AnswerIncomplete { // no command: the series' subject, cut
-			h.Subject = ReplySubject(clipBytes(a.Thread.Subject, StrangerEcho))
+			h.Subject = ReplySubject(inert.Clip(a.Thread.Subject, StrangerEcho))
 		}
 		if len(h.InReplyTo) > StrangerEcho {
 			h.InReplyTo = ""

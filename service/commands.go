@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -246,7 +247,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		if target != nil {
 			series = fmt.Sprintf("%s v%d from %s", target.Title, target.Version, target.Identity)
 		}
-		in.log.Info("command", "command", mailbox.Clip(c.Line, mailbox.MaxEcho), "from", id.String(),
+		in.log.Info("command", "command", inert.Clip(c.Line, mailbox.MaxEcho), "from", id.String(),
 			"authenticated", asker.Authenticated, "series", series, "outcome", dc.Outcome, "why", dc.Why)
 	}
 	return nil

@@ -169,4 +169,18 @@ func Has(s string) bool {
 	return strings.ContainsAny(s, "\t\n") || needs([]byte(s))
 }
 
+// Clip cuts s to at most n bytes, at a character boundary, marking the
+// cut with "…" (counted in n): how much of a stranger's text is repeated
+// (a command line echoed, a subject in a log).
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:max(cut, 0)] + "…"
+}
+
 var _ io.Writer = (*Writer)(nil)

@@ -60,6 +60,27 @@ func TestWriterAcrossWrites(t *testing.T) {
 	}
 }
 
+func TestClip(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 64, "short"},
+		{"exactly5", 8, "exactly5"},
+		{"ab€cd", 5, "ab…"}, // "€" is 3 bytes: cut before it, not through it
+		{"abcdef", 4, "a…"},
+		{"€€", 2, "…"},
+	} {
+		if got := Clip(c.in, c.n); got != c.want {
+			t.Errorf("Clip(%q, %d) = %q, want %q", c.in, c.n, got, c.want)
+		}
+		if got := Clip(c.in, c.n); len(got) > max(c.n, len("…")) {
+			t.Errorf("Clip(%q, %d) is %d bytes", c.in, c.n, len(got))
+		}
+	}
+}
+
 func BenchmarkBytesClean(b *testing.B) {
 	line := bytes.Repeat([]byte("fs/squashfs/cache.c:42: warning: unused variable 'x'\n"), 1<<14)
 	b.SetBytes(int64(len(line)))
