@@ -15,18 +15,8 @@ import (
 
 // runCacheContention runs the stat storm, the small-file read storm and the
 // mixed operations, each from cold caches, with T threads.
-func runCacheContention(r *round) error {
-	var img *mountedImage
-	err := r.timed(PhaseStage, func() (err error) {
-		img, err = mountImage(r.params[ParamImage])
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	defer img.close()
-	files := r.cfg.Image.Files()
-	meta, small := groupFiles(files, "meta"), groupFiles(files, "small")
+func runCacheContention(r *round, img *mountedImage) error {
+	meta, small := groupFiles(img.files, "meta"), groupFiles(img.files, "small")
 	if len(meta) == 0 || len(small) == 0 {
 		return fmt.Errorf("the image needs groups \"meta\" and \"small\" (has %d and %d files)", len(meta), len(small))
 	}
@@ -70,74 +60,72 @@ func groupFiles(files []fsimage.File, group string) []fsimage.File {
 // each thread its own share), so every directory is hit by many threads.
 // Each lstat is timed: a herd shows in the tail.
 func (r *round) statStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
-	lat := make([]latencies, threads)
-	var elapsed time.Duration
-	err := r.measure("stat-storm", params, true, func() error {
-		var err error
-		elapsed, err = parallel(threads, func(t int) error {
-			l := make(latencies, 0, len(files)/threads+1)
-			for i := t; i < len(files); i += threads {
-				t0 := time.Now()
-				if _, err := os.Lstat(filepath.Join(root, files[i].Path)); err != nil {
-					return err
-				}
-				l = append(l, time.Since(t0))
+	elapsed, all, err := r.storm("stat-storm", params, threads, func(t int) (latencies, error) {
+		l := make(latencies, 0, len(files)/threads+1)
+		for i := t; i < len(files); i += threads {
+			t0 := time.Now()
+			if _, err := os.Lstat(filepath.Join(root, files[i].Path)); err != nil {
+				return nil, err
 			}
-			lat[t] = l
-			return nil
-		})
-		return err
+			l = append(l, time.Since(t0))
+		}
+		return l, nil
 	})
 	if err != nil {
 		return err
 	}
-	all := joinLatencies(lat)
 	r.sample("stat-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
 	r.sample("stat-storm", params, mLatP50, ms(all.quantile(0.50)))
 	r.sample("stat-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }
 
-func joinLatencies(per []latencies) latencies {
+// storm runs fn on threads threads at once, measured as workload with the
+// release counters, and returns the time they took and the latencies of
+// all their operations: fn(t) is thread t's, one latency an operation.
+func (r *round) storm(workload string, params map[string]string, threads int,
+	fn func(t int) (latencies, error)) (time.Duration, latencies, error) {
+	lat := make([]latencies, threads)
+	var elapsed time.Duration
+	err := r.measure(workload, params, true, func() error {
+		var err error
+		elapsed, err = parallel(threads, func(t int) (err error) {
+			lat[t], err = fn(t)
+			return err
+		})
+		return err
+	})
 	var all latencies
-	for _, l := range per {
+	for _, l := range lat {
 		all = append(all, l...)
 	}
-	return all
+	return elapsed, all, err
 }
 
 // readStorm: thread t reads its share of the small files whole, each read
 // timed from open to close.
 func (r *round) readStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
-	lat := make([]latencies, threads)
-	var elapsed time.Duration
 	var bytes atomic.Int64
-	err := r.measure("read-storm", params, true, func() error {
-		var err error
-		elapsed, err = parallel(threads, func(t int) error {
-			buf := make([]byte, 128<<10)
-			l := make(latencies, 0, len(files)/threads+1)
-			for i := t; i < len(files); i += threads {
-				t0 := time.Now()
-				n, err := readWhole(filepath.Join(root, files[i].Path), buf)
-				if err != nil {
-					return err
-				}
-				l = append(l, time.Since(t0))
-				if n != files[i].Size {
-					return fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, files[i].Size)
-				}
-				bytes.Add(n)
+	elapsed, all, err := r.storm("read-storm", params, threads, func(t int) (latencies, error) {
+		buf := make([]byte, 128<<10)
+		l := make(latencies, 0, len(files)/threads+1)
+		for i := t; i < len(files); i += threads {
+			t0 := time.Now()
+			n, err := readWhole(filepath.Join(root, files[i].Path), buf)
+			if err != nil {
+				return nil, err
 			}
-			lat[t] = l
-			return nil
-		})
-		return err
+			l = append(l, time.Since(t0))
+			if n != files[i].Size {
+				return nil, fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, files[i].Size)
+			}
+			bytes.Add(n)
+		}
+		return l, nil
 	})
 	if err != nil {
 		return err
 	}
-	all := joinLatencies(lat)
 	r.sample("read-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
 	r.sample("read-storm", params, mMiBPerS, float64(bytes.Load())/(1<<20)/elapsed.Seconds())
 	r.sample("read-storm", params, mLatP50, ms(all.quantile(0.50)))
@@ -150,43 +138,35 @@ func (r *round) readStorm(root string, files []fsimage.File, threads int, params
 // same sequence), as filebench's line in the seed.
 func (r *round) mixed(root string, files []fsimage.File, threads int, params map[string]string) error {
 	ops := r.cfg.Params.Ops
-	lat := make([]latencies, threads)
-	var elapsed time.Duration
-	err := r.measure("mixed", params, true, func() error {
-		var err error
-		elapsed, err = parallel(threads, func(t int) error {
-			rng := rand.New(rand.NewPCG(uint64(r.n), uint64(t)))
-			buf := make([]byte, 128<<10)
-			l := make(latencies, 0, ops)
-			for k := 0; k < ops; k++ {
-				path := filepath.Join(root, files[rng.IntN(len(files))].Path)
-				t0 := time.Now()
-				f, err := os.Open(path)
-				if err != nil {
-					return err
-				}
-				for {
-					n, err := f.Read(buf)
-					if n == 0 || err != nil {
-						break
-					}
-				}
-				if _, err := os.Stat(path); err != nil {
-					f.Close()
-					return err
-				}
-				f.Close()
-				l = append(l, time.Since(t0))
+	elapsed, all, err := r.storm("mixed", params, threads, func(t int) (latencies, error) {
+		rng := rand.New(rand.NewPCG(uint64(r.n), uint64(t)))
+		buf := make([]byte, 128<<10)
+		l := make(latencies, 0, ops)
+		for k := 0; k < ops; k++ {
+			path := filepath.Join(root, files[rng.IntN(len(files))].Path)
+			t0 := time.Now()
+			f, err := os.Open(path)
+			if err != nil {
+				return nil, err
 			}
-			lat[t] = l
-			return nil
-		})
-		return err
+			for {
+				n, err := f.Read(buf)
+				if n == 0 || err != nil {
+					break
+				}
+			}
+			if _, err := os.Stat(path); err != nil {
+				f.Close()
+				return nil, err
+			}
+			f.Close()
+			l = append(l, time.Since(t0))
+		}
+		return l, nil
 	})
 	if err != nil {
 		return err
 	}
-	all := joinLatencies(lat)
 	r.sample("mixed", params, mOpsPerS, float64(len(all))/elapsed.Seconds())
 	r.sample("mixed", params, mLatMean, ms(all.mean()))
 	r.sample("mixed", params, mLatP50, ms(all.quantile(0.50)))

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/patchbot/patchbot/images/fsimage"
 )
 
 // ensureMounts mounts proc and sysfs when they are missing: in the guest
@@ -111,6 +113,28 @@ func Release() error {
 type mountedImage struct {
 	dir  string
 	loop *os.File
+	// files are what the image holds, as its spec lists them (withImage).
+	files []fsimage.File
+}
+
+// withImage is the runner of a suite that reads an image: the round's
+// image (the request's "image", made from the suite's image spec) is
+// staged and mounted before run, the time it takes counted as PhaseStage,
+// and unmounted after.
+func withImage(run func(r *round, img *mountedImage) error) func(*round) error {
+	return func(r *round) error {
+		var img *mountedImage
+		err := r.timed(PhaseStage, func() (err error) {
+			img, err = mountImage(r.params[ParamImage])
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		defer img.close()
+		img.files = r.cfg.Image.Files()
+		return run(r, img)
+	}
 }
 
 // mountImage stages src in tmpfs and mounts it read-only.

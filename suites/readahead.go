@@ -11,19 +11,9 @@ import (
 // runReadahead fills the bucket × readers table: for every size bucket (an
 // image group) and reader count, drop caches and read every file of the
 // bucket whole with that many parallel readers taking files from one queue.
-func runReadahead(r *round) error {
-	var img *mountedImage
-	err := r.timed(PhaseStage, func() (err error) {
-		img, err = mountImage(r.params[ParamImage])
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	defer img.close()
-	files := r.cfg.Image.Files()
+func runReadahead(r *round, img *mountedImage) error {
 	for _, g := range r.cfg.Image.Groups {
-		bucket := groupFiles(files, g.Name)
+		bucket := groupFiles(img.files, g.Name)
 		for _, readers := range r.cfg.Params.Readers {
 			if err := r.ctx.Err(); err != nil {
 				return err

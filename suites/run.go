@@ -45,9 +45,9 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	var run func(*round) error
 	switch cfg.Suite {
 	case "cache-contention":
-		run = runCacheContention
+		run = withImage(runCacheContention)
 	case "readahead":
-		run = runReadahead
+		run = withImage(runReadahead)
 	case "locks":
 		run = runLocks
 	case "fuse-waitq":
