@@ -493,21 +493,21 @@ func (w *world) decode(s string, cfg Config) {
 	for t := range w.th {
 		w.th[t].queued = false
 	}
-	c.waitq = c.waitq[:0]
-	for n := next(); n > 0; n-- {
-		t := next()
-		c.waitq = append(c.waitq, t)
-		w.th[t].queued = true
+	// A wait queue is its length, then its threads, each marked queued.
+	queue := func(q []int) []int {
+		q = q[:0]
+		for n := next(); n > 0; n-- {
+			t := next()
+			q = append(q, t)
+			w.th[t].queued = true
+		}
+		return q
 	}
+	c.waitq = queue(c.waitq)
 	for k := range c.entries {
 		e := &c.entries[k]
 		e.block, e.refcount, e.pending, e.numWaiters = next()-1, next(), next() == 1, next()
-		e.waitq = e.waitq[:0]
-		for n := next(); n > 0; n-- {
-			t := next()
-			e.waitq = append(e.waitq, t)
-			w.th[t].queued = true
-		}
+		e.waitq = queue(e.waitq)
 	}
 	for t := range w.th {
 		th := &w.th[t]
