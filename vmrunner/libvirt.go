@@ -505,27 +505,13 @@ func isNoDomain(err error) bool {
 
 func (v *libvirtVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	if v.remote {
-		v.mu.Lock()
-		defer v.mu.Unlock()
-		if v.agent == nil {
-			return nil, errors.New("libvirt: the agent's console was already taken or not opened")
-		}
-		a := v.agent
-		v.agent = nil
-		return a, nil
+		return handOver(&v.mu, &v.agent, "libvirt: the agent's console was already taken or not opened")
 	}
 	var d net.Dialer
 	return d.DialContext(ctx, "unix", v.socket())
 }
 
-func (v *libvirtVM) stopped() <-chan struct{} {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	if v.done == nil {
-		return closedChan
-	}
-	return v.done
-}
+func (v *libvirtVM) stopped() <-chan struct{} { return stoppedOf(&v.mu, &v.done) }
 
 // exitStatus tells a guest that ended its VM (a reset under -no-reboot,
 // a power-off: libvirt's "shutdown" stop) from QEMU failing or being

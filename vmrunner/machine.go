@@ -34,6 +34,34 @@ type hypervisor interface {
 	destroy() error
 }
 
+// stoppedOf is stopped for a backend that makes done when it starts the
+// VM and closes it when the VM has stopped, done guarded by mu: a VM that
+// never started has stopped.
+func stoppedOf(mu *sync.Mutex, done *chan struct{}) <-chan struct{} {
+	mu.Lock()
+	defer mu.Unlock()
+	if *done == nil {
+		return closedChan
+	}
+	return *done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// handOver is dial for a backend that holds the host's end of the agent's
+// channel in *c, guarded by mu: the first caller takes it, a later one
+// (or one before there is a channel) gets the error none.
+func handOver(mu *sync.Mutex, c *io.ReadWriteCloser, none string) (io.ReadWriteCloser, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	if *c == nil {
+		return nil, errors.New(none)
+	}
+	a := *c
+	*c = nil
+	return a, nil
+}
+
 // launch describes a started VM.
 type launch struct {
 	accel string

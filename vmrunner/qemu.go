@@ -177,7 +177,7 @@ type qemuVM struct {
 	done    chan struct{} // closed when the process has been reaped
 	waitErr error
 	accel   string
-	agent   net.Conn // the host's end of the agent's socket pair, until dialled
+	agent   io.ReadWriteCloser // the host's end of the agent's socket pair, until dialled
 }
 
 // qemuFiles names what QEMU opens: by path in the line a person runs by
@@ -378,26 +378,10 @@ func (q *qemuVM) start(ctx context.Context) (launch, error) {
 
 // dial hands over the host's end of the agent's socket pair, once.
 func (q *qemuVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.agent == nil {
-		return nil, errors.New("qemu: the agent's channel was already taken or QEMU was not started")
-	}
-	c := q.agent
-	q.agent = nil
-	return c, nil
+	return handOver(&q.mu, &q.agent, "qemu: the agent's channel was already taken or QEMU was not started")
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-func (q *qemuVM) stopped() <-chan struct{} {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.done == nil {
-		return closedChan
-	}
-	return q.done
-}
+func (q *qemuVM) stopped() <-chan struct{} { return stoppedOf(&q.mu, &q.done) }
 
 // exitStatus: QEMU exits 0 when the guest reset itself under -no-reboot
 // (a panic with panic=-1, or the agent's power-off); anything else is
