@@ -34,18 +34,8 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{
-		Builder:  k,
-		Trees:    k.Trees,
-		Tester:   &invm.Tester{VM: cfg.VM},
-		Reply:    cfg.Reply,
-		Progress: progress,
-		VM:       cfg.VM,
-		Tree:     cfg.Kernel,
-	}
-	if base := cfg.Dashboard.BaseURL; base != "" {
-		p.ResultsURL = func(runDir string) string { return reports.RunURL(base, filepath.Base(runDir)) }
-	}
+	p := newPipeline(cfg, progress)
+	p.Builder, p.Trees, p.Tester = k, k.Trees, &invm.Tester{VM: cfg.VM}
 	if cfg.Publish != nil {
 		pub, err := publish.New(*cfg.Publish, nil)
 		if err != nil {
@@ -63,18 +53,21 @@ func newDryRun(cfg Config, progress io.Writer) (*Pipeline, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Pipeline{
-		Builder:  &images.DryRun{Dir: filepath.Join(cache, "dry-run"), Delay: cfg.DryRun.Build},
-		Tester:   invm.DryRunTester{Round: cfg.DryRun.Round},
-		Reply:    cfg.Reply,
-		Progress: progress,
-		VM:       cfg.VM,
-		Tree:     cfg.Kernel,
-	}
+	p := newPipeline(cfg, progress)
+	p.Builder = &images.DryRun{Dir: filepath.Join(cache, "dry-run"), Delay: cfg.DryRun.Build}
+	p.Tester = invm.DryRunTester{Round: cfg.DryRun.Round}
+	return p, nil
+}
+
+// newPipeline is what every pipeline takes from the config whatever its
+// stages: the reply's options, the VM shape and the base tree for the
+// reproduce commands, and the dashboard's link to a run.
+func newPipeline(cfg Config, progress io.Writer) *Pipeline {
+	p := &Pipeline{Reply: cfg.Reply, Progress: progress, VM: cfg.VM, Tree: cfg.Kernel}
 	if base := cfg.Dashboard.BaseURL; base != "" {
 		p.ResultsURL = func(runDir string) string { return reports.RunURL(base, filepath.Base(runDir)) }
 	}
-	return p, nil
+	return p
 }
 
 // OpenStore opens the state database: the config's PostgreSQL server when
