@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -207,12 +208,8 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request) {
 		s.formError(w, r, http.StatusBadRequest, v, err.Error())
 		return
 	}
-	id, err := s.o.Queue.Submit(r.Context(), sub)
+	id, code, err := s.queue(r.Context(), sub)
 	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, ErrRefused) {
-			code = http.StatusUnprocessableEntity
-		}
 		s.log.Warn("dashboard: submission not queued", "err", err, "submitter", sub.Submitter)
 		s.formError(w, r, code, v, "Not queued: "+err.Error())
 		return
@@ -269,16 +266,26 @@ func (s *server) apiSubmit(w http.ResponseWriter, r *http.Request) {
 		httpError(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	id, err := s.o.Queue.Submit(r.Context(), sub)
+	id, code, err := s.queue(r.Context(), sub)
 	if err != nil {
-		code := http.StatusInternalServerError
-		if errors.Is(err, ErrRefused) {
-			code = http.StatusUnprocessableEntity
-		}
 		httpError(w, r, code, "not queued: "+err.Error())
 		return
 	}
 	writeJSON(w, http.StatusAccepted, map[string]any{"job_id": id, "url": s.link("/jobs/" + strconv.FormatInt(id, 10))})
+}
+
+// queue hands a checked submission to the queue, and says what status
+// answers a failure: 422 when the queue refused the run (ErrRefused), 500
+// when it could not take it.
+func (s *server) queue(ctx context.Context, sub Submission) (int64, int, error) {
+	id, err := s.o.Queue.Submit(ctx, sub)
+	if err == nil {
+		return id, 0, nil
+	}
+	if errors.Is(err, ErrRefused) {
+		return 0, http.StatusUnprocessableEntity, err
+	}
+	return 0, http.StatusInternalServerError, err
 }
 
 func (s *server) tokenOK(got string) bool {

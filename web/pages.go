@@ -324,12 +324,19 @@ func (s *server) series(w http.ResponseWriter, r *http.Request) *SeriesView {
 		return nil
 	}
 	v, err := s.seriesView(r.Context(), key)
+	return found(s, w, r, "series", v, err)
+}
+
+// found is what a lookup of the thing a request names gives: its error
+// answered as the server's failure, nothing found as 404 ("no such
+// what"), or what it found.
+func found[T any](s *server, w http.ResponseWriter, r *http.Request, what string, v *T, err error) *T {
 	if err != nil {
 		s.fail(w, r, err)
 		return nil
 	}
 	if v == nil {
-		httpError(w, r, http.StatusNotFound, "no such series")
+		httpError(w, r, http.StatusNotFound, "no such "+what)
 	}
 	return v
 }
@@ -357,12 +364,7 @@ func (s *server) job(w http.ResponseWriter, r *http.Request) *JobView {
 		return nil
 	}
 	j, err := s.o.Store.JobView(r.Context(), id)
-	if err != nil {
-		s.fail(w, r, err)
-		return nil
-	}
-	if j == nil {
-		httpError(w, r, http.StatusNotFound, "no such job")
+	if j = found(s, w, r, "job", j, err); j == nil {
 		return nil
 	}
 	return s.jobView(j)

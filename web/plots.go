@@ -156,17 +156,15 @@ func stripPlot(r reports.Row, vals [2][]float64) ([]byte, int, error) {
 		if side == 1 {
 			mark, line, shape = markPatched, linePatched, draw.PyramidGlyph{}
 		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return nil, 0, err
-		}
-		sc.GlyphStyle = draw.GlyphStyle{Color: mark, Radius: vg.Points(2.6), Shape: shape}
 		mean, err := plotter.NewLine(plotter.XYs{{X: x0 - 0.3, Y: sum.mean}, {X: x0 + 0.3, Y: sum.mean}})
 		if err != nil {
 			return nil, 0, err
 		}
 		mean.LineStyle = draw.LineStyle{Color: line, Width: vg.Points(1)}
-		p.Add(mean, sc)
+		p.Add(mean)
+		if err := addMarks(p, pts, draw.GlyphStyle{Color: mark, Radius: vg.Points(2.6), Shape: shape}); err != nil {
+			return nil, 0, err
+		}
 		if sum.n > 1 {
 			eb, err := plotter.NewYErrorBars(errPoints{plotter.XYs{{X: x0 + 0.36, Y: sum.mean}},
 				plotter.YErrors{{Low: sum.sd, High: sum.sd}}})
@@ -206,6 +204,17 @@ func setRange(a *plot.Axis, lo, hi float64) {
 		pad = math.Max(math.Abs(hi)*0.05, 1)
 	}
 	a.Min, a.Max = lo-pad, hi+pad
+}
+
+// addMarks adds pts to p as marks of one style.
+func addMarks(p *plot.Plot, pts plotter.XYs, style draw.GlyphStyle) error {
+	sc, err := plotter.NewScatter(pts)
+	if err != nil {
+		return err
+	}
+	sc.GlyphStyle = style
+	p.Add(sc)
+	return nil
 }
 
 type errPoints struct {
@@ -373,12 +382,9 @@ func curvePlot(suite, workload, metric, unit string, rows []reports.Row, samples
 		eb.CapWidth = vg.Points(3)
 		p.Add(l, eb)
 		if len(pts) > 0 {
-			sc, err := plotter.NewScatter(pts)
-			if err != nil {
+			if err := addMarks(p, pts, draw.GlyphStyle{Color: mark, Radius: vg.Points(2.2), Shape: shape}); err != nil {
 				return nil, 0, err
 			}
-			sc.GlyphStyle = draw.GlyphStyle{Color: mark, Radius: vg.Points(2.2), Shape: shape}
-			p.Add(sc)
 			marks += len(pts)
 		}
 	}
@@ -420,21 +426,16 @@ func modelPlot(m *reports.Model, metric string, rows []reports.Row, samples map[
 				}
 			}
 			if len(pts) > 0 {
-				sc, err := plotter.NewScatter(pts)
-				if err != nil {
+				if err := addMarks(p, pts, draw.GlyphStyle{Color: mark, Radius: vg.Points(2.4), Shape: shape}); err != nil {
 					return nil, 0, err
 				}
-				sc.GlyphStyle = draw.GlyphStyle{Color: mark, Radius: vg.Points(2.4), Shape: shape}
-				p.Add(sc)
 				marks += len(pts)
 			}
 			if pred, ok := m.Predicted[policy]; ok {
-				sc, err := plotter.NewScatter(plotter.XYs{{X: x0 + offset, Y: pred}})
-				if err != nil {
+				style := draw.GlyphStyle{Color: markModel, Radius: vg.Points(4), Shape: draw.BoxGlyph{}}
+				if err := addMarks(p, plotter.XYs{{X: x0 + offset, Y: pred}}, style); err != nil {
 					return nil, 0, err
 				}
-				sc.GlyphStyle = draw.GlyphStyle{Color: markModel, Radius: vg.Points(4), Shape: draw.BoxGlyph{}}
-				p.Add(sc)
 				lo, hi = math.Min(lo, pred), math.Max(hi, pred)
 			}
 		}
