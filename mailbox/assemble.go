@@ -56,14 +56,11 @@ var replyShaped = regexp.MustCompile(`^\w{2,3}:\s*\[`)
 // series (and in Series.Reason) so that it can be reported as not
 // applying, never as missing.
 func Assemble(msgs []*Message) []*Series {
-	entries, byID := classify(msgs)
-	threads, order := groupThreads(entries, byID)
+	threads, byID := candidates(msgs)
 	var out []*Series
-	for _, key := range order {
-		for _, thread := range byIdentity(threads[key]) {
-			if s := assembleThread(thread, byID); s != nil {
-				out = append(out, s)
-			}
+	for _, thread := range threads {
+		if s := assembleThread(thread, byID); s != nil {
+			out = append(out, s)
 		}
 	}
 	return supersede(out)
@@ -73,15 +70,26 @@ func Assemble(msgs []*Message) []*Series {
 // that has a patch, oldest first within a thread, and no version dropped
 // for a newer one: what `-v N` chooses from (see Choose).
 func AssembleVersions(msgs []*Message) []*Series {
-	entries, byID := classify(msgs)
-	threads, order := groupThreads(entries, byID)
+	threads, byID := candidates(msgs)
 	var out []*Series
-	for _, key := range order {
-		for _, thread := range byIdentity(threads[key]) {
-			out = append(out, assembleAllVersions(thread, byID)...)
-		}
+	for _, thread := range threads {
+		out = append(out, assembleAllVersions(thread, byID)...)
 	}
 	return out
+}
+
+// candidates classifies msgs and groups them into threads, each split by
+// who sent its patches (byIdentity): the mail each series is assembled
+// from, in the order their first mail came in, with the entries by
+// Message-ID.
+func candidates(msgs []*Message) ([][]*entry, map[string]*entry) {
+	entries, byID := classify(msgs)
+	threads, order := groupThreads(entries, byID)
+	var out [][]*entry
+	for _, key := range order {
+		out = append(out, byIdentity(threads[key])...)
+	}
+	return out, byID
 }
 
 // assembleAllVersions is every version of one thread's series that has a

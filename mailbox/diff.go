@@ -14,15 +14,9 @@ import (
 // ("> +foo") never start a diff, so a review quoting a patch is not a patch.
 // A diff needs a file header and at least one hunk.
 func findDiff(text string) string {
-	start := -1
-	pos := 0
-	for pos < len(text) {
-		end := strings.IndexByte(text[pos:], '\n')
-		next := len(text)
-		if end >= 0 {
-			next = pos + end + 1
-		}
-		line := text[pos:next]
+	start, pos := -1, 0
+	for line := range strings.Lines(text) {
+		next := pos + len(line)
 		if start < 0 {
 			if strings.HasPrefix(line, "diff --git ") ||
 				(strings.HasPrefix(line, "--- ") && strings.HasPrefix(text[next:], "+++ ")) ||
