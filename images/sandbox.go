@@ -86,26 +86,21 @@ var DefaultLimits = Limits{
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.Memory > 0 {
-		d.Memory = l.Memory
+	return Limits{
+		Memory:    positiveOr(l.Memory, d.Memory),
+		Processes: positiveOr(l.Processes, d.Processes),
+		FileSize:  positiveOr(l.FileSize, d.FileSize),
+		Tmp:       positiveOr(l.Tmp, d.Tmp),
+		Log:       positiveOr(l.Log, d.Log),
+		Output:    positiveOr(l.Output, d.Output),
+		Files:     positiveOr(l.Files, d.Files),
 	}
-	if l.Processes > 0 {
-		d.Processes = l.Processes
-	}
-	if l.FileSize > 0 {
-		d.FileSize = l.FileSize
-	}
-	if l.Tmp > 0 {
-		d.Tmp = l.Tmp
-	}
-	if l.Log > 0 {
-		d.Log = l.Log
-	}
-	if l.Output > 0 {
-		d.Output = l.Output
-	}
-	if l.Files > 0 {
-		d.Files = l.Files
+}
+
+// positiveOr is v when it is set (above zero), else the default d.
+func positiveOr[T int | int64](v, d T) T {
+	if v > 0 {
+		return v
 	}
 	return d
 }
