@@ -7,7 +7,10 @@
 // policy and who may ask. The daemon is in files by concern: the loop
 // (daemon.go), mail coming in (ingest.go), email commands (commands.go),
 // answers and replies going out (replies.go) and what may be mailed to
-// whom (limits.go); the fleet's workers in worker.go and fleet.go.
+// whom (limits.go); the fleet's workers in worker.go (the loop and a
+// job's run), lease.go (holding the job), runfiles.go (the run's files,
+// worker to coordinator) and fleet.go (what a host can run, collecting
+// the runs).
 package service
 
 import (

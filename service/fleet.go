@@ -7,9 +7,7 @@ import (
 	"log/slog"
 	netmail "net/mail"
 	"os"
-	"path"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"strings"
 
@@ -77,10 +75,6 @@ func memMiB() int {
 func needsOf(cfg Config, names []string) store.Needs {
 	return store.Needs{KVM: cfg.Fleet.RequireKVM, CPUs: cfg.VM.CPUs, MemMiB: 2 * cfg.VM.MemMiB, Suites: names}
 }
-
-// runFileName is what a stored run file's path elements may be: they
-// come from a worker's run directory, written by builds and guests.
-var runFileName = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}$`)
 
 // CollectRuns writes the runs that workers stored into the state
 // directory's runs/, where the dashboard and `patchbot reply` read them,
@@ -201,53 +195,4 @@ func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.
 	}
 	q.record(ctx, m, log.With("worker", j.Owner))
 	return nil
-}
-
-// writeRun writes a run's files into runs/name, replacing what was there,
-// and returns the names it left out.
-func writeRun(runs, name string, files []store.RunFile) (skipped []string, err error) {
-	tmp := filepath.Join(runs, ".incoming-"+name)
-	os.RemoveAll(tmp)
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		if !plainPath(f.Name) {
-			skipped = append(skipped, fmt.Sprintf("%q", f.Name))
-			continue
-		}
-		p := filepath.Join(tmp, filepath.FromSlash(f.Name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(p, f.Data, 0o600); err != nil {
-			return nil, err
-		}
-	}
-	dst := filepath.Join(runs, name)
-	if _, err := os.Lstat(dst); err == nil {
-		// An earlier attempt's run, written before a crash kept the job
-		// from ending: the new one replaces it.
-		old := filepath.Join(runs, ".old-"+name)
-		os.RemoveAll(old)
-		if err := os.Rename(dst, old); err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(old)
-	}
-	return skipped, os.Rename(tmp, dst)
-}
-
-// plainPath says whether a stored run file's name is a clean relative
-// path of plain names: no "..", no leading "/" or ".", nothing odd.
-func plainPath(name string) bool {
-	if path.Clean(name) != name || strings.HasPrefix(name, "/") {
-		return false
-	}
-	for _, el := range strings.Split(name, "/") {
-		if !runFileName.MatchString(el) {
-			return false
-		}
-	}
-	return true
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -286,25 +285,6 @@ func runDir(cfg Config, j *store.Job) string {
 	return filepath.Join(cfg.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
 }
 
-// lease is a running job's hold: renewed by heartbeat, and lost (held
-// ends with store.ErrLeaseLost) when the store says another worker has the
-// job or when this worker could not renew it before it may have run out.
-type lease struct {
-	held    context.Context // ends when the lease is lost
-	lose    context.CancelCauseFunc
-	mu      sync.Mutex
-	until   time.Time // by this host's monotonic clock: no later than the database's end of it
-	renewed int
-}
-
-func (l *lease) deadline() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.until
-}
-
-func (l *lease) lost() bool { return errors.Is(context.Cause(l.held), store.ErrLeaseLost) }
-
 func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	log := w.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
 	held, lose := context.WithCancelCause(context.WithoutCancel(ctx))
@@ -451,98 +431,6 @@ func reportOf(j *store.Job, r *reports.Reply) (*store.JobReply, error) {
 	return &store.JobReply{JobID: j.ID, MessageID: r.Header.MessageID, Recipients: rcpt, Raw: raw}, nil
 }
 
-// finish records the job's end (j as it stands, with more in the same
-// transaction when more is given), and says whether it was recorded. A
-// failure of the database is retried for as long as the lease may hold:
-// the worker does not throw away a finished run because PostgreSQL
-// restarted. A lease found lost, or run out, or a shutdown, ends the
-// tries; the job is then another worker's, or this worker's next start's
-// (RecoverJobs).
-func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.Logger, more func(*store.Tx) error) bool {
-	bg := context.WithoutCancel(ctx)
-	wait := 100 * time.Millisecond
-	for try := 1; ; try++ {
-		tctx, cancel := context.WithTimeout(bg, 2*w.dbTimeout())
-		err := w.Store.UpdateHeld(tctx, func(tx *store.Tx) error {
-			if err := tx.FinishJob(tctx, j); err != nil {
-				return err
-			}
-			if more != nil {
-				return more(tx)
-			}
-			return nil
-		})
-		cancel()
-		switch {
-		case err == nil:
-			if try > 1 {
-				log.Info("the job's end is recorded after the database came back", "tries", try)
-			}
-			return true
-		case errors.Is(err, store.ErrLeaseLost):
-			log.Error("the job's lease ran out before its end was recorded; another worker has it, "+
-				"and this run is thrown away", "state", j.State)
-			return false
-		}
-		if l.lost() || !time.Now().Add(wait).Before(l.deadline()) {
-			log.Error("recording the job's end failed until its lease may have run out; "+
-				"this run is thrown away, another worker (or this one, restarted) runs it", "err", err, "tries", try)
-			l.lose(store.ErrLeaseLost)
-			return false
-		}
-		if ctx.Err() != nil {
-			log.Warn("recording the job's end failed as the worker stops; its next start takes the job back", "err", err)
-			return false
-		}
-		log.Warn("recording the job's end failed; retrying", "err", err, "try", try)
-		select {
-		case <-time.After(wait):
-		case <-l.held.Done():
-		case <-ctx.Done():
-		}
-		wait = min(2*wait, w.Lease/8)
-	}
-}
-
-// heartbeat renews the job's lease every quarter of it until held ends.
-// The lease is lost when the store says the job is no longer this
-// worker's, or when no renewal succeeded before the lease may have run
-// out: a renewal counts from the moment it was sent, by this host's
-// monotonic clock, never later than the database's stamp of it.
-func (w *Worker) heartbeat(held context.Context, j *store.Job, l *lease, log *slog.Logger) {
-	tick := time.NewTicker(w.Lease / 4)
-	defer tick.Stop()
-	for {
-		deadline := l.deadline()
-		select {
-		case <-held.Done():
-			return
-		case <-time.After(time.Until(deadline)):
-			log.Error("could not renew the job's lease before it ran out (the database is out of reach); "+
-				"stopping the job: another worker may hold it now", "lease", w.Lease)
-			l.lose(store.ErrLeaseLost)
-			return
-		case <-tick.C:
-		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(held, min(w.dbTimeout(), time.Until(deadline)))
-		err := w.Store.Heartbeat(ctx, w.Name, j.ID, w.Lease, time.Time{})
-		cancel()
-		switch {
-		case err == nil:
-			l.mu.Lock()
-			l.until, l.renewed = sent.Add(w.Lease), l.renewed+1
-			l.mu.Unlock()
-		case errors.Is(err, store.ErrLeaseLost):
-			log.Error("the job's lease is another worker's now; stopping the job")
-			l.lose(store.ErrLeaseLost)
-			return
-		case held.Err() == nil:
-			log.Warn("renewing the job's lease failed; retrying", "err", err, "lease_left", time.Until(deadline).Round(time.Millisecond))
-		}
-	}
-}
-
 // retry queues a job again after an infrastructure failure, with a
 // growing backoff, or fails it for good after MaxAttempts.
 func (w *Worker) retry(j *store.Job, err error, log *slog.Logger) {
@@ -553,51 +441,4 @@ func (w *Worker) retry(j *store.Job, err error, log *slog.Logger) {
 		return
 	}
 	log.Warn("job failed (infrastructure); retrying later", "err", err, "not_before", j.NotBefore)
-}
-
-// A run directory's files are bounded before they are stored: builds and
-// guests write some of them, and nothing they write is trusted.
-const (
-	maxRunFile  = 16 << 20
-	maxRunTotal = 64 << 20
-	maxRunFiles = 1000
-)
-
-// readRun reads the regular files of a run directory, by slash-separated
-// relative path. Links and special files are skipped; a file over
-// maxRunFile keeps its end (a log's last lines decide), marked as cut.
-func readRun(dir string) ([]store.RunFile, error) {
-	var files []store.RunFile
-	total := 0
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		rel, err := filepath.Rel(dir, path)
-		if err != nil {
-			return err
-		}
-		if len(files) >= maxRunFiles {
-			return fmt.Errorf("the run directory holds more than %d files", maxRunFiles)
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		if len(data) > maxRunFile {
-			data = append([]byte(fmt.Sprintf("[patchbot: the first %d bytes were cut]\n", len(data)-maxRunFile)), data[len(data)-maxRunFile:]...)
-		}
-		if total += len(data); total > maxRunTotal {
-			return fmt.Errorf("the run directory holds more than %d MiB", maxRunTotal>>20)
-		}
-		files = append(files, store.RunFile{Name: filepath.ToSlash(rel), Data: data})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("reading the run: %w", err)
-	}
-	return files, nil
 }
