@@ -274,7 +274,7 @@ func TestCoordinatorAloneNeedsNothing(t *testing.T) {
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`state_dir: %s
 fleet: {local_worker: false}
 sources:
-  - {name: list-a, maildir: %s, poll: 200ms}
+  - {name: list-a, maildir: %s, list: list-a@lists.example.org, poll: 200ms}
 http: %s
 `, filepath.Join(cdir, "state"), md, addr)), 0o600)
 	uid, gid := nobody(t)

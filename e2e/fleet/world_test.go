@@ -443,7 +443,7 @@ func newWorld(t *testing.T, o options) *world {
 			os.MkdirAll(filepath.Join(md, sub), 0o755)
 		}
 		w.lists = append(w.lists, md)
-		fmt.Fprintf(&srcs, "  - {name: list-%c, maildir: %s, poll: 200ms}\n", 'a'+i, md)
+		fmt.Fprintf(&srcs, "  - {name: list-%c, maildir: %s, list: list-%c@lists.example.org, poll: 200ms}\n", 'a'+i, md, 'a'+i)
 	}
 	copyFile(t, filepath.Join(w.pf.ConfigDir, "cert.pem"), filepath.Join(dir, "smtp-ca.pem"), 0o644)
 
