@@ -333,6 +333,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		pl := reports.Plan(stats.DefaultRule, run.Options)
 		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
 		pl.QuietWait = time.Minute
+		pl.Repeats, pl.Calibrate = suites.BusyRepeats, suites.Calibrate
 		plan = &pl
 	}
 	for _, name := range names {

@@ -155,7 +155,18 @@ var migrations = []step{
 	{sql: fleetStep, postgres: translate(fleetStep) + `
 	-- SQLite orders messages by their implicit rowid; PostgreSQL needs a column.
 	ALTER TABLE messages ADD COLUMN seq BIGSERIAL;`},
+	// 7: base kernels' rounds, kept so that the next series on the same
+	// base, config, suite, profile, VM shape and host reuses them
+	// (suites/invm's Reuse): one suites.Result as JSON per key.
+	{sql: baseRoundsStep, postgres: translate(baseRoundsStep)},
 }
+
+const baseRoundsStep = `
+	CREATE TABLE base_rounds (
+		key    TEXT PRIMARY KEY,
+		result BLOB NOT NULL,
+		saved  TEXT NOT NULL
+	);`
 
 const fleetStep = `
 	ALTER TABLE jobs ADD COLUMN kind TEXT NOT NULL DEFAULT 'test';

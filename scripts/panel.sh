@@ -1,0 +1,29 @@
+#!/bin/bash
+# panel.sh: measure the panel of known-effect patches (testdata/panel/
+# panel.yaml) with the default profile and print its table.
+#
+#   scripts/panel.sh OUTDIR [RUNS]
+#
+# For each patch: build it on the cached default base (patchbot build),
+# then run its suite, base against patched, RUNS fixed rounds a side (10:
+# the rule's maximum, so that `patchbot panel` can replay the rule at
+# every look), into OUTDIR/NAME.json; patches measured already are kept.
+# Then `patchbot panel OUTDIR` judges them with the sequential rule, as
+# the pipeline would have stopped each, and prints the table that
+# docs/suites.md keeps. VM runs take the shared heavy lock
+# (/tmp/patchbot-heavy.lock) one at a time.
+set -euo pipefail
+out=${1:?usage: panel.sh OUTDIR [RUNS]} runs=${2:-10}
+pb=${PATCHBOT:-go run ./cmd/patchbot}
+mkdir -p "$out"
+$pb panel --list | while read -r name suite mbox; do
+	[ -s "$out/$name.json" ] && continue
+	echo "$(date -u +%T) $name: building" >&2
+	$pb build --mbox "$mbox" --json > "$out/$name.build.json"
+	read -r base patched < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["base"]["BzImage"], d["patched"]["BzImage"])' "$out/$name.build.json")
+	echo "$(date -u +%T) $name: $suite, $runs rounds a side (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+	flock /tmp/patchbot-heavy.lock $pb suite run --suites "$suite" --kernel "$base" --vs "$patched" \
+		--runs "$runs" --json > "$out/$name.json.tmp"
+	mv "$out/$name.json.tmp" "$out/$name.json"
+done
+$pb panel "$out"
