@@ -31,7 +31,9 @@ type PanelPatch struct {
 	Class string `yaml:"class"`
 	Suite string `yaml:"suite"`
 	// Expect is the outcome a verdict must reach: "improvement",
-	// "regression", "mixed" or "no change".
+	// "regression", "mixed" or "no change"; "unknown" when no independent
+	// measurement has established it yet (the verdict is shown, not
+	// scored).
 	Expect Outcome `yaml:"expect"`
 	// Metrics is the expected direction of primary metrics, by
 	// "workload.metric": "better", "worse" or "same" (a change within the
@@ -64,9 +66,9 @@ func LoadPanel(path string) (*Panel, error) {
 			return nil, fmt.Errorf("panel %s: %s: mbox, suite and source are required", path, pp.Name)
 		}
 		switch pp.Expect {
-		case Improvement, Regression, Mixed, NoChange:
+		case Improvement, Regression, Mixed, NoChange, Unknown:
 		default:
-			return nil, fmt.Errorf("panel %s: %s: expect %q: want improvement, regression, mixed or no change", path, pp.Name, pp.Expect)
+			return nil, fmt.Errorf("panel %s: %s: expect %q: want improvement, regression, mixed, no change or unknown", path, pp.Name, pp.Expect)
 		}
 		for m, d := range pp.Metrics {
 			if d != "better" && d != "worse" && d != "same" {
@@ -177,10 +179,15 @@ func WritePanel(w io.Writer, vs []*PanelVerdict) error {
 	var b strings.Builder
 	b.WriteString("| patch | class | expected | reported | right | rounds a side | primary metrics, patched/base (95% interval) |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
-	right, wrongDir := 0, 0
+	right, wrongDir, scored := 0, 0, 0
 	for _, v := range vs {
 		mark := "yes"
+		if v.Patch.Expect != Unknown {
+			scored++
+		}
 		switch {
+		case v.Patch.Expect == Unknown:
+			mark = "not scored"
 		case len(v.WrongDirection) > 0:
 			mark = "**no, wrong direction** (" + strings.Join(v.WrongDirection, ", ") + ")"
 			wrongDir++
@@ -203,7 +210,8 @@ func WritePanel(w io.Writer, vs []*PanelVerdict) error {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %d (%s) | %s |\n", v.Patch.Name, v.Patch.Class,
 			v.Patch.Expect, v.Outcome, mark, v.Runs, v.Stop, strings.Join(ms, "; "))
 	}
-	fmt.Fprintf(&b, "\n%d of %d verdicts right, %d in the wrong direction.\n", right, len(vs), wrongDir)
+	fmt.Fprintf(&b, "\n%d of %d scored verdicts right, %d in the wrong direction; %d not scored (expectation unknown).\n",
+		right, scored, wrongDir, len(vs)-scored)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

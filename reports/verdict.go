@@ -23,6 +23,9 @@ const (
 	Mixed       Outcome = "mixed"       // some of each
 	NoChange    Outcome = "no change"   // none changed
 	NotJudged   Outcome = "not judged"  // too few runs to judge any
+	// Unknown is no outcome: a panel patch whose expected outcome no
+	// independent measurement has established (reports.PanelPatch).
+	Unknown Outcome = "unknown"
 )
 
 // Outcome judges the comparison by its primary metrics alone: only changes

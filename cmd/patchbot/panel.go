@@ -111,7 +111,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, w io.Write
 		fmt.Fprintf(w, "\nNo results yet for %d: %v\n", len(missing), missing)
 	}
 	for _, v := range vs {
-		if !v.Right || len(v.WrongDirection) > 0 {
+		if v.Patch.Expect != reports.Unknown && (!v.Right || len(v.WrongDirection) > 0) {
 			return errors.New("a panel verdict is wrong")
 		}
 	}
