@@ -504,3 +504,33 @@ func TestNoticedReadsItsNumber(t *testing.T) {
 		}
 	}
 }
+
+// A ratio whose denominator changed significantly is cited with both
+// totals: the calls that a patch adds on an empty queue make wake-ups per
+// release fall while nobody waits less (the panel's wake-unconditional).
+func TestRatioDenominatorShown(t *testing.T) {
+	ms := []metric{
+		same("read-storm", "files_per_s", "files/s", true, 100, 0.02),
+		same("mixed", "ops_per_s", "ops/s", true, 180, 0.02),
+		same("read-storm", "release_wakeups", "count", false, 18000, 0.02),
+		{"read-storm", "release_wake_calls", "count", false, runs(900, 0.02), runs(5400, 0.02)},
+		{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(20, 0.02), runs(3.33, 0.02)},
+	}
+	b, p := results(ms)
+	c, err := Compare(b, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := Verdict(c)
+	for _, want := range []string{
+		"No change in throughput or latency; the patch cuts read-storm scheduler wake-ups per cache release from 20 to 3.33",
+		"Read-storm scheduler wake-ups per cache release is release wake-ups over release wake calls, and the denominator changed significantly too: release wake-ups 18000 to 18000, release wake calls 900 to 5400 (+500%).",
+	} {
+		if !strings.Contains(v, want) {
+			t.Errorf("verdict lacks %q:\n%s", want, v)
+		}
+	}
+	if c.Outcome() != NoChange || Headline(c) != "" {
+		t.Errorf("outcome %q, headline %q: want no change and none", c.Outcome(), Headline(c))
+	}
+}
