@@ -19,16 +19,18 @@ set -euo pipefail
 out=${1:?usage: panel.sh OUTDIR [RUNS [PROFILE]]} runs=${2:-10} profile=${3:-quick}
 pb=${PATCHBOT:-go run ./cmd/patchbot}
 mkdir -p "$out"
+profiles=$($pb suite list)
 $pb panel --list | while read -r name suite mbox; do
 	[ -s "$out/$name.json" ] && continue
 	echo "$(date -u +%T) $name: building" >&2
-	$pb build --mbox "$mbox" --json > "$out/$name.build.json"
+	$pb build --mbox "$mbox" --json < /dev/null > "$out/$name.build.json"
 	read -r base patched < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["base"]["BzImage"], d["patched"]["BzImage"])' "$out/$name.build.json")
 	echo "$(date -u +%T) $name: $suite, $runs rounds a side (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	p=quick
-	$pb suite list | grep -q "^$suite .*\b$profile\b" && p=$profile
+	grep -q "^$suite .*\b$profile\b" <<< "$profiles" && p=$profile
 	flock /tmp/patchbot-heavy.lock $pb suite run --suites "$suite" --profile "$p" --kernel "$base" --vs "$patched" \
-		--runs "$runs" --json > "$out/$name.json.tmp"
+		--runs "$runs" --json < /dev/null > "$out/$name.json.tmp"
 	mv "$out/$name.json.tmp" "$out/$name.json"
+	echo "$(date -u +%T) $name: done (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 done
 $pb panel "$out"
