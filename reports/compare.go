@@ -56,10 +56,13 @@ type Row struct {
 	// Primary: one of the suite's primary metrics, judged in the first
 	// family; otherwise a derived counter, judged in the second. Rank is
 	// its place in the suite's list of primary metrics.
-	Primary bool          `json:"primary"`
-	Rank    int           `json:"rank,omitempty"`
-	Base    stats.Summary `json:"base"`
-	Patched stats.Summary `json:"patched"`
+	Primary bool `json:"primary"`
+	// Mechanism: one of the suite's mechanism counters (suites.Verdict),
+	// judged in a family of their own; they explain, never decide.
+	Mechanism bool          `json:"mechanism,omitempty"`
+	Rank      int           `json:"rank,omitempty"`
+	Base      stats.Summary `json:"base"`
+	Patched   stats.Summary `json:"patched"`
 	// Change is (patched - base) / |base| of the means, as the table's
 	// %change column; 0 when the base mean is zero (see HasChange), so
 	// that the JSON stays valid.
@@ -74,6 +77,11 @@ type Row struct {
 	P         float64 `json:"p"`
 	AdjustedP float64 `json:"adjusted_p"`
 	Level     float64 `json:"level"`
+	// Paired: the test paired the two kernels' rounds turn by turn.
+	Paired bool `json:"paired,omitempty"`
+	// Detectable is the minimum detectable effect of the row's last look,
+	// a fraction (stats.Judgement.Detectable).
+	Detectable float64 `json:"detectable,omitempty"`
 	// Judged is false when a side has fewer than stats.MinSamples runs.
 	Judged      bool `json:"judged"`
 	Significant bool `json:"significant"`
@@ -179,7 +187,10 @@ type SuiteJudgement struct {
 	// StopFixed), as the results record it.
 	Stop string `json:"stop,omitempty"`
 	// Settled: every primary metric is settled.
-	Settled        bool    `json:"settled"`
+	Settled bool `json:"settled"`
+	// Futile: not settled, and more runs could not settle the primary
+	// metrics (stats.Rule.Futile): the rounds stop for futility.
+	Futile         bool    `json:"futile,omitempty"`
 	Primary        int     `json:"primary"` // primary metrics judged
 	Derived        int     `json:"derived"` // derived counters judged
 	SmallestEffect float64 `json:"smallest_effect"`
@@ -208,6 +219,15 @@ type Comparison struct {
 	Busy []BusyRound `json:"busy,omitempty"`
 	// Repeated counts the rounds run again because the host was busy.
 	Repeated int `json:"repeated,omitempty"`
+	// Calibration is the host's calibration before the rounds
+	// (suites.Result.Calibration), from the base's result.
+	Calibration *suites.Calibration `json:"calibration,omitempty"`
+	// Noisy: a busy round was kept (the repeats ran out), so the host's
+	// load may be in the numbers.
+	Noisy bool `json:"noisy,omitempty"`
+	// Reused counts base rounds taken from an earlier run on the same base
+	// (suites.Result.Reused): those are compared unpaired.
+	Reused int `json:"reused,omitempty"`
 	// AA: both sides are the base kernel (an A/A run). Prose names the
 	// second side "the second base", not "the patched kernel".
 	AA bool `json:"aa,omitempty"`
@@ -241,8 +261,12 @@ func (c *Comparison) SignificantRows() []Row {
 // PrimaryRows returns the rows of the suites' primary metrics.
 func (c *Comparison) PrimaryRows() []Row { return c.rows(func(r Row) bool { return r.Primary }) }
 
-// DerivedRows returns the rows of derived counters.
+// DerivedRows returns the rows of derived counters (mechanism counters
+// among them; MechanismRows returns those alone).
 func (c *Comparison) DerivedRows() []Row { return c.rows(func(r Row) bool { return !r.Primary }) }
+
+// MechanismRows returns the rows of the suites' mechanism counters.
+func (c *Comparison) MechanismRows() []Row { return c.rows(func(r Row) bool { return r.Mechanism }) }
 
 func (c *Comparison) rows(keep func(Row) bool) []Row {
 	var out []Row
@@ -266,6 +290,21 @@ func (c *Comparison) Settled() bool {
 		}
 	}
 	return true
+}
+
+// Futile reports whether the rounds may stop for futility: no suite is
+// left that could still be settled, and at least one is futile.
+func (c *Comparison) Futile() bool {
+	futile := false
+	for _, s := range c.Suites {
+		switch {
+		case s.Futile:
+			futile = true
+		case !s.Settled:
+			return false
+		}
+	}
+	return futile
 }
 
 // Judgement returns how suite was judged.
@@ -310,6 +349,8 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	var order []rowKey
 	rows := map[rowKey]*Row{}
 	values := map[rowKey]*[2][]float64{}
+	turns := map[rowKey]*[2][]int{}
+	reused := [2]int{}
 	plans := map[string]string{}
 	stops := map[string]string{}
 	add := func(side int, results []suites.Result) {
@@ -321,8 +362,14 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 					rows[k] = &Row{Suite: s.Suite, Workload: s.Workload, Params: s.Params,
 						Metric: s.Metric, Unit: s.Unit, HigherIsBetter: s.HigherIsBetter}
 					values[k] = &[2][]float64{}
+					turns[k] = &[2][]int{}
 				}
 				values[k][side] = append(values[k][side], s.Value)
+				turns[k][side] = append(turns[k][side], s.Round)
+			}
+			reused[side] += res.Reused
+			if res.Calibration != nil && c.Calibration == nil {
+				c.Calibration = res.Calibration
 			}
 			c.Missing = append(c.Missing, res.Missing...)
 			if res.Plan != "" {
@@ -337,12 +384,14 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 					c.Repeated++
 				case rd.Busy:
 					c.Busy = append(c.Busy, BusyRound{Suite: res.Suite, Kernel: res.Kernel, Round: rd})
+					c.Noisy = true
 				}
 			}
 		}
 	}
 	add(0, base)
 	add(1, patched)
+	c.Reused = reused[0] + reused[1]
 
 	// Keep suites and workloads together, in the order they were first
 	// measured within each (suites list their cells in a meaningful order).
@@ -400,6 +449,9 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		r.Primary = true
 		if st.verdict != nil {
 			r.Rank, r.Primary = st.verdict.Rank(r.Workload, r.Metric, r.Params)
+			if !r.Primary {
+				r.Rank, r.Mechanism = st.verdict.MechanismRank(r.Workload, r.Metric, r.Params)
+			}
 		}
 		r.Base, r.Patched = stats.Summarize(v[0]), stats.Summarize(v[1])
 		if r.Base.Mean != 0 {
@@ -407,8 +459,11 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		}
 		r.P, r.AdjustedP = 1, 1
 		fk := [2]string{k.suite, "derived"}
-		if r.Primary {
+		switch {
+		case r.Primary:
 			fk[1] = "primary"
+		case r.Mechanism:
+			fk[1] = "mechanism"
 		}
 		f := families[fk]
 		if f == nil {
@@ -417,7 +472,8 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 			famOrder = append(famOrder, fk)
 		}
 		f.idx = append(f.idx, len(c.Rows))
-		f.pairs = append(f.pairs, stats.Pair{Base: v[0], Patched: v[1]})
+		f.pairs = append(f.pairs, stats.Pair{Base: v[0], Patched: v[1],
+			Turns: c.Reused == 0 && sameTurns(turns[k][0], turns[k][1])})
 		c.Rows = append(c.Rows, *r)
 	}
 	for _, fk := range famOrder {
@@ -429,6 +485,7 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 			r := &c.Rows[f.idx[i]]
 			r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
 			r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
+			r.Paired, r.Detectable = j.Estimate.Paired, stats.Detectable(js, i, level)
 			if r.Significant {
 				r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
 				r.Called = r.Guard == ""
@@ -444,6 +501,7 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		}
 		if fk[1] == "primary" {
 			st.j.Settled = stats.Settled(js)
+			st.j.Futile = st.j.Rule.Futile(js, st.j.Runs, st.j.SmallestEffect)
 		}
 	}
 	for _, s := range suiteOrder {
@@ -461,6 +519,23 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 		c.Rows[i].oneCell = len(cells[[2]string{c.Rows[i].Suite, c.Rows[i].Workload}]) == 1
 	}
 	return c, nil
+}
+
+// sameTurns reports whether two sides' samples of a metric came from the
+// same turns, in the same order, each turn once: then the i-th base and
+// patched values were measured side by side and may be paired.
+func sameTurns(a, b []int) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return false
+	}
+	seen := map[int]bool{}
+	for i := range a {
+		if a[i] != b[i] || a[i] <= 0 || seen[a[i]] {
+			return false
+		}
+		seen[a[i]] = true
+	}
+	return true
 }
 
 func countSamples(rs []suites.Result) int {
@@ -491,13 +566,25 @@ func Plan(rule stats.Rule, opt Options) suites.Plan {
 	return suites.Plan{
 		Min: rule.Min, Max: rule.Max, Rule: rule.String(),
 		Settled: func(sides []*suites.Result) bool {
-			if len(sides) != 2 || sides[0] == nil || sides[1] == nil {
-				return false
-			}
-			c, err := Compare([]suites.Result{*sides[0]}, []suites.Result{*sides[1]}, opt)
-			return err == nil && c.Settled()
+			c := planCompare(sides, opt)
+			return c != nil && c.Settled()
+		},
+		Futile: func(sides []*suites.Result) bool {
+			c := planCompare(sides, opt)
+			return c != nil && c.Futile()
 		},
 	}
+}
+
+func planCompare(sides []*suites.Result, opt Options) *Comparison {
+	if len(sides) != 2 || sides[0] == nil || sides[1] == nil {
+		return nil
+	}
+	c, err := Compare([]suites.Result{*sides[0]}, []suites.Result{*sides[1]}, opt)
+	if err != nil {
+		return nil
+	}
+	return c
 }
 
 // Replay judges results measured with a fixed number of rounds as a
@@ -519,7 +606,7 @@ func Replay(base, patched []suites.Result, rule stats.Rule, opt Options) (*Compa
 		if err != nil {
 			return nil, err
 		}
-		if c.Settled() {
+		if c.Settled() || c.Futile() {
 			break
 		}
 	}

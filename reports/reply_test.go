@@ -60,7 +60,7 @@ func TestReplyGolden(t *testing.T) {
 			[]string{"does not boot", "Kernel panic - not syncing"},
 			[]string{"%change"}},
 		{"aa-no-change",
-			[]string{"No change: none of the", "No significant change in the"},
+			[]string{"No change: none of the", "No significant change in", "could have detected"},
 			[]string{"Improvement", "Regression", "The patch improves", "The patch cuts"}},
 		{"readahead-warning",
 			[]string{"-Wunused-function", "readers=16", "lt256K"},

@@ -97,9 +97,15 @@ func WritePrimary(w io.Writer, c *Comparison) error {
 		return nil
 	}
 	byRank(rows)
+	mech := c.MechanismRows()
+	byRank(mech)
 	tw.line("     base   patched  change  95%% interval       metric")
 	group := ""
-	for _, r := range rows {
+	for i, r := range append(rows, mech...) {
+		if i == len(rows) {
+			tw.text("mechanism counters (they explain a change, never decide it):")
+			group = ""
+		}
 		if g := groupName(r); g != group {
 			tw.text(g)
 			group = g

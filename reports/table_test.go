@@ -185,7 +185,8 @@ func TestMissingCountersAreListed(t *testing.T) {
 }
 
 // The primary block: one line per primary metric in the suite's order,
-// with its interval and a word, within 80 columns.
+// with its interval and a word, within 80 columns; the mechanism counters
+// below them, apart.
 func TestWritePrimary(t *testing.T) {
 	ms := []metric{
 		{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.3), runs(170, 0.3)},
@@ -205,7 +206,7 @@ func TestWritePrimary(t *testing.T) {
 	}
 	out := buf.String()
 	checkWidth(t, out)
-	want := []string{"better files_per_s", "better wakeups_per_release", "open   ops_per_s", "same   files_per_s"}
+	want := []string{"better files_per_s", "open   ops_per_s", "same   files_per_s", "mechanism counters", "better wakeups_per_release"}
 	last := -1
 	for _, w := range want {
 		i := strings.Index(out, w)

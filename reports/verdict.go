@@ -23,6 +23,9 @@ const (
 	Mixed       Outcome = "mixed"       // some of each
 	NoChange    Outcome = "no change"   // none changed
 	NotJudged   Outcome = "not judged"  // too few runs to judge any
+	// Unknown is no outcome: a panel patch whose expected outcome no
+	// independent measurement has established (reports.PanelPatch).
+	Unknown Outcome = "unknown"
 )
 
 // Outcome judges the comparison by its primary metrics alone: only changes
@@ -65,20 +68,25 @@ func (c *Comparison) Regressed() bool {
 // phrases turn metric names into words for the verdict sentence. A metric
 // not listed here reads as its name with spaces.
 var phrases = map[string]string{
-	"files_per_s":         "throughput",
-	"mib_per_s":           "throughput",
-	"ops_per_s":           "throughput",
-	"latency_mean":        "mean latency",
-	"latency_p50":         "median latency",
-	"latency_p99":         "99th percentile latency",
-	"latency_max":         "worst-case latency",
-	"elapsed":             "time",
-	"acquisitions_per_s":  "lock acquisitions per second",
-	"sched_wakeup":        "scheduler wake-ups",
-	"context_switches":    "context switches",
-	"ttwu":                "try-to-wake-up calls",
-	"wakeups_per_release": "scheduler wake-ups per cache release",
-	"cache_releases":      "cache releases",
+	"files_per_s":           "throughput",
+	"mib_per_s":             "throughput",
+	"ops_per_s":             "throughput",
+	"latency_mean":          "mean latency",
+	"latency_p50":           "median latency",
+	"latency_p99":           "99th percentile latency",
+	"latency_max":           "worst-case latency",
+	"elapsed":               "time",
+	"acquisitions_per_s":    "lock acquisitions per second",
+	"sched_wakeup":          "scheduler wake-ups",
+	"context_switches":      "context switches",
+	"ttwu":                  "try-to-wake-up calls",
+	"wakeups_per_release":   "scheduler wake-ups per cache release",
+	"cache_releases":        "cache releases",
+	"release_wake_calls":    "release wake calls",
+	"release_wakeups":       "release wake-ups",
+	"cache_puts":            "cache puts",
+	"cache_wakeups":         "cache wake-ups",
+	"cache_wakeups_per_put": "cache wake-ups per put",
 }
 
 // describe names a row for a reader: "read-storm throughput", or for a
@@ -264,14 +272,151 @@ func Verdict(c *Comparison) string {
 		s = "Mixed: the patch " + cite(better, true) + more(better, "improved") + ", but " + cite(worse, false) + more(worse, "regressed") + "."
 	case NoChange:
 		s = fmt.Sprintf("No change: none of the %s changed significantly.", of)
+		if t := mechanismSentence(c, true); t != "" {
+			s = "No change in throughput or latency; " + t + fmt.Sprintf(" None of the %s changed significantly.", of)
+		} else if called := calledDerived(c); called > 0 {
+			s = fmt.Sprintf("No change in throughput or latency; %d of the %d derived counters changed significantly (below). None of the %s changed significantly.",
+				called, judgedDerived(c), of)
+		}
+	}
+	if o != NoChange {
+		if t := mechanismSentence(c, false); t != "" {
+			s += " " + t
+		}
 	}
 	if t := restSentence(c, rest, o == NoChange); t != "" {
 		s += " " + t
 	}
-	if t := derivedSentence(c); t != "" {
+	if t := detectableSentence(c, rest, o == NoChange); t != "" {
+		s += " " + t
+	}
+	if t := derivedSentence(c); t != "" && !(o == NoChange && strings.HasPrefix(s, "No change in throughput or latency; ") && mechanismSentence(c, true) == "") {
 		s += " " + t
 	}
 	return s
+}
+
+// mechanismSentence cites the mechanism counters (suites.Verdict.Mechanism)
+// that changed, with their intervals, and says when a ratio's denominator
+// changed too (ratioNote). lead: the sentence follows "No change in
+// throughput or latency; " and starts in lower case. "" when none changed.
+func mechanismSentence(c *Comparison, lead bool) string {
+	var rows []Row
+	for _, r := range c.Rows {
+		if r.Mechanism && r.Called {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	byRank(rows)
+	var cs []string
+	for i, r := range rows[:min(maxClaims, len(rows))] {
+		cs = append(cs, claim(r, i == 0))
+	}
+	s := "the patch " + joinAnd(cs)
+	if n := len(rows) - maxClaims; n > 0 {
+		s += fmt.Sprintf("; %d more mechanism counters changed (below)", n)
+	}
+	if !lead {
+		s = "Behind it: " + s
+	}
+	s += "."
+	for _, r := range rows[:min(maxClaims, len(rows))] {
+		if t := ratioNote(c, r); t != "" {
+			s += " " + t
+		}
+	}
+	return s
+}
+
+// ratioNote says, for a ratio row (suites.Verdict.Ratios) whose
+// denominator changed significantly itself, that the ratio moved partly
+// because its denominator did, and shows both totals: "Wake-ups per
+// release is release wake-ups over release wake calls, and the calls
+// changed too: release wake-ups 18730 to 679, release wake calls 936 to
+// 1290 (+37.8%)." "" otherwise.
+func ratioNote(c *Comparison, r Row) string {
+	def, err := suites.Lookup(r.Suite)
+	if err != nil {
+		return ""
+	}
+	ratio, ok := def.Verdict.RatioOf(r.Metric)
+	if !ok {
+		return ""
+	}
+	var num, den *Row
+	for i := range c.Rows {
+		o := &c.Rows[i]
+		if o.Suite != r.Suite || o.Workload != r.Workload || o.Cell() != r.Cell() {
+			continue
+		}
+		switch o.Metric {
+		case ratio.Numerator:
+			num = o
+		case ratio.Denominator:
+			den = o
+		}
+	}
+	if num == nil || den == nil || !den.Significant || !den.Interval.Defined {
+		return ""
+	}
+	total := func(x *Row) string {
+		b, p := centres(*x)
+		return fmt.Sprintf("%s %s to %s", phraseOf(x.Metric), short3(b), short3(p))
+	}
+	return fmt.Sprintf("%s is %s over %s, and the denominator changed significantly too: %s, %s (%s).",
+		capitalize(r.Workload+" "+phraseOf(r.Metric)), phraseOf(ratio.Numerator), phraseOf(ratio.Denominator),
+		total(num), total(den), signedPct(den.Interval.Ratio-1))
+}
+
+func phraseOf(metric string) string {
+	if p, ok := phrases[metric]; ok {
+		return p
+	}
+	return strings.ReplaceAll(metric, "_", " ")
+}
+
+// detectableSentence says how small a change of the primary metrics that
+// did not change this run could have seen: each one's minimum detectable
+// effect (stats.Judgement.Detectable) at the last look, so that "no
+// change" is a statement of reach. all: every primary metric (a no-change
+// verdict); otherwise only those not settled. "" when there are none.
+func detectableSentence(c *Comparison, rest []Row, all bool) string {
+	var parts []string
+	byRank(rest)
+	for _, r := range rest {
+		if r.Called || r.Detectable <= 0 || !all && r.Settled() {
+			continue
+		}
+		parts = append(parts, describe(r)+" "+pct(r.Detectable))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("The smallest changes this run could have detected (%g%% power): %s.",
+		100*stats.DetectablePower, strings.Join(parts, ", "))
+}
+
+func calledDerived(c *Comparison) int {
+	n := 0
+	for _, r := range c.DerivedRows() {
+		if r.Judged && r.Called && !r.Mechanism {
+			n++
+		}
+	}
+	return n
+}
+
+func judgedDerived(c *Comparison) int {
+	n := 0
+	for _, r := range c.DerivedRows() {
+		if r.Judged && !r.Mechanism {
+			n++
+		}
+	}
+	return n
 }
 
 // restSentence says what the primary metrics not cited did: within the
@@ -326,6 +471,8 @@ func restSentence(c *Comparison, rest []Row, none bool) string {
 		switch {
 		case none && p.n == 1:
 			return "It is " + p.what + "."
+		case none && p.n == 2:
+			return "Both are " + p.what + "."
 		case none:
 			return fmt.Sprintf("All %d are %s.", p.n, p.what)
 		case p.n == 1:
@@ -362,7 +509,7 @@ func runsOf(c *Comparison) string {
 func derivedSentence(c *Comparison) string {
 	judged, called := 0, 0
 	for _, r := range c.DerivedRows() {
-		if r.Judged {
+		if r.Judged && !r.Mechanism {
 			judged++
 			if r.Called {
 				called++
@@ -457,6 +604,15 @@ func Tags(c *Comparison, from, report string) []string {
 // (which a mean hides), and primary changes the guards did not call.
 func Notes(c *Comparison) []string {
 	var out []string
+	if k := c.Calibration; k != nil {
+		out = append(out, fmt.Sprintf("The host's calibration before the rounds (%s) took %.2f s, the best of %d.", k.What, k.Seconds, k.Repeats))
+	}
+	if c.Noisy {
+		out = append(out, "The run is marked noisy: the host was busy around some rounds after their repeats ran out (below).")
+	}
+	if c.Reused > 0 {
+		out = append(out, fmt.Sprintf("%s of the base kernel came from earlier runs on the same base, config and host, checked against fresh control rounds for drift; the sides are compared unpaired.", plural(c.Reused, "round")))
+	}
 	switch {
 	case c.Repeated == 1:
 		out = append(out, "1 round was repeated because the host was busy around it.")
@@ -538,7 +694,10 @@ func RunsLine(c *Comparison) string {
 		line := fmt.Sprintf("%d per kernel, interleaved", s.Runs)
 		if s.Rule.Sequential() {
 			why := "the primary metrics were settled"
-			if s.Stop == suites.StopMax || !s.Settled {
+			switch {
+			case s.Stop == suites.StopFutile || s.Stop == "" && s.Futile:
+				why = "stopped for futility: more runs could not have settled the primary metrics"
+			case s.Stop == suites.StopMax || !s.Settled:
 				why = "the maximum was reached before the primary metrics were settled"
 			}
 			line += fmt.Sprintf("; %s (the rule runs %d to %d)", why, s.Rule.Min, s.Rule.Max)

@@ -105,6 +105,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		pl := reports.Plan(stats.DefaultRule, opts)
 		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
 		pl.QuietWait = time.Minute
+		pl.Repeats, pl.Calibrate = suites.BusyRepeats, suites.Calibrate
 		plan = &pl
 	}
 	// choose, build base, apply and build (one build a patch when there

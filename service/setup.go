@@ -70,6 +70,16 @@ func newPipeline(cfg Config, progress io.Writer) *Pipeline {
 	return p
 }
 
+// UseStore gives the pipeline what it keeps across runs in the store: the
+// earlier versions' runs (History) and the base kernels' rounds that the
+// tester reuses for the next series on the same base (invm.Bases).
+func (p *Pipeline) UseStore(st *store.Store) {
+	p.History = st
+	if t, ok := p.Tester.(*invm.Tester); ok {
+		t.Bases = st
+	}
+}
+
 // OpenStore opens the state database: the config's PostgreSQL server when
 // it names one (with the password from its file), else state.db in the
 // state directory. It creates the state directory 0700 either way: the
@@ -187,7 +197,7 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 		if p, err = NewPipeline(cfg, nil); err != nil {
 			return fail(err)
 		}
-		p.History = st
+		p.UseStore(st)
 	}
 	srcs, err := OpenSources(cfg, log)
 	if err != nil {

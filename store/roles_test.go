@@ -148,6 +148,16 @@ func TestWorkerRoleDoesOnlyAWorkersJob(t *testing.T) {
 	if r, err := admin.JobReply(ctx, j1.ID); err != nil || r == nil || r.MessageID != "r@x" {
 		t.Errorf("the coordinator reads w1's reply as %+v, %v", r, err)
 	}
+	// A worker keeps its base kernels' rounds for the next series on its
+	// host, and replaces them (suites/invm's reuse).
+	for _, r := range []string{`{"a":1}`, `{"a":2}`} {
+		if err := w1.PutBaseRounds(ctx, "w1-host/base", []byte(r), time.Now()); err != nil {
+			t.Fatalf("w1 keeping base rounds: %v", err)
+		}
+	}
+	if got, _, ok, err := w1.BaseRounds(ctx, "w1-host/base"); err != nil || !ok || string(got) != `{"a":2}` {
+		t.Errorf("w1 reads its base rounds as %q, %v, %v", got, ok, err)
+	}
 	// A worker never migrates: its open checks the version only.
 	if _, err := w1.DB().ExecContext(ctx, `INSERT INTO schema_version (version) VALUES (99)`); !denied(err) {
 		t.Errorf("w1 wrote the schema's version: %v", err)

@@ -184,7 +184,20 @@ var migrations = []step{
 	// the schema and applies this; patchbot_worker is made here when that
 	// role may make roles, else a superuser makes it first.
 	{sql: replyStep, postgres: translate(replyStep) + workerRoleStep},
+	// 9: base kernels' rounds, kept so that the next series on the same
+	// base, config, suite, profile, VM shape and host reuses them
+	// (suites/invm's Reuse): one suites.Result as JSON per key. A fleet's
+	// workers read and write them (each worker's key holds its host).
+	{sql: baseRoundsStep, postgres: translate(baseRoundsStep) + `
+	GRANT SELECT, INSERT, UPDATE ON base_rounds TO patchbot_worker;`},
 }
+
+const baseRoundsStep = `
+	CREATE TABLE base_rounds (
+		key    TEXT PRIMARY KEY,
+		result BLOB NOT NULL,
+		saved  TEXT NOT NULL
+	);`
 
 const replyStep = `
 	CREATE TABLE job_replies (

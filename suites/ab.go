@@ -1,11 +1,15 @@
 package suites
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -46,6 +50,9 @@ type Plan struct {
 	// Settled is asked after every round from the Min-th on, with one
 	// Result per side so far (in the order of the sides); true stops.
 	Settled func(sides []*Result) bool
+	// Futile is asked when Settled says no: true stops the rounds for
+	// futility (StopFutile), more could not settle them.
+	Futile func(sides []*Result) bool
 	// Rule names the rule behind Settled. It is recorded in every Result
 	// (Result.Plan), so that judging the results again applies it.
 	Rule string
@@ -56,9 +63,17 @@ type Plan struct {
 	// count (nil: DefaultBusy). A round is busy when the reading before or
 	// after it is. A busy round is run again, up to Repeats times in all
 	// (0: Max, negative: never); one beyond that is kept and flagged
-	// (Round.Busy).
+	// (Round.Busy), and the results are marked noisy (Result.Noisy).
 	Busy    func(HostLoad) bool
 	Repeats int
+	// Calibrate, when set, times the host before the first round; its
+	// reading is recorded in every Result (Result.Calibration).
+	Calibrate func() (Calibration, error)
+	// First is the number of the first round (0: 1), for rounds that go
+	// on from earlier ones of the same run, whose guests are prepared
+	// already (no prepare-suite again); Min and Max are round numbers as
+	// well.
+	First int
 	// QuietWait is how long to wait, before a round, for a busy host to
 	// become quiet (reading it every quietPoll) before running the round
 	// anyway; 0 does not wait.
@@ -86,6 +101,7 @@ const (
 	StopFixed   = "fixed"   // a fixed number of rounds
 	StopSettled = "settled" // the plan's rule was satisfied
 	StopMax     = "max"     // the rule was not satisfied by the maximum
+	StopFutile  = "futile"  // more rounds could not satisfy the rule
 )
 
 // HostLoad is one reading of the load of the host that drives the rounds.
@@ -194,13 +210,26 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 		}
 		return l, nil
 	}
-	prepared, err := prepare(ctx, cfg, sides)
-	if err != nil {
-		return nil, err
+	var calib *Calibration
+	if plan.Calibrate != nil {
+		k, err := plan.Calibrate()
+		if err != nil {
+			fmt.Fprintf(progress, "calibrating the host: %v\n", err)
+		} else {
+			calib = &k
+			fmt.Fprintf(progress, "host calibration: %s in %.2fs (best of %d)\n", k.What, k.Seconds, k.Repeats)
+		}
 	}
-	fmt.Fprintf(progress, "%s prepared %s in %s\n",
-		cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
-	n := 0
+	prepared := make([]Prepared, len(sides))
+	if plan.First <= 1 {
+		var err error
+		if prepared, err = prepare(ctx, cfg, sides); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(progress, "%s prepared %s in %s\n",
+			cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
+	}
+	n := max(plan.First, 1) - 1
 	for n < plan.Max {
 		n++
 		for i, s := range sides {
@@ -241,6 +270,10 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 			stop = StopSettled
 			break
 		}
+		if stop != StopFixed && n >= plan.Min && n < plan.Max && plan.Futile != nil && plan.Futile(out) {
+			stop = StopFutile
+			break
+		}
 	}
 	for i, r := range out {
 		for k, v := range prepared[i].Phases {
@@ -253,6 +286,12 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 		r.Plan = plan.Rule
 		r.Stop = stop
 		r.Rounds = records[i]
+		r.Calibration = calib
+		for _, rd := range records {
+			for _, x := range rd {
+				r.Noisy = r.Noisy || x.Busy && !x.Repeated
+			}
+		}
 	}
 	return out, nil
 }
@@ -363,6 +402,55 @@ func Merge(rounds []*Result) *Result {
 		acc = merge(acc, r)
 	}
 	return acc
+}
+
+// BusyRepeats is how many busy rounds the pipeline runs again in a run:
+// twice at most, then a busy round is kept, flagged and the run marked
+// noisy, so that a busy host costs at most two rounds' time more.
+const BusyRepeats = 2
+
+// CalibrationRepeats is how often Calibrate runs its workload; the best
+// time counts (the one least disturbed by whatever else ran).
+const CalibrationRepeats = 3
+
+// calibrationBytes is the size of the stream Calibrate decompresses.
+const calibrationBytes = 8 << 20
+
+// Calibrate times a short fixed workload on this host, the kind of work a
+// round's guest does most (decompressing gzip): CalibrationRepeats times
+// inflating the same 8 MiB of words from a fixed seed, best time. It takes
+// a fraction of a second, and says how fast the host runs now: a run's
+// time as a multiple of it can be compared between hosts and hours.
+func Calibrate() (Calibration, error) {
+	var raw bytes.Buffer
+	rng := rand.New(rand.NewPCG(1, 2))
+	words := []string{"squashfs", "cache", "entry", "block", "wake", "queue", "fragment", "metadata", "read", "page"}
+	for raw.Len() < calibrationBytes {
+		raw.WriteString(words[rng.IntN(len(words))])
+		raw.WriteByte(' ')
+	}
+	var z bytes.Buffer
+	w, _ := gzip.NewWriterLevel(&z, gzip.DefaultCompression)
+	if _, err := w.Write(raw.Bytes()); err != nil {
+		return Calibration{}, err
+	}
+	if err := w.Close(); err != nil {
+		return Calibration{}, err
+	}
+	best := math.Inf(1)
+	for i := 0; i < CalibrationRepeats; i++ {
+		start := time.Now()
+		r, err := gzip.NewReader(bytes.NewReader(z.Bytes()))
+		if err != nil {
+			return Calibration{}, err
+		}
+		n, err := io.Copy(io.Discard, r)
+		if err != nil || n != int64(raw.Len()) {
+			return Calibration{}, fmt.Errorf("calibration: inflated %d bytes of %d: %v", n, raw.Len(), err)
+		}
+		best = math.Min(best, time.Since(start).Seconds())
+	}
+	return Calibration{What: "gunzip of 8 MiB on the host", Seconds: best, Repeats: CalibrationRepeats}, nil
 }
 
 // ReadHostLoad returns a Plan.Host for this machine: /proc/loadavg, and the

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -247,5 +248,40 @@ func TestParseHostLoad(t *testing.T) {
 	}
 	if l, err := ReadHostLoad(10 * time.Millisecond)(); err != nil || l.Busy < 0 || l.Busy > 1 || l.Time.IsZero() {
 		t.Errorf("this host's load: %+v, %v", l, err)
+	}
+}
+
+// The pipeline's bound: at most BusyRepeats rounds are run again; a busy
+// round after that is kept, flagged, and the results are marked noisy.
+// The host's calibration, taken before the first round, is in every
+// result.
+func TestRunABBoundsRepeatsAndCalibrates(t *testing.T) {
+	cfg, sides, log := abFixture(t)
+	busy := func() (HostLoad, error) { return HostLoad{Busy: 0.9}, nil } // always busy
+	calls := 0
+	calibrate := func() (Calibration, error) {
+		calls++
+		return Calibration{What: "test", Seconds: 0.05, Repeats: 3}, nil
+	}
+	res, err := RunAB(context.Background(), cfg, sides,
+		Plan{Min: 2, Max: 2, Host: busy, Repeats: BusyRepeats, Calibrate: calibrate}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 4 rounds kept and BusyRepeats more run: 6 in all.
+	if len(*log) != 4+BusyRepeats {
+		t.Errorf("%d rounds run, want %d: %v", len(*log), 4+BusyRepeats, *log)
+	}
+	for _, r := range res {
+		if !r.Noisy || r.Calibration == nil || r.Calibration.Seconds != 0.05 {
+			t.Errorf("%s: noisy %v, calibration %+v", r.Kernel, r.Noisy, r.Calibration)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("calibrated %d times, want once", calls)
+	}
+	k, err := Calibrate()
+	if err != nil || k.Seconds <= 0 || k.Repeats != CalibrationRepeats {
+		t.Errorf("Calibrate() = %+v, %v", k, err)
 	}
 }

@@ -59,4 +59,23 @@ type Result struct {
 	// Phases is the time in seconds each phase of the rounds took, summed
 	// over the rounds (PhaseStage, PhaseWorkload, ...).
 	Phases map[string]float64 `json:"phases,omitempty"`
+	// Calibration is the host's speed, measured before the first round
+	// (Plan.Calibrate).
+	Calibration *Calibration `json:"calibration,omitempty"`
+	// Noisy: a round kept although the host was busy around it (its
+	// repeats ran out).
+	Noisy bool `json:"noisy,omitempty"`
+	// Reused counts the rounds of this result taken from an earlier run on
+	// the same base, kernel, config, profile and host (invm's base
+	// rounds); they were not interleaved with the other side's.
+	Reused int `json:"reused,omitempty"`
+}
+
+// Calibration is a short fixed workload timed on the host before the
+// rounds: how fast this host runs a round now, so that a run's time can be
+// read as a multiple of it and hosts compared.
+type Calibration struct {
+	What    string  `json:"what"`    // the workload, in words
+	Seconds float64 `json:"seconds"` // the best of its repetitions
+	Repeats int     `json:"repeats"`
 }

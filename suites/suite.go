@@ -76,12 +76,22 @@ type ModelCheck struct {
 }
 
 // Verdict is how a suite's results are judged. The primary metrics are the
-// few the suite exists for (the throughput and latency of each workload,
-// and the seed's own metric where it has one): they are judged together as
-// one family, and the verdict's first sentence speaks of them alone. Every
-// other metric is a derived counter, judged as a second family.
+// few the suite exists for, what users feel (the throughput and latency of
+// each workload): they are judged together as one family, they alone
+// decide the outcome and when the rounds stop, and the verdict's first
+// sentence speaks of them. The mechanism counters (the seed's own metric,
+// wake-ups per cache release) explain a change in them: a family of their
+// own, cited after the outcome, never deciding it. Every other metric is a
+// derived counter, judged as a third family.
 type Verdict struct {
 	Primary []MetricRef `yaml:"primary"`
+	// Mechanism are the counters the verdict cites to explain the primary
+	// metrics, in the order it cites them.
+	Mechanism []MetricRef `yaml:"mechanism"`
+	// Ratios name the numerator and denominator of each metric that is a
+	// ratio of two others the workload also reports, so that a reply can
+	// say when the denominator moved too and show both totals.
+	Ratios []Ratio `yaml:"ratios"`
 	// SmallestEffect is the smallest change worth knowing, as a fraction
 	// (0.1: 10%): runs go on until a primary metric is significant or its
 	// interval excludes a change this large.
@@ -100,6 +110,28 @@ type MetricRef struct {
 	Params   map[string]string `yaml:"params"`
 }
 
+// Ratio says that Metric is Numerator / Denominator, per workload cell.
+type Ratio struct {
+	Metric      string `yaml:"metric"`
+	Numerator   string `yaml:"numerator"`
+	Denominator string `yaml:"denominator"`
+}
+
+// RatioOf returns the ratio definition of metric, if it is one.
+func (v *Verdict) RatioOf(metric string) (Ratio, bool) {
+	for _, r := range v.Ratios {
+		if r.Metric == metric {
+			return r, true
+		}
+	}
+	return Ratio{}, false
+}
+
+// MechanismRank is the place of a mechanism counter in the suite's list.
+func (v *Verdict) MechanismRank(workload, metric string, params map[string]string) (int, bool) {
+	return rankIn(v.Mechanism, workload, metric, params)
+}
+
 // IsPrimary reports whether a sample of workload, metric and params is one
 // of the suite's primary metrics.
 func (v *Verdict) IsPrimary(workload, metric string, params map[string]string) bool {
@@ -110,7 +142,11 @@ func (v *Verdict) IsPrimary(workload, metric string, params map[string]string) b
 // Rank is the place of a primary metric in the suite's list, which names
 // them in the order a reader cares about (the verdict cites them so).
 func (v *Verdict) Rank(workload, metric string, params map[string]string) (int, bool) {
-	for i, p := range v.Primary {
+	return rankIn(v.Primary, workload, metric, params)
+}
+
+func rankIn(refs []MetricRef, workload, metric string, params map[string]string) (int, bool) {
+	for i, p := range refs {
 		if p.Workload != workload || p.Metric != metric {
 			continue
 		}
@@ -131,13 +167,25 @@ func (v *Verdict) validate(suite string, workloads []string) error {
 	if len(v.Primary) == 0 {
 		return fmt.Errorf("suite %q: verdict: no primary metrics", suite)
 	}
-	for _, p := range v.Primary {
-		if !contains(workloads, p.Workload) {
-			return fmt.Errorf("suite %q: verdict: primary metric %q of workload %q, which the suite does not run", suite, p.Metric, p.Workload)
+	for kind, refs := range map[string][]MetricRef{"primary": v.Primary, "mechanism": v.Mechanism} {
+		for _, p := range refs {
+			if !contains(workloads, p.Workload) {
+				return fmt.Errorf("suite %q: verdict: %s metric %q of workload %q, which the suite does not run", suite, kind, p.Metric, p.Workload)
+			}
+			if !contains(metricsOf(suite, p.Workload), p.Metric) {
+				return fmt.Errorf("suite %q: verdict: workload %q measures no metric %q (it measures %s)",
+					suite, p.Workload, p.Metric, strings.Join(metricsOf(suite, p.Workload), ", "))
+			}
 		}
-		if !contains(metricsOf(suite, p.Workload), p.Metric) {
-			return fmt.Errorf("suite %q: verdict: workload %q measures no metric %q (it measures %s)",
-				suite, p.Workload, p.Metric, strings.Join(metricsOf(suite, p.Workload), ", "))
+	}
+	for _, p := range v.Mechanism {
+		if _, ok := v.Rank(p.Workload, p.Metric, p.Params); ok {
+			return fmt.Errorf("suite %q: verdict: %s of %s is both primary and a mechanism counter", suite, p.Metric, p.Workload)
+		}
+	}
+	for _, r := range v.Ratios {
+		if r.Metric == "" || r.Numerator == "" || r.Denominator == "" {
+			return fmt.Errorf("suite %q: verdict: ratio %+v: want metric, numerator and denominator", suite, r)
 		}
 	}
 	if !(v.SmallestEffect > 0 && v.SmallestEffect < 10) {

@@ -24,7 +24,7 @@ run's files gives the reply's answer.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			asJSON := fs.Bool("json", false, "print the comparison as JSON (schema 1)")
 			alpha := fs.Float64("alpha", 0.05, "family-wise significance level, in (0, 0.5]")
-			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), welch or mann-whitney")
+			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), paired-log, welch or mann-whitney")
 			return func(ctx context.Context, args []string) error {
 				if len(args) != 2 {
 					return usagef("want two result files, BASE.json and PATCHED.json; got %d arguments", len(args))

@@ -142,7 +142,7 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	if err != nil {
 		return err
 	}
-	p.History = st
+	p.UseStore(st)
 	if t, ok := p.Tester.(*invm.Tester); ok {
 		t.Log = terminalLog(stderr)
 	}

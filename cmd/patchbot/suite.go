@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
@@ -148,7 +149,12 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	if vs != "" {
 		ks = append(ks, invm.Kernel{Side: blame.Patched, BzImage: vs})
 	}
-	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Runs: runs, VM: vm, Progress: stderr,
+	// A fixed number of rounds, each with the host's load read around it
+	// and a busy one flagged rather than repeated: what a person reads
+	// from the JSON is every round that ran.
+	plan := suites.FixedPlan(runs)
+	plan.Host, plan.Repeats, plan.Calibrate = suites.ReadHostLoad(250*time.Millisecond), -1, suites.Calibrate
+	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Plan: &plan, VM: vm, Progress: stderr,
 		Log: terminalLog(stderr)})
 }
 

@@ -52,6 +52,16 @@ func Missing(t testing.TB, format string, args ...any) {
 	t.Skip(msg)
 }
 
+// Sized returns full, or fast in the fast tier (-short): for a test that
+// runs in both tiers and only does less in the fast one (fewer simulated
+// sequences, the same checks with a wider error).
+func Sized(full, fast int) int {
+	if testing.Short() {
+		return fast
+	}
+	return full
+}
+
 // Long skips t in the fast tier (-short): the test takes more than a few
 // seconds, or starts many processes.
 func Long(t testing.TB) {

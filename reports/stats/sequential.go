@@ -34,6 +34,14 @@ type Rule struct {
 	// Levels is the level of each look before the last: Levels[0] at Min
 	// runs a side, Levels[Max-Min-1] at Max-1.
 	Levels []float64 `json:"levels,omitempty"`
+	// Futility stops the runs early when more could not settle the family:
+	// at a look from FutileFrom runs a side on, when some metric not yet
+	// settled has less than this chance of being settled at Max (Estimate.
+	// SettleChance under the current trend, at the last look's level) and
+	// none not yet settled has even odds. 0: never. Stopping early can only
+	// remove chances to reject, so it keeps the false-positive rate.
+	Futility   float64 `json:"futility,omitempty"`
+	FutileFrom int     `json:"futile_from,omitempty"`
 }
 
 // DefaultRule is the pipeline's: at least 3 runs a side, at most 10, alpha
@@ -45,7 +53,47 @@ type Rule struct {
 // level a rule could afford is reached. What the raised looks spend comes
 // off the last look, 0.035 instead of Haybittle-Peto's 0.043.
 var DefaultRule = Rule{Min: MinSamples, Max: 10, Alpha: 0.05,
-	Levels: []float64{0.001, 0.005, 0.005, 0.001, 0.001, 0.001, 0.001}}
+	Levels:   []float64{0.001, 0.005, 0.005, 0.001, 0.001, 0.001, 0.001},
+	Futility: 0.1, FutileFrom: 4}
+
+// Promising is the chance to settle at Max from which a metric keeps the
+// runs going even when another in its family cannot be settled.
+const Promising = 0.5
+
+// Futile reports whether the rounds should stop for futility after n runs
+// a side, with the family's judgements js: the family is not settled, some
+// metric not settled has less than Futility chance of being settled by Max
+// (neither significant nor within ±smallest: so the family never can be),
+// and no metric not settled has Promising odds of becoming significant
+// (more runs could change the outcome). Both chances are under the current
+// trend (Estimate.SettleChance) at the level a lone change must reach at
+// the last look, Holm's first step (the last look's level over the
+// family's size). smallest is the smallest effect of interest.
+func (r Rule) Futile(js []Judgement, n int, smallest float64) bool {
+	if !r.Sequential() || r.Futility <= 0 || n < max(r.FutileFrom, r.Min) || n >= r.Max || Settled(js) {
+		return false
+	}
+	judged := 0
+	for _, j := range js {
+		if j.Judged {
+			judged++
+		}
+	}
+	level := r.Final() / float64(max(judged, 1))
+	hopeless := false
+	for _, j := range js {
+		if !j.Judged || j.Settled() {
+			continue
+		}
+		if j.Estimate.SettleChance(r.Max, level, 0) >= Promising {
+			return false
+		}
+		if j.Estimate.SettleChance(r.Max, level, smallest) < r.Futility {
+			hopeless = true
+		}
+	}
+	return hopeless
+}
 
 // Fixed is the rule of a run whose number of rounds was set in advance.
 func Fixed(alpha float64) Rule { return Rule{Alpha: alpha} }
@@ -77,6 +125,9 @@ func (r Rule) Validate() error {
 		if !(l > 0) {
 			return errors.New("sequential rule: interim levels must be positive")
 		}
+	}
+	if r.Futility < 0 || r.Futility >= Promising {
+		return fmt.Errorf("sequential rule: futility %v: want at least 0 and below %v", r.Futility, Promising)
 	}
 	// Leave the last look at least half of alpha, or the rule loses
 	// the power a fixed design has.
@@ -126,7 +177,11 @@ func (r Rule) String() string {
 	for i, l := range r.Levels {
 		levels[i] = ftoa(l)
 	}
-	return fmt.Sprintf("min=%d max=%d alpha=%s levels=%s", r.Min, r.Max, ftoa(r.Alpha), strings.Join(levels, ","))
+	s := fmt.Sprintf("min=%d max=%d alpha=%s levels=%s", r.Min, r.Max, ftoa(r.Alpha), strings.Join(levels, ","))
+	if r.Futility > 0 {
+		s += fmt.Sprintf(" futility=%s from=%d", ftoa(r.Futility), r.FutileFrom)
+	}
+	return s
 }
 
 // ParseRule reads what String writes, and the "interim=L" of rules
@@ -153,6 +208,10 @@ func ParseRule(s string) (Rule, error) {
 			r.Alpha, err = strconv.ParseFloat(v, 64)
 		case "interim":
 			interim, err = strconv.ParseFloat(v, 64)
+		case "futility":
+			r.Futility, err = strconv.ParseFloat(v, 64)
+		case "from":
+			r.FutileFrom, err = strconv.Atoi(v)
 		case "levels":
 			for _, l := range strings.Split(v, ",") {
 				var x float64
@@ -187,8 +246,13 @@ func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // roundLevel drops the float noise of a subtraction (0.05 - 7*0.001).
 func roundLevel(v float64) float64 { return math.Round(v*1e9) / 1e9 }
 
-// Pair is one metric of a family: each kernel's runs.
-type Pair struct{ Base, Patched []float64 }
+// Pair is one metric of a family: each kernel's runs. Turns says that
+// Base[i] and Patched[i] were measured in the same turn of interleaved
+// rounds, so that a paired test may pair them.
+type Pair struct {
+	Base, Patched []float64
+	Turns         bool
+}
 
 // Judgement is one metric judged at one look.
 type Judgement struct {
@@ -197,11 +261,32 @@ type Judgement struct {
 	P         float64 // the test's p-value
 	AdjustedP float64 // after Holm-Bonferroni within the family
 	Interval  Interval
+	// Estimate is the change on the test's scale (for MannWhitney,
+	// LogWelch's), from which the interval, the minimum detectable effect
+	// and the chance to settle come.
+	Estimate Estimate
 	// Significant: AdjustedP below the look's level.
 	Significant bool
 	// Within: the interval excludes every change larger than the smallest
 	// effect of interest.
 	Within bool
+}
+
+// Detectable is the minimum detectable effect of a family's metric at a
+// look judged at level: the smallest change, as a fraction, that its
+// spread would show with DetectablePower when it alone changed among the
+// family's judged metrics (level over their number, Holm's first step).
+func Detectable(js []Judgement, i int, level float64) float64 {
+	judged := 0
+	for _, j := range js {
+		if j.Judged {
+			judged++
+		}
+	}
+	if !js[i].Judged || judged == 0 {
+		return 0
+	}
+	return js[i].Estimate.Detectable(level / float64(judged))
 }
 
 // Settled reports whether more runs are not needed for this metric: it
@@ -223,8 +308,13 @@ func JudgeFamily(t Test, level, smallest float64, family []Pair) []Judgement {
 			continue
 		}
 		j.Judged = true
-		j.P = t.PValue(m.Base, m.Patched)
-		j.Interval = t.Interval(m.Base, m.Patched, Confidence)
+		j.Estimate = t.Estimate(m)
+		if t == MannWhitney {
+			j.P = t.PValue(m.Base, m.Patched)
+		} else {
+			j.P = j.Estimate.PValue()
+		}
+		j.Interval = j.Estimate.Interval(Confidence)
 		j.Within = j.Interval.Within(smallest)
 		idx = append(idx, i)
 		ps = append(ps, j.P)

@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 func TestRuleLevels(t *testing.T) {
@@ -161,7 +163,7 @@ func (s sim) runFamily(rng *rand.Rand) ([]Judgement, []Pair, int) {
 			continue
 		}
 		js := JudgeFamily(LogWelch, s.level(n), s.smallest, fam)
-		if n >= s.rule.Max || Settled(js) || s.greedy && anySignificant(js) {
+		if n >= s.rule.Max || Settled(js) || s.greedy && anySignificant(js) || !s.greedy && s.rule.Futile(js, n, s.smallest) {
 			return js, fam, n
 		}
 	}
@@ -328,8 +330,10 @@ func TestRaisedLooks(t *testing.T) {
 		}
 		return o
 	}
-	newSeed, oldSeed := measure(DefaultRule, seedEffect, true), measure(hp, seedEffect, true)
-	newSmall, oldSmall := measure(DefaultRule, small, false), measure(hp, small, false)
+	raised := DefaultRule
+	raised.Futility = 0 // the looks alone; TestFutility weighs stopping early
+	newSeed, oldSeed := measure(raised, seedEffect, true), measure(hp, seedEffect, true)
+	newSmall, oldSmall := measure(raised, small, false), measure(hp, small, false)
 	t.Logf("the seed's effects: all 8 found in %.1f%% (Haybittle-Peto %.1f%%), %.2f runs a side on average (%.2f), stopped by the 4th look in %.1f%% (%.1f%%)",
 		100*newSeed.found, 100*oldSeed.found, newSeed.meanRuns, oldSeed.meanRuns, 100*newSeed.byFour, 100*oldSeed.byFour)
 	t.Logf("read-storm throughput -12%%, the rest unchanged: found in %.1f%% (Haybittle-Peto %.1f%%), %.2f runs a side (%.2f)",
@@ -339,6 +343,63 @@ func TestRaisedLooks(t *testing.T) {
 	}
 	if newSmall.found < oldSmall.found-0.05 {
 		t.Errorf("the raised looks cost too much power at the last look: %.3f against %.3f", newSmall.found, oldSmall.found)
+	}
+}
+
+// What stopping for futility buys and costs (the default rule against the
+// same rule without it), with the spread of the quiet host's six primary
+// metrics (quietSpread without the two wake-up ratios, now mechanism
+// counters) and with TCG noise: A/A sequences stop after about half the
+// runs, a 20% change of one metric is still found nearly always on the
+// quiet host, and a change of 12%, just past the smallest effect of
+// interest, is found less often: the price of stopping no-change runs
+// early, which the reply states as its minimum detectable effect.
+func TestFutility(t *testing.T) {
+	sequences := testenv.Sized(1000, 300) // the fast tier: the same checks, wider error
+	var quiet []noise
+	for _, s := range append(append([]float64{}, quietSpread[:1]...), quietSpread[2:5]...) {
+		quiet = append(quiet, noiseOfSpread(s))
+	}
+	quiet = append(quiet, noiseOfSpread(quietSpread[6]), noiseOfSpread(quietSpread[7]))
+	tcg := []noise{{cv: 0.15}, {cv: 0.20}, {cv: 0.20}, {cv: 0.30}, {cv: 0.2}, {cv: 0.35}}
+	without := DefaultRule
+	without.Futility = 0
+	type outcome struct{ aaRuns, found12, found20 float64 }
+	measure := func(rule Rule, nz []noise) outcome {
+		rng := rand.New(rand.NewPCG(15, 5))
+		var o outcome
+		aa := sim{rule: rule, level: rule.Level, smallest: 0.1, noise: nz}
+		for i := 0; i < sequences; i++ {
+			_, n := aa.run(rng)
+			o.aaRuns += float64(n) / float64(sequences)
+		}
+		for _, e := range []struct {
+			ratio float64
+			found *float64
+		}{{0.88, &o.found12}, {0.8, &o.found20}} {
+			eff := []float64{e.ratio, 1, 1, 1, 1, 1}
+			s := sim{rule: rule, level: rule.Level, smallest: 0.1, noise: nz, effect: eff}
+			for i := 0; i < sequences; i++ {
+				if js, _ := s.run(rng); js[0].Significant {
+					*e.found += 1.0 / float64(sequences)
+				}
+			}
+		}
+		return o
+	}
+	for _, sc := range []struct {
+		name  string
+		noise []noise
+	}{{"quiet host", quiet}, {"TCG (15-35%)", tcg}} {
+		with, wo := measure(DefaultRule, sc.noise), measure(without, sc.noise)
+		t.Logf("%s: A/A runs a side %.1f (without futility %.1f); one metric -12%%: found %.1f%% (%.1f%%); -20%%: %.1f%% (%.1f%%)",
+			sc.name, with.aaRuns, wo.aaRuns, 100*with.found12, 100*wo.found12, 100*with.found20, 100*wo.found20)
+		if with.aaRuns > 6 || with.aaRuns > wo.aaRuns-3 {
+			t.Errorf("%s: A/A sequences take %.1f runs a side with futility, %.1f without: want at most 6 and 3 fewer", sc.name, with.aaRuns, wo.aaRuns)
+		}
+		if sc.name == "quiet host" && with.found20 < 0.95 {
+			t.Errorf("%s: a 20%% change found in %.1f%% with futility, want at least 95%%", sc.name, 100*with.found20)
+		}
 	}
 }
 

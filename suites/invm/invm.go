@@ -57,6 +57,10 @@ type Options struct {
 	// and boot times; default slog.Default(), a daemon's structured log.
 	// A terminal wants only the progress lines and warnings.
 	Log *slog.Logger
+	// Reuse, with a Plan and two kernels (base first), takes the base's
+	// rounds from an earlier run on the same base when they are kept and
+	// the host has not drifted (reuse.go); nil measures both afresh.
+	Reuse *Reuse
 }
 
 // VMConfig is the VM shape and backend of a measurement (the `vm:` part of
@@ -251,7 +255,12 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	if o.Plan != nil {
 		plan = *o.Plan
 	}
-	results, err := suites.RunAB(ctx, cfg, sides, plan, progress)
+	var results []*suites.Result
+	if o.Reuse != nil && o.Plan != nil && len(sides) == 2 {
+		results, err = o.Reuse.run(ctx, cfg, sides, plan, progress)
+	} else {
+		results, err = suites.RunAB(ctx, cfg, sides, plan, progress)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -332,12 +341,21 @@ type Tester struct {
 	CacheDir                    string
 	// Log is Options.Log: nil for slog.Default().
 	Log *slog.Logger
+	// Bases keeps base kernels' rounds for the next series on the same
+	// base, config, suite, profile, VM shape and host (store.Store is
+	// one); nil measures every base afresh.
+	Bases Bases
 }
 
 // Test runs one suite on the base and patched kernels.
 func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
+	var reuse *Reuse
+	if t.Bases != nil && s.Plan != nil && s.Base != nil && s.Base.Commit != "" && s.Base != s.Patched {
+		reuse = &Reuse{Bases: t.Bases, Key: BaseKey(s.Suite, s.Profile, s.Base, t.VM.withDefaults()), Log: t.Log}
+	}
 	res, err := Run(ctx, Options{
 		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir, Log: t.Log,
+		Reuse: reuse,
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},

@@ -1,0 +1,76 @@
+package reports
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/suites"
+)
+
+// The panel file holds at least ten patches with a source each, across
+// the classes the detector is proven on, and every mbox it names exists.
+func TestPanelFile(t *testing.T) {
+	p, err := LoadPanel(filepath.Join("..", "testdata", "panel", "panel.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scored := 0
+	classes := map[string]bool{}
+	for _, pp := range p.Patches {
+		if pp.Expect != Unknown {
+			scored++
+		}
+		classes[strings.Fields(pp.Class)[0]] = true
+	}
+	if len(p.Patches) < 10 || scored < 10 {
+		t.Errorf("%d patches, %d with an established expectation: want at least 10", len(p.Patches), scored)
+	}
+	for _, c := range []string{"no-op", "cache", "added", "lock", "wake", "FUSE", "readahead"} {
+		if !classes[c] {
+			t.Errorf("no patch of class %q", c)
+		}
+	}
+}
+
+// A panel verdict is right when the outcome is the expected one, and in
+// the wrong direction when it is the opposite: judged on recorded runs
+// (the seed, an A/A run as a no-op) and on the seed's run read backwards.
+func TestJudgePanel(t *testing.T) {
+	load := func(dir string) ([]suites.Result, []suites.Result) {
+		t.Helper()
+		b, p, err := ReadPanelResults(filepath.Join("testdata", "known", dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, p
+	}
+	seed := PanelPatch{Name: "seed", Suite: "cache-contention", Expect: Improvement,
+		Metrics: map[string]string{"read-storm.files_per_s": "better"}}
+	b, p := load("seed-19")
+	v, err := JudgePanel(seed, b, p, stats.DefaultRule, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v.Right || len(v.WrongDirection) > 0 || v.Runs != 4 || v.Stop != "settled" {
+		t.Errorf("seed-19: right %v, wrong %v, %d runs, stop %q", v.Right, v.WrongDirection, v.Runs, v.Stop)
+	}
+	// Backwards, the seed is a regression: the wrong direction.
+	v, err = JudgePanel(seed, p, b, stats.DefaultRule, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Right || len(v.WrongDirection) == 0 {
+		t.Errorf("the seed backwards: right %v, wrong direction %v", v.Right, v.WrongDirection)
+	}
+	noop := PanelPatch{Name: "noop", Suite: "cache-contention", Expect: NoChange}
+	b, p = load("aa-19")
+	if v, err = JudgePanel(noop, b, p, stats.DefaultRule, Options{}); err != nil || !v.Right || v.Stop != "futile" {
+		t.Errorf("aa-19 as a no-op: %+v, %v", v, err)
+	}
+	var out strings.Builder
+	if err := WritePanel(&out, []*PanelVerdict{v}); err != nil || !strings.Contains(out.String(), "1 of 1 scored verdicts right, 0 in the wrong direction") {
+		t.Errorf("table:\n%s (%v)", out.String(), err)
+	}
+}

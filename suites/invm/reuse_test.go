@@ -1,0 +1,158 @@
+package invm
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+// memBases keeps base rounds in memory (the store's are tested in store).
+type memBases struct {
+	m  map[string][]byte
+	at map[string]time.Time
+}
+
+func (b *memBases) BaseRounds(_ context.Context, key string) ([]byte, time.Time, bool, error) {
+	r, ok := b.m[key]
+	return r, b.at[key], ok, nil
+}
+
+func (b *memBases) PutBaseRounds(_ context.Context, key string, r []byte, at time.Time) error {
+	b.m[key], b.at[key] = r, at
+	return nil
+}
+
+// levelGuest answers every round with cache-contention's primary metrics
+// at *level (a host that drifts changes it), and logs the rounds it ran.
+type levelGuest struct {
+	label string
+	level *float64
+	log   *[]string
+}
+
+func (g levelGuest) Do(_ context.Context, req proto.Request, _ func(proto.Event)) (json.RawMessage, error) {
+	if req.Op == proto.OpPrepare {
+		return json.Marshal(suites.Prepared{})
+	}
+	*g.log = append(*g.log, g.label)
+	res := &suites.Result{Suite: req.Suite, Kernel: req.Params[suites.ParamKernel]}
+	wobble := 1 + 0.01*float64(req.Round%3)
+	for _, m := range []struct {
+		w, metric string
+		higher    bool
+	}{{"read-storm", "files_per_s", true}, {"read-storm", "latency_p99", false}, {"mixed", "ops_per_s", true},
+		{"mixed", "latency_p99", false}, {"stat-storm", "files_per_s", true}, {"stat-storm", "latency_p99", false}} {
+		res.Samples = append(res.Samples, suites.Sample{Suite: req.Suite, Workload: m.w, Metric: m.metric,
+			HigherIsBetter: m.higher, Round: req.Round, Value: *g.level * 100 * wobble})
+	}
+	return json.Marshal(res)
+}
+
+// A second series on the same base reuses the base's kept rounds after
+// one control round that agrees with them, and measures only the patched
+// kernel after it; a host that drifted is measured afresh, and its rounds
+// replace the kept ones.
+func TestReuseBaseRounds(t *testing.T) {
+	s, err := suites.Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseLevel, patchedLevel := 1.0, 1.5
+	var log []string
+	sides := []suites.Side{
+		{Label: "base", Guest: levelGuest{"A", &baseLevel, &log}},
+		{Label: "patched", Guest: levelGuest{"B", &patchedLevel, &log}},
+	}
+	// Settled once the patched kernel has 4 rounds and the base 4 or more.
+	plan := suites.Plan{Min: 3, Max: 6, Rule: "test", Settled: func(rs []*suites.Result) bool {
+		return len(rs) == 2 && len(rs[0].Samples) >= 4*6 && len(rs[1].Samples) >= 4*6
+	}}
+	bases := &memBases{m: map[string][]byte{}, at: map[string]time.Time{}}
+	now := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
+	reuse := &Reuse{Bases: bases, Key: "k", Now: func() time.Time { return now }}
+	run := func() []*suites.Result {
+		t.Helper()
+		log = nil
+		out, err := reuse.run(context.Background(), cfg, sides, plan, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+
+	first := run()
+	if got := strings.Join(log, ""); got != "ABABABAB" || first[0].Reused != 0 {
+		t.Fatalf("first series: rounds %s, reused %d: want ABABABAB afresh", got, first[0].Reused)
+	}
+	if _, _, ok, _ := bases.BaseRounds(context.Background(), "k"); !ok {
+		t.Fatal("the base's rounds were not kept")
+	}
+
+	second := run()
+	if got := strings.Join(log, ""); got != "ABBBB" {
+		t.Errorf("second series: rounds %s, want one control round of each, then the patched kernel alone (ABBBB)", got)
+	}
+	if second[0].Reused != 4 || len(second[0].Samples) != 5*6 || len(second[1].Samples) != 4*6 {
+		t.Errorf("second series: base reused %d rounds with %d samples, patched %d samples: want 4 reused, 5 and 4 rounds",
+			second[0].Reused, len(second[0].Samples), len(second[1].Samples))
+	}
+	for _, smp := range second[0].Samples[:4*6] {
+		if smp.Round > 0 {
+			t.Fatalf("a kept round is numbered %d, as a turn of this run", smp.Round)
+		}
+	}
+
+	baseLevel = 1.3 // the host got faster: beyond the kept rounds and the noise floor
+	third := run()
+	if got := strings.Join(log, ""); got != "ABABABAB" || third[0].Reused != 0 {
+		t.Errorf("a drifted host: rounds %s, reused %d: want ABABABAB afresh", got, third[0].Reused)
+	}
+	raw, _, _, _ := bases.BaseRounds(context.Background(), "k")
+	var kept suites.Result
+	if err := json.Unmarshal(raw, &kept); err != nil || len(kept.Rounds) != 4 || kept.Samples[0].Value < 125 {
+		t.Errorf("the drifted host's rounds did not replace the kept ones: %d rounds, first value %v (%v)",
+			len(kept.Rounds), kept.Samples[0].Value, err)
+	}
+
+	now = now.Add(MaxAge + time.Minute)
+	run()
+	if got := strings.Join(log, ""); got != "ABABABAB" {
+		t.Errorf("kept rounds past MaxAge: rounds %s, want afresh", got)
+	}
+}
+
+func TestDrifted(t *testing.T) {
+	mk := func(vs ...float64) *suites.Result {
+		r := &suites.Result{}
+		for i, v := range vs {
+			r.Samples = append(r.Samples, suites.Sample{Workload: "read-storm", Metric: "files_per_s", Round: i + 1, Value: v},
+				suites.Sample{Workload: "read-storm", Metric: "sched_wakeup", Round: i + 1, Value: 1e6 * v})
+		}
+		return r
+	}
+	kept := mk(100, 110, 95, 105)
+	for _, tt := range []struct {
+		controls *suites.Result
+		drifted  bool
+	}{
+		{mk(102), false},
+		{mk(114), false}, // inside the range widened by the 5% noise floor
+		{mk(120), true},
+		{mk(85, 86), true},
+	} {
+		why := Drifted("cache-contention", kept, tt.controls)
+		if (why != "") != tt.drifted {
+			t.Errorf("controls %v: drifted %q, want %v", tt.controls.Samples[0].Value, why, tt.drifted)
+		}
+	}
+}
