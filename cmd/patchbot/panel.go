@@ -16,9 +16,10 @@ import (
 
 func init() {
 	register(&command{
-		name:    "panel",
-		summary: "judge the panel of known-effect patches and print its table",
-		usage:   "panel [--panel FILE] [--rule RULE] [--test T] RESULTS_DIR | panel --list [--panel FILE]",
+		name:       "panel",
+		positional: true,
+		summary:    "judge the panel of known-effect patches and print its table",
+		usage:      "panel [--panel FILE] [--rule RULE] [--test T] RESULTS_DIR | panel --list [--panel FILE]",
 		desc: `Judges each patch of the panel (testdata/panel/panel.yaml: patches to the
 default tree with known effects, and how each expectation was established)
 from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
