@@ -501,14 +501,20 @@ http: %s
 	for _, n := range names {
 		w.startWorker(n)
 	}
-	w.waitFor("every worker to register", 60*time.Second, func() bool {
+	// Up is registered and past Recover: a worker logs "worker started"
+	// only after both, and a test that reads that line must not race it.
+	w.waitFor("every worker to register and start", 60*time.Second, func() bool {
 		ws, _ := w.st.Workers(context.Background(), time.Now().Add(-time.Hour))
+		started := 0
 		for _, n := range names {
 			if !w.workers[n].running() {
 				t.Fatalf("worker %s exited:\n%s", n, tail(w.workers[n].logText(), 3000))
 			}
+			if len(w.workers[n].lines("worker started")) > 0 {
+				started++
+			}
 		}
-		return len(ws) == len(names)
+		return len(ws) == len(names) && started == len(names)
 	})
 	return w
 }
