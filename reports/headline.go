@@ -85,7 +85,7 @@ func Tags(c *Comparison, from, report string) []string {
 func Notes(c *Comparison) []string {
 	var out []string
 	if k := c.Calibration; k != nil {
-		out = append(out, fmt.Sprintf("The host's calibration before the rounds (%s) took %.2f s, the best of %d.", k.What, k.Seconds, k.Repeats))
+		out = append(out, fmt.Sprintf("The host's calibration before the rounds (%s) took %.1f ms, the best of %d.", k.What, k.Seconds*1000, k.Repeats))
 	}
 	if c.Noisy {
 		out = append(out, "The run is marked noisy: the host was busy around some rounds after their repeats ran out (below).")

@@ -261,3 +261,18 @@ func TestNotesBusyRounds(t *testing.T) {
 		}
 	}
 }
+
+// The host's calibration is said in milliseconds: it takes about ten, and
+// a reply's times are read as multiples of it.
+func TestNotesCalibration(t *testing.T) {
+	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(100, 0.01), runs(100, 0.01)}})
+	b[0].Calibration = &suites.Calibration{What: "gunzip of 8 MiB on the host", Seconds: 0.01234, Repeats: 3}
+	c, err := Compare(b, p, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "The host's calibration before the rounds (gunzip of 8 MiB on the host) took 12.3 ms, the best of 3."
+	if notes := strings.Join(Notes(c), "\n"); !strings.Contains(notes, want) {
+		t.Errorf("notes lack %q:\n%s", want, notes)
+	}
+}

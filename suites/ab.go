@@ -217,7 +217,7 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 			fmt.Fprintf(progress, "calibrating the host: %v\n", err)
 		} else {
 			calib = &k
-			fmt.Fprintf(progress, "host calibration: %s in %.2fs (best of %d)\n", k.What, k.Seconds, k.Repeats)
+			fmt.Fprintf(progress, "host calibration: %s in %.1f ms (best of %d)\n", k.What, k.Seconds*1000, k.Repeats)
 		}
 	}
 	prepared := make([]Prepared, len(sides))
