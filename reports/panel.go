@@ -2,7 +2,6 @@ package reports
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -146,18 +145,11 @@ func ReadPanelResults(path string) (base, patched []suites.Result, err error) {
 		patched, err = ReadResults(filepath.Join(path, PatchedFile))
 		return base, patched, err
 	}
-	data, err := os.ReadFile(path)
+	rs, err := ReadResults(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	var doc struct {
-		Schema  int             `json:"schema"`
-		Results []suites.Result `json:"results"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", path, err)
-	}
-	for _, r := range doc.Results {
+	for _, r := range rs {
 		switch r.Kernel {
 		case "base":
 			base = append(base, r)

@@ -428,8 +428,9 @@ func replaceFile(path string, data []byte, mode os.FileMode) error {
 	return err
 }
 
-// ReadResults reads a results file: a JSON array of suites.Result, or a
-// single Result object.
+// ReadResults reads a results file: a JSON array of suites.Result, a
+// single Result object, or what `patchbot suite run --json` prints
+// ({"schema": 1, "results": [...]}).
 func ReadResults(path string) ([]suites.Result, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -438,6 +439,16 @@ func ReadResults(path string) ([]suites.Result, error) {
 	data = bytes.TrimSpace(data)
 	var rs []suites.Result
 	if len(data) > 0 && data[0] == '{' {
+		var doc struct {
+			Schema  int             `json:"schema"`
+			Results []suites.Result `json:"results"`
+		}
+		if strictUnmarshal(data, &doc) == nil && doc.Schema != 0 {
+			if doc.Schema != 1 {
+				return nil, fmt.Errorf("decoding results %s: schema %d, want 1", path, doc.Schema)
+			}
+			return doc.Results, nil
+		}
 		var r suites.Result
 		err = strictUnmarshal(data, &r)
 		rs = []suites.Result{r}

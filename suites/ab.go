@@ -535,3 +535,63 @@ func plural(n int, noun string) string {
 	}
 	return strconv.Itoa(n) + " " + noun + "s"
 }
+
+// Continue appends the rounds of later, a second run of the same suite,
+// profile and kernel, to those of earlier, numbered on from earlier's last
+// round: a run of a fixed number of rounds that did not settle goes on as
+// if it had been asked for more (`patchbot suite run --continue`). Each
+// run interleaves its sides, so turn n of the two runs together still
+// pairs a base round with a patched one. The calibration is earlier's (the
+// run's start); later's note says where its rounds began.
+func Continue(earlier, later *Result) (*Result, error) {
+	if earlier.Suite != later.Suite || earlier.Profile != later.Profile || earlier.Kernel != later.Kernel ||
+		earlier.KernelRelease != later.KernelRelease || earlier.Accel != later.Accel ||
+		earlier.CPUs != later.CPUs || earlier.MemMiB != later.MemMiB {
+		return nil, fmt.Errorf("continuing %s with %s: not the same run", runShape(earlier), runShape(later))
+	}
+	if earlier.Reused > 0 || later.Reused > 0 {
+		return nil, errors.New("continuing a run that reused base rounds: its rounds were not interleaved")
+	}
+	offset := 0
+	for _, s := range earlier.Samples {
+		offset = max(offset, s.Round)
+	}
+	for _, r := range earlier.Rounds {
+		offset = max(offset, r.N)
+	}
+	out := *earlier
+	out.Samples = append([]Sample(nil), earlier.Samples...)
+	out.Rounds = append([]Round(nil), earlier.Rounds...)
+	out.Missing = append([]Missing(nil), earlier.Missing...)
+	out.Notes = map[string]string{}
+	for k, v := range earlier.Notes {
+		out.Notes[k] = v
+	}
+	out.Phases = map[string]float64{}
+	for k, v := range earlier.Phases {
+		out.Phases[k] = v
+	}
+	more := *later
+	more.Samples = make([]Sample, len(later.Samples))
+	for i, s := range later.Samples {
+		s.Round += offset
+		more.Samples[i] = s
+	}
+	for _, r := range later.Rounds {
+		r.N += offset
+		out.Rounds = append(out.Rounds, r)
+	}
+	more.Notes = map[string]string{"continued": fmt.Sprintf("rounds %d on were a second run, started %s", offset+1, later.Started.UTC().Format(time.RFC3339))}
+	for k, v := range later.Notes {
+		more.Notes[k] = v
+	}
+	merge(&out, &more)
+	out.Noisy = earlier.Noisy || later.Noisy
+	out.Plan, out.Stop = later.Plan, later.Stop
+	return &out, nil
+}
+
+// runShape names what a run must share with the one it continues.
+func runShape(r *Result) string {
+	return fmt.Sprintf("%s on %s (%s, profile %s, %s, %d CPUs, %d MiB)", r.Suite, r.Kernel, r.KernelRelease, r.Profile, r.Accel, r.CPUs, r.MemMiB)
+}

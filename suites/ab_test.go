@@ -285,3 +285,49 @@ func TestRunABBoundsRepeatsAndCalibrates(t *testing.T) {
 		t.Errorf("Calibrate() = %+v, %v", k, err)
 	}
 }
+
+// A second run continues the first: its rounds are numbered on from the
+// first's last, the samples of both are kept, and a run of another shape
+// is refused.
+func TestContinue(t *testing.T) {
+	cfg, sides, _ := abFixture(t)
+	first, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := RunAB(context.Background(), cfg, sides, FixedPlan(2), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		first[i].Calibration = &Calibration{What: "test", Seconds: 0.01, Repeats: 3}
+		c, err := Continue(first[i], second[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rounds []int
+		for _, s := range c.Samples {
+			rounds = append(rounds, s.Round)
+		}
+		if got := fmt.Sprint(rounds); got != "[1 2 3 4 5]" {
+			t.Errorf("%s: sample rounds %s, want [1 2 3 4 5]", c.Kernel, got)
+		}
+		if len(c.Rounds) != 5 || c.Rounds[4].N != 5 || c.Phases[PhasePrepare] != 4 || c.Calibration == nil ||
+			!strings.HasPrefix(c.Notes["continued"], "rounds 4 on were a second run") || len(c.Missing) != 1 {
+			t.Errorf("%s: %d round records (last %d), phases %v, calibration %v, notes %v, missing %v",
+				c.Kernel, len(c.Rounds), c.Rounds[len(c.Rounds)-1].N, c.Phases, c.Calibration, c.Notes, c.Missing)
+		}
+		// The first run is left as it was.
+		if len(first[i].Samples) != 3 || first[i].Notes["continued"] != "" {
+			t.Errorf("%s: the first run was changed: %d samples, notes %v", c.Kernel, len(first[i].Samples), first[i].Notes)
+		}
+	}
+	if _, err := Continue(first[0], second[1]); err == nil || !strings.Contains(err.Error(), "not the same run") {
+		t.Errorf("base continued with patched: %v", err)
+	}
+	other := *second[0]
+	other.Profile = "full"
+	if _, err := Continue(first[0], &other); err == nil {
+		t.Error("a quick run continued with a full one")
+	}
+}

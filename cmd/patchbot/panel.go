@@ -19,7 +19,7 @@ func init() {
 		name:       "panel",
 		positional: true,
 		summary:    "judge the panel of known-effect patches and print its table",
-		usage:      "panel [--panel FILE] [--rule RULE] [--test T] RESULTS_DIR | panel --list [--panel FILE]",
+		usage:      "panel [--panel FILE] [--rule RULE] [--test T] [--unfinished] RESULTS_DIR | panel --list [--panel FILE]",
 		desc: `Judges each patch of the panel (testdata/panel/panel.yaml: patches to the
 default tree with known effects, and how each expectation was established)
 from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
@@ -28,7 +28,10 @@ pipeline would have stopped it, and prints the table: expected and reported
 outcome, the primary metrics with their intervals, the rounds a side and
 why they stopped, and how many verdicts are right. scripts/panel.sh
 measures the panel. A patch without results is listed as missing. --list
-prints each patch's name, suite and mbox path, one a line, for scripts.
+prints each patch's name, suite and mbox path, one a line, for scripts;
+--unfinished, instead of the table, the same of each patch whose measured
+rounds ran out before the rule would have stopped (to measure more, with
+'patchbot suite run --continue').
 
 Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 2 usage error.`,
@@ -38,6 +41,7 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 			rule := fs.String("rule", stats.DefaultRule.String(), "the sequential `rule` to judge with")
 			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), paired-log, welch or mann-whitney")
 			list := fs.Bool("list", false, "list the panel's patches: name, suite, mbox")
+			unfinished := fs.Bool("unfinished", false, "list the patches whose measured rounds ran out before the rule stopped: name, suite, mbox")
 			return func(ctx context.Context, args []string) error {
 				if *list {
 					if len(args) != 0 {
@@ -63,13 +67,13 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				return runPanel(*file, args[0], r, reports.Options{Test: t}, stdout)
+				return runPanel(*file, args[0], r, reports.Options{Test: t}, *unfinished, stdout)
 			}
 		},
 	})
 }
 
-func runPanel(file, dir string, rule stats.Rule, opt reports.Options, w io.Writer) error {
+func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished bool, w io.Writer) error {
 	p, err := reports.LoadPanel(file)
 	if err != nil {
 		return err
@@ -94,6 +98,14 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, w io.Write
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
 		vs = append(vs, v)
+	}
+	if unfinished {
+		for _, v := range vs {
+			if v.Stop == reports.StopTruncated {
+				fmt.Fprintf(w, "%s %s %s\n", v.Patch.Name, v.Patch.Suite, filepath.Join(filepath.Dir(file), v.Patch.Mbox))
+			}
+		}
+		return nil
 	}
 	if err := reports.WritePanel(w, vs); err != nil {
 		return err

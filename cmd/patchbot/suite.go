@@ -40,8 +40,11 @@ func init() {
 		desc: `Runs the suites' rounds on this machine and its kernel (--local, as root), or in
 one VM per kernel with rounds interleaved between --kernel (the base) and --vs
 (the patched), and prints the mean of every metric per kernel. Statistics
-proper are 'patchbot compare' on the --json output.`,
-		example: `patchbot suite run --suites cache-contention --kernel base/bzImage --vs patched/bzImage --runs 3 --json > results.json`,
+proper are 'patchbot compare' on the --json output. --continue FILE goes on
+with a run that FILE (an earlier --json output of the same suites and
+kernels) recorded: its rounds come first, the new ones are numbered on.`,
+		example: `patchbot suite run --suites cache-contention --kernel base/bzImage --vs patched/bzImage --runs 3 --json > results.json
+  patchbot suite run --suites cache-contention --kernel base/bzImage --vs patched/bzImage --runs 2 --continue results.json --json > more.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			var names suitesFlag
 			fs.Var(&names, "suites", "comma-separated `suites` to run (required; see 'patchbot suite list')")
@@ -53,6 +56,7 @@ proper are 'patchbot compare' on the --json output.`,
 			var vm vmFlags
 			vm.declare(fs)
 			asJSON := fs.Bool("json", false, "print the results as JSON (schema 1)")
+			cont := fs.String("continue", "", "an earlier --json output `file` of the same suites and kernels, whose rounds these go on from")
 			return func(ctx context.Context, args []string) error {
 				if len(names) == 0 {
 					return usagef("--suites is required")
@@ -73,6 +77,13 @@ proper are 'patchbot compare' on the --json output.`,
 				if err := suites.Check(names, *profile); err != nil {
 					return usageError{err.Error()}
 				}
+				var earlier []*suites.Result
+				if *cont != "" {
+					var err error
+					if earlier, err = readSuiteRun(*cont); err != nil {
+						return err
+					}
+				}
 				var results []*suites.Result
 				for _, name := range names {
 					rs, err := suiteRun(ctx, name, *profile, *runs, *local, *kernel, *vs, cfg.VM)
@@ -80,6 +91,12 @@ proper are 'patchbot compare' on the --json output.`,
 						return err
 					}
 					results = append(results, rs...)
+				}
+				if earlier != nil {
+					var err error
+					if results, err = continueRun(earlier, results); err != nil {
+						return fmt.Errorf("--continue %s: %w", *cont, err)
+					}
 				}
 				if *asJSON {
 					return writeJSON(stdout, struct {
@@ -92,6 +109,45 @@ proper are 'patchbot compare' on the --json output.`,
 			}
 		},
 	})
+}
+
+// readSuiteRun reads what 'suite run --json' wrote.
+func readSuiteRun(path string) ([]*suites.Result, error) {
+	rs, err := reports.ReadResults(path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*suites.Result, len(rs))
+	for i := range rs {
+		out[i] = &rs[i]
+	}
+	return out, nil
+}
+
+// continueRun puts each new result after the earlier one of its suite and
+// kernel; every earlier result must be continued, and only once.
+func continueRun(earlier, later []*suites.Result) ([]*suites.Result, error) {
+	if len(earlier) != len(later) {
+		return nil, fmt.Errorf("%d results earlier, %d now", len(earlier), len(later))
+	}
+	out := make([]*suites.Result, len(later))
+	for i, r := range later {
+		found := false
+		for _, e := range earlier {
+			if e.Suite == r.Suite && e.Kernel == r.Kernel {
+				c, err := suites.Continue(e, r)
+				if err != nil {
+					return nil, err
+				}
+				out[i], found = c, true
+				break
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("no earlier %s run on %s", r.Suite, r.Kernel)
+		}
+	}
+	return out, nil
 }
 
 func suiteList(w io.Writer, asJSON bool) error {
