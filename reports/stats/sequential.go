@@ -38,10 +38,17 @@ type Rule struct {
 	// at a look from FutileFrom runs a side on, when some metric not yet
 	// settled has less than this chance of being settled at Max (Estimate.
 	// SettleChance under the current trend, at the last look's level) and
-	// none not yet settled has even odds. 0: never. Stopping early can only
-	// remove chances to reject, so it keeps the false-positive rate.
+	// none not yet settled has Promising odds of becoming significant.
+	// 0: never. Stopping early can only remove chances to reject, so it
+	// keeps the false-positive rate.
 	Futility   float64 `json:"futility,omitempty"`
 	FutileFrom int     `json:"futile_from,omitempty"`
+	// Promising is the chance to become significant by Max from which a
+	// metric not yet settled keeps the runs going, however hopeless the
+	// others (the conditional power of stochastic curtailment, under the
+	// current trend). 0 is PromisingBefore, the rules recorded before it
+	// was a key.
+	Promising float64 `json:"promising,omitempty"`
 }
 
 // DefaultRule is the pipeline's: at least 3 runs a side, at most 10, alpha
@@ -56,15 +63,23 @@ var DefaultRule = Rule{Min: MinSamples, Max: 10, Alpha: 0.05,
 	Levels:   []float64{0.001, 0.005, 0.005, 0.001, 0.001, 0.001, 0.001},
 	Futility: 0.1, FutileFrom: 4}
 
-// Promising is the chance to settle at Max from which a metric keeps the
-// runs going even when another in its family cannot be settled.
-const Promising = 0.5
+// PromisingBefore is Rule.Promising of the rules recorded without one
+// (futility from 2026-12-03 to the panel of 2026-12-04).
+const PromisingBefore = 0.5
+
+// promising is r.Promising, or PromisingBefore for a rule without one.
+func (r Rule) promising() float64 {
+	if r.Promising > 0 {
+		return r.Promising
+	}
+	return PromisingBefore
+}
 
 // Futile reports whether the rounds should stop for futility after n runs
 // a side, with the family's judgements js: the family is not settled, some
 // metric not settled has less than Futility chance of being settled by Max
 // (neither significant nor within ±smallest: so the family never can be),
-// and no metric not settled has Promising odds of becoming significant
+// and no metric not settled has r.Promising odds of becoming significant
 // (more runs could change the outcome). Both chances are under the current
 // trend (Estimate.SettleChance) at the level a lone change must reach at
 // the last look, Holm's first step (the last look's level over the
@@ -85,7 +100,7 @@ func (r Rule) Futile(js []Judgement, n int, smallest float64) bool {
 		if !j.Judged || j.Settled() {
 			continue
 		}
-		if j.Estimate.SettleChance(r.Max, level, 0) >= Promising {
+		if j.Estimate.SettleChance(r.Max, level, 0) >= r.promising() {
 			return false
 		}
 		if j.Estimate.SettleChance(r.Max, level, smallest) < r.Futility {
@@ -126,8 +141,11 @@ func (r Rule) Validate() error {
 			return errors.New("sequential rule: interim levels must be positive")
 		}
 	}
-	if r.Futility < 0 || r.Futility >= Promising {
-		return fmt.Errorf("sequential rule: futility %v: want at least 0 and below %v", r.Futility, Promising)
+	if r.Promising < 0 || r.Promising >= 1 {
+		return fmt.Errorf("sequential rule: promising %v: want a chance below 1", r.Promising)
+	}
+	if r.Futility < 0 || r.Futility > r.promising() {
+		return fmt.Errorf("sequential rule: futility %v: want at least 0 and at most promising (%v)", r.Futility, r.promising())
 	}
 	// Leave the last look at least half of alpha, or the rule loses
 	// the power a fixed design has.
@@ -180,6 +198,9 @@ func (r Rule) String() string {
 	s := fmt.Sprintf("min=%d max=%d alpha=%s levels=%s", r.Min, r.Max, ftoa(r.Alpha), strings.Join(levels, ","))
 	if r.Futility > 0 {
 		s += fmt.Sprintf(" futility=%s from=%d", ftoa(r.Futility), r.FutileFrom)
+		if r.Promising > 0 {
+			s += " promising=" + ftoa(r.Promising)
+		}
 	}
 	return s
 }
@@ -212,6 +233,8 @@ func ParseRule(s string) (Rule, error) {
 			r.Futility, err = strconv.ParseFloat(v, 64)
 		case "from":
 			r.FutileFrom, err = strconv.Atoi(v)
+		case "promising":
+			r.Promising, err = strconv.ParseFloat(v, 64)
 		case "levels":
 			for _, l := range strings.Split(v, ",") {
 				var x float64

@@ -3,6 +3,7 @@ package stats
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/patchbot/patchbot/internal/testenv"
@@ -44,7 +45,18 @@ func TestRuleLevels(t *testing.T) {
 	if err != nil || old.Level(5) != 0.001 || !near(old.Final(), 0.043, 1e-12) {
 		t.Errorf("the recorded Haybittle-Peto rule reads as %+v (final %v), %v", old, old.Final(), err)
 	}
+	// A rule recorded before promising was a key keeps its meaning; one
+	// with it reads back the same.
+	recorded, err := ParseRule("min=3 max=10 alpha=0.05 levels=0.001,0.005,0.005,0.001,0.001,0.001,0.001 futility=0.1 from=4")
+	if err != nil || recorded.promising() != PromisingBefore {
+		t.Errorf("a rule recorded without promising: %+v, %v", recorded, err)
+	}
+	recorded.Promising = 0.2
+	if back, err := ParseRule(recorded.String()); err != nil || back.Promising != 0.2 || !strings.HasSuffix(recorded.String(), " promising=0.2") {
+		t.Errorf("promising round trip: %q read as %+v, %v", recorded.String(), back, err)
+	}
 	for _, bad := range []string{"min=2 max=10 alpha=0.05 interim=0.001", "min=3 max=30 alpha=0.05 interim=0.002",
+		"min=3 max=10 alpha=0.05 interim=0.001 futility=0.1 from=4 promising=1", "min=3 max=10 alpha=0.05 interim=0.001 futility=0.3 from=4 promising=0.2",
 		"min=3 max=10 alpha=0.05", "min=5 max=4 alpha=0.05 interim=0.001", "alpha=1", "min=3 max=10 alpha=0.05 interim=0.001 extra=1",
 		"min=3 max=5 alpha=0.05 levels=0.001", "min=3 max=5 alpha=0.05 levels=0.001,-0.001", "min=3 max=5 alpha=0.05 levels=0.001,x",
 		"min=3 max=5 alpha=0.05 levels=0.02,0.02", "min=3 max=5 alpha=0.05 interim=0.001 levels=0.001,0.001"} {
