@@ -196,7 +196,7 @@ func WritePanel(w io.Writer, vs []*PanelVerdict) error {
 				continue
 			}
 			word := judgement(r)
-			ms = append(ms, fmt.Sprintf("%s %s %s [%s, %s] %s", r.Workload, phraseOf(r.Metric),
+			ms = append(ms, fmt.Sprintf("%s %s [%s, %s] %s", describe(r),
 				signedPct(r.Interval.Ratio-1), signedPct(r.Interval.Low-1), signedPct(r.Interval.High-1), word))
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %d (%s) | %s |\n", v.Patch.Name, v.Patch.Class,
