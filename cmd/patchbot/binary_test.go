@@ -72,9 +72,16 @@ type result struct {
 // runBinary runs the binary to its end, within a minute.
 func runBinary(t *testing.T, bin string, env []string, args ...string) result {
 	t.Helper()
+	return runBinaryIn(t, "", bin, env, args...)
+}
+
+// runBinaryIn is runBinary in the working directory dir ("": the test's).
+func runBinaryIn(t *testing.T, dir, bin string, env []string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut

@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // docs/suites.md keeps each table of the panel between a line naming the
@@ -53,7 +49,8 @@ func TestBinaryPanelTables(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			stdout, code := runIn(t, root, bin, args...)
+			r := runBinaryIn(t, root, bin, nil, args...)
+			stdout, code := r.stdout, r.code
 			if code != 0 && code != 1 || !strings.HasPrefix(stdout, "| patch | class | expected | reported |") {
 				t.Fatalf("%s: exit %d, stdout:\n%s", command, code, stdout)
 			}
@@ -72,25 +69,6 @@ func TestBinaryPanelTables(t *testing.T) {
 			}
 		})
 	}
-}
-
-// runIn runs the binary in dir to its end, within a minute, and returns
-// its standard output and exit status.
-func runIn(t *testing.T, dir, bin string, args ...string) (string, int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = dir
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	if ee, ok := err.(*exec.ExitError); ok && ctx.Err() == nil {
-		return out.String(), ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("patchbot %s: %v (%v); stderr %s", strings.Join(args, " "), err, ctx.Err(), errOut.String())
-	}
-	return out.String(), 0
 }
 
 // splitWords splits a command line into words as a shell does for words
