@@ -249,7 +249,9 @@ func repliesTo(t *testing.T, s *imaptest.Server, msgid string) []mail {
 			return out
 		}
 		t.Logf("reading the mailbox over IMAP, attempt %d of %d: %v", i, attempts, err)
-		time.Sleep(2 * time.Second)
+		if i < attempts {
+			time.Sleep(2 * time.Second)
+		}
 	}
 	t.Fatalf("reading the mailbox over IMAP: %v\n%s", err, s.Logs())
 	return nil
