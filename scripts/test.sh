@@ -33,6 +33,10 @@ mkdir -p "$PATCHBOT_CACHE"
 # tool missing fails instead of skipping (internal/testenv).
 export PATCHBOT_FULL_TIER=1
 
+# The module's requirements are what its imports need, no more, no less:
+# a module imported directly but marked indirect (or one no longer used)
+# fails here, before any test runs.
+go mod tidy -diff
 go vet ./...
 # -count=1: the tests read kernels, VMs and servers that the Go test cache
 # cannot see, so a cached pass proves nothing. -p 2: two test binaries at
