@@ -34,14 +34,14 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 	d.Metrics.Messages.Inc()
 	key := storageKey(m)
 	// Counted before acting and forgotten after: a mail the daemon died on
-	// twice is set aside with its reason, not read again at every start.
-	n, err := d.Store.BeginIngest(ctx, key)
+	// twice, or failed on a few times, is set aside with its reason, not
+	// read again at every start or poll, and its source reads on.
+	tries, err := d.Store.BeginIngest(ctx, key)
 	if err != nil {
 		return err
 	}
-	if n > d.maxIngests() {
-		reason := fmt.Sprintf("the daemon died %d times while acting on this mail", n-1)
-		d.Log.Error("mail set aside: it was being acted on when the daemon died; it will not be read again",
+	if reason := d.asideReason(tries); reason != "" {
+		d.Log.Error("mail set aside: acting on it did not end; it will not be read again",
 			"source", source, "message_id", m.MessageID, "reason", reason)
 		return d.Store.Update(ctx, func(tx *store.Tx) error {
 			if err := tx.SetAside(ctx, key, reason); err != nil {
@@ -104,6 +104,11 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		return nil
 	})
 	if err != nil {
+		if ctx.Err() == nil {
+			if ferr := d.Store.FailIngest(ctx, key, err.Error()); ferr != nil {
+				d.Log.Error("recording a failed ingest", "message_id", m.MessageID, "err", ferr)
+			}
+		}
 		return err
 	}
 	if err := d.Store.EndIngest(ctx, key); err != nil {
@@ -453,11 +458,27 @@ func storageKey(m *mailbox.Message) string {
 	return "no-message-id-" + hex.EncodeToString(h[:12]) + "@patchbot.invalid"
 }
 
-func (d *Daemon) maxIngests() int {
-	if d.MaxCrashes > 0 {
-		return d.MaxCrashes
+// maxIngestFailures is how many tries of a mail may end in an error before
+// it is set aside: a few, so that a database that went away for a moment
+// sets nothing aside, and one mail that fails every time cannot hold its
+// source for longer than a few polls.
+const maxIngestFailures = 3
+
+// asideReason says why a mail is set aside instead of acted on again, or
+// "": the daemon died while acting on it MaxCrashes times, or acting on
+// it failed maxIngestFailures times.
+func (d *Daemon) asideReason(tries store.Ingest) string {
+	maxDeaths := d.MaxCrashes
+	if maxDeaths <= 0 {
+		maxDeaths = 2
 	}
-	return 2
+	switch {
+	case tries.Deaths() >= maxDeaths:
+		return fmt.Sprintf("the daemon died %d times while acting on this mail", tries.Deaths())
+	case tries.Failures >= maxIngestFailures:
+		return fmt.Sprintf("acting on this mail failed %d times; the last error: %s", tries.Failures, tries.LastError)
+	}
+	return ""
 }
 
 // threadOf is the Message-ID that starts m's thread.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -82,8 +83,8 @@ func TestDaemonSetsAsideMailItDiedOnTwice(t *testing.T) {
 	// A mail that went through is forgotten: its count does not grow.
 	d2 := newTestDaemon(t, t.TempDir())
 	d2.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
-	if n, _ := d2.Store.BeginIngest(ctx, id); n != 1 {
-		t.Errorf("after a clean ingest the count is %d, want it forgotten (1 for this new attempt)", n)
+	if n, _ := d2.Store.BeginIngest(ctx, id); n.Attempts != 1 {
+		t.Errorf("after a clean ingest the count is %d, want it forgotten (1 for this new attempt)", n.Attempts)
 	}
 }
 
@@ -104,5 +105,40 @@ func TestDaemonTestsAPatchWithoutMessageID(t *testing.T) {
 	d.ingestFile(t, "list", path)
 	if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 1 {
 		t.Errorf("%d jobs for a patch without a Message-ID, want 1", len(jobs))
+	}
+}
+
+// A mail whose ingest fails every time (here a trigger of the database
+// refuses to keep it) fails a few reads, then is set aside with the error,
+// and its source's cursor moves past it: one mail cannot stop a source.
+func TestDaemonSetsAsideMailThatKeepsFailing(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	if _, err := d.Store.DB().Exec(`CREATE TRIGGER refuse BEFORE INSERT ON messages WHEN NEW.message_id = 'doomed@example.org'
+		BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mailbox.ParseBytes([]byte(reply{id: "doomed@example.org", from: "maintainer@example.org", body: "#patchbot help\n"}.raw()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= maxIngestFailures; i++ {
+		if err := d.Ingest(ctx, "list", m, "after-doomed"); err == nil || !strings.Contains(err.Error(), "refused by the test") {
+			t.Fatalf("read %d: Ingest = %v, want the database's refusal", i, err)
+		}
+		if cur, _ := d.Store.Cursor(ctx, "list"); cur != "" {
+			t.Fatalf("read %d: the cursor moved to %q past a mail that was not kept", i, cur)
+		}
+	}
+	if err := d.Ingest(ctx, "list", m, "after-doomed"); err != nil {
+		t.Fatalf("the read after %d failures: %v, want the mail set aside", maxIngestFailures, err)
+	}
+	if cur, _ := d.Store.Cursor(ctx, "list"); cur != "after-doomed" {
+		t.Errorf("cursor %q, want it past the mail set aside", cur)
+	}
+	aside, err := d.Store.SetAsideMail(ctx)
+	if err != nil || len(aside) != 1 || !strings.Contains(aside[0].Reason, "failed 3 times") ||
+		!strings.Contains(aside[0].Reason, "refused by the test") {
+		t.Errorf("SetAsideMail = %+v, %v; want the mail with its error", aside, err)
 	}
 }

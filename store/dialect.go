@@ -103,22 +103,23 @@ type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// runner runs the store's queries on a querier in one dialect.
+// runner runs the store's queries on a querier in one dialect, every
+// string argument in the form the store keeps (Text).
 type runner struct {
 	q querier
 	d *dialect
 }
 
 func (r runner) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return r.q.ExecContext(ctx, r.d.rebind(query), args...)
+	return r.q.ExecContext(ctx, r.d.rebind(query), textArgs(args)...)
 }
 
 func (r runner) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return r.q.QueryContext(ctx, r.d.rebind(query), args...)
+	return r.q.QueryContext(ctx, r.d.rebind(query), textArgs(args)...)
 }
 
 func (r runner) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return r.q.QueryRowContext(ctx, r.d.rebind(query), args...)
+	return r.q.QueryRowContext(ctx, r.d.rebind(query), textArgs(args)...)
 }
 
 // insertID runs an INSERT … ON CONFLICT DO NOTHING RETURNING id (both

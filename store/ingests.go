@@ -6,18 +6,41 @@ import (
 	"fmt"
 )
 
-// BeginIngest counts an attempt to act on a mail and returns how many
-// there have been, this one included. It commits on its own, before the
+// Ingest is what is known of the tries to act on one mail.
+type Ingest struct {
+	Attempts int // tries begun, this one included
+	// Failures are the tries that ended in an error (FailIngest): the
+	// others before this one ended in a death of the process.
+	Failures  int
+	LastError string // the last failure's error
+}
+
+// Deaths are the earlier tries that neither committed nor failed: the
+// process died while acting on the mail.
+func (i Ingest) Deaths() int { return i.Attempts - 1 - i.Failures }
+
+// BeginIngest counts an attempt to act on a mail and returns what is
+// known of its tries, this one included. It commits on its own, before the
 // mail is acted on, so that a crash while acting leaves the count behind.
-func (s *Store) BeginIngest(ctx context.Context, messageID string) (int, error) {
-	var n int
+func (s *Store) BeginIngest(ctx context.Context, messageID string) (Ingest, error) {
+	var in Ingest
 	err := s.r.QueryRowContext(ctx, `INSERT INTO ingests (message_id, attempts, updated) VALUES (?, 1, ?)
 		ON CONFLICT(message_id) DO UPDATE SET attempts = ingests.attempts + 1, updated = excluded.updated
-		RETURNING attempts`, messageID, now()).Scan(&n)
+		RETURNING attempts, failures, last_error`, messageID, now()).Scan(&in.Attempts, &in.Failures, &in.LastError)
 	if err != nil {
-		return 0, fmt.Errorf("counting the ingest of %s: %w", messageID, err)
+		return in, fmt.Errorf("counting the ingest of %s: %w", messageID, err)
 	}
-	return n, nil
+	return in, nil
+}
+
+// FailIngest records that acting on a mail ended in an error: the try
+// begun last is a failure, not a death.
+func (s *Store) FailIngest(ctx context.Context, messageID, reason string) error {
+	if _, err := s.r.ExecContext(ctx, `UPDATE ingests SET failures = failures + 1, last_error = ?, updated = ?
+		WHERE message_id = ?`, reason, now(), messageID); err != nil {
+		return fmt.Errorf("recording the failed ingest of %s: %w", messageID, err)
+	}
+	return nil
 }
 
 // EndIngest forgets a mail's count once acting on it committed.
@@ -28,8 +51,9 @@ func (s *Store) EndIngest(ctx context.Context, messageID string) error {
 	return nil
 }
 
-// SetAside marks a mail the daemon died on as not to be acted on, and
-// moves its source's cursor past it, in one transaction.
+// SetAside marks a mail the daemon died on, or failed on, as not to be
+// acted on; the caller moves its source's cursor past it in the same
+// transaction.
 func (t *Tx) SetAside(ctx context.Context, messageID, reason string) error {
 	if _, err := t.r.ExecContext(ctx, `UPDATE ingests SET aside = 1, reason = ?, updated = ? WHERE message_id = ?`,
 		reason, now(), messageID); err != nil {

@@ -111,6 +111,7 @@ func boolInt(b bool) int {
 // with prefix: the other candidates for one claim (see the service's
 // series keys).
 func (t *Tx) DedupesWithPrefix(ctx context.Context, prefix string) ([]string, error) {
+	prefix = Text(prefix) // counted as kept
 	rows, err := t.r.QueryContext(ctx, `SELECT dedupe FROM jobs WHERE substr(dedupe, 1, ?) = ? ORDER BY id`,
 		utf8.RuneCountInString(prefix), prefix)
 	if err != nil {

@@ -190,6 +190,12 @@ var migrations = []step{
 	// workers read and write them (each worker's key holds its host).
 	{sql: baseRoundsStep, postgres: translate(baseRoundsStep) + `
 	GRANT SELECT, INSERT, UPDATE ON base_rounds TO patchbot_worker;`},
+	// 10: mail whose ingest failed. A try that ended in an error (not a
+	// death) is counted apart with its error, so that a mail that fails
+	// every time is set aside with the reason, and its source reads on.
+	{sql: `
+	ALTER TABLE ingests ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;
+	ALTER TABLE ingests ADD COLUMN last_error TEXT NOT NULL DEFAULT '';`},
 }
 
 const baseRoundsStep = `
