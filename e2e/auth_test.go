@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/dkimtest"
 	"github.com/patchbot/patchbot/mailbox/dnstest"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -207,7 +207,7 @@ func (w *authWorld) outcomes(t *testing.T, id string) []string {
 
 type queued struct {
 	dedupe string
-	req    service.Request
+	req    intake.Request
 }
 
 func (w *authWorld) jobs(t *testing.T) []queued {
@@ -447,7 +447,7 @@ func TestMailAuthAttacks(t *testing.T) {
 			a.succeeded, a.detail = true, fmt.Sprintf("an answer to %d addresses", len(m.Recipients))
 		}
 	}
-	if unverified > service.DefaultLimits().UnverifiedPerHour {
+	if unverified > intake.DefaultLimits().UnverifiedPerHour {
 		a.succeeded, a.detail = true, fmt.Sprintf("%d answers to unverified senders in an hour", unverified)
 	}
 	a.served = w.job(t, "command:maint-cmd-4@example.org") != nil && helpAnswers > 0

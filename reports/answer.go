@@ -29,6 +29,9 @@ const (
 	AnswerIncomplete    AnswerKind = "incomplete"     // a series whose parts never arrived
 	AnswerInvalid       AnswerKind = "invalid"        // a test command naming a suite or profile that does not exist; Reason says which
 	AnswerStopped       AnswerKind = "stopped"        // to "#patchbot stop": Reason is the address that will not be mailed again
+	// AnswerUnverified is the one answer to a command from an address no
+	// signature verified, whatever it asked (a stop aside): fixed text.
+	AnswerUnverified AnswerKind = "unverified"
 )
 
 // Answer is a short reply with no comparison: the answer to an email
@@ -53,10 +56,11 @@ type Answer struct {
 	Ignored int
 	// Stranger: the asker's address is not verified (the mail may be
 	// forged, and the answer go to someone who never wrote). Then the
-	// answer repeats at most StrangerEcho bytes of what the mail said:
-	// the command cut to that, no reason quoting it, a subject of
-	// patchbot's own, and only the mail's own Message-ID (when that short)
-	// to thread under.
+	// answer has a subject of patchbot's own and repeats at most
+	// StrangerEcho bytes of what the mail said: the command cut to that,
+	// no reason quoting it, and only the mail's own Message-ID (when that
+	// short, and given) to thread under. The daemon gives none of these
+	// (intake.Stranger): such an answer is fixed text.
 	Stranger bool
 }
 
@@ -65,12 +69,16 @@ type Answer struct {
 const StrangerEcho = 64
 
 // StrangerSubject is the subject of every answer to an unverified
-// sender's command.
-const StrangerSubject = "Re: your #patchbot command"
+// sender's command, StrangerSeriesSubject of one about an unverified
+// author's series.
+const (
+	StrangerSubject       = "Re: your #patchbot command"
+	StrangerSeriesSubject = "Re: your patch series"
+)
 
 // RenderAnswer composes a short answer. Like Render it is pure.
 func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
-	if a.Thread.MessageID == "" || a.Thread.Author == "" || a.MessageID == "" || a.Date.IsZero() {
+	if a.Thread.MessageID == "" && !a.Stranger || a.Thread.Author == "" || a.MessageID == "" || a.Date.IsZero() {
 		return nil, errors.New("rendering answer: the message answered, its author, the answer's Message-ID and date are required")
 	}
 	from, err := mail.ParseAddress(opt.From)
@@ -104,8 +112,8 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 		Date: a.Date.UTC(), MessageID: trimID(a.MessageID), InReplyTo: trimID(a.Thread.MessageID)}
 	if a.Stranger {
 		h.Subject = StrangerSubject
-		if a.Kind == AnswerIncomplete { // no command: the series' subject, cut
-			h.Subject = ReplySubject(inert.Clip(a.Thread.Subject, StrangerEcho))
+		if a.Kind == AnswerIncomplete { // no command
+			h.Subject = StrangerSeriesSubject
 		}
 		if len(h.InReplyTo) > StrangerEcho {
 			h.InReplyTo = ""

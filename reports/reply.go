@@ -547,7 +547,9 @@ func (r *Reply) Bytes() ([]byte, error) {
 	h.Set("Content-Transfer-Encoding", enc)
 	h.Set("MIME-Version", "1.0")
 	h.SetMsgIDList("References", r.Header.References)
-	h.SetMsgIDList("In-Reply-To", []string{r.Header.InReplyTo})
+	if r.Header.InReplyTo != "" {
+		h.SetMsgIDList("In-Reply-To", []string{r.Header.InReplyTo})
+	}
 	h.SetMessageID(r.Header.MessageID)
 	h.SetSubject(r.Header.Subject)
 	if err := set("Cc", r.Header.Cc); err != nil {

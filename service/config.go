@@ -27,6 +27,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
@@ -55,11 +56,12 @@ type Config struct {
 	Fleet FleetConfig `yaml:"fleet"`
 	// Sources are the lists to watch.
 	Sources []mailbox.SourceConfig `yaml:"sources"`
-	// Paths: a series is tested only when it touches one of these prefixes.
-	Paths  []string          `yaml:"paths"`
-	Kernel images.TreeConfig `yaml:"kernel"`
-	VM     invm.VMConfig     `yaml:"vm"`
-	Suites SuitesConfig      `yaml:"suites"`
+	// The front desk's keys (paths, suites, commands, limits,
+	// incomplete_after): which mail becomes a job, who may ask, how much
+	// mail patchbot writes.
+	intake.Config `yaml:",inline"`
+	Kernel        images.TreeConfig `yaml:"kernel"`
+	VM            invm.VMConfig     `yaml:"vm"`
 	// SMTP says how replies leave; sending is off by default (replies go
 	// to the outbox and are printed).
 	SMTP  sender.Config        `yaml:"smtp"`
@@ -67,20 +69,12 @@ type Config struct {
 	// Publish copies each run's directory to a GitHub repository, and the
 	// reply links it (unless the dashboard's BaseURL is set).
 	Publish *publish.Config `yaml:"publish,omitempty"`
-	// Commands controls who may ask for a run with "#patchbot test".
-	Commands CommandsConfig `yaml:"commands"`
 	// DKIM says where the signers' keys are looked up: every patch and
 	// command mail is verified (mailbox.Verifier).
 	DKIM mailbox.DKIMConfig `yaml:"dkim"`
-	// Limits bound the mail patchbot sends, whoever asks (limits.go).
-	Limits LimitsConfig `yaml:"limits"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
 	HTTP      string          `yaml:"http"`
 	Dashboard DashboardConfig `yaml:"dashboard"`
-	// IncompleteAfter is how long a series may wait for its missing parts
-	// before patchbot answers that it could not test it, and why.
-	IncompleteAfter time.Duration `yaml:"incomplete_after"`
-
 	// Trees are the trees a series may be tested on besides the kernel:
 	// base, fetched into one object store (see images.Kernels.Choose).
 	Trees images.TreesConfig `yaml:"trees"`
@@ -139,40 +133,6 @@ type FleetConfig struct {
 	RequireKVM bool `yaml:"require_kvm"`
 }
 
-// SuitesConfig is how much a job measures by default.
-type SuitesConfig struct {
-	Profile string `yaml:"profile"`
-	// Runs per kernel, interleaved: 0 runs as many as the evidence needs
-	// (the sequential rule: 3 to 10 a side, stopping when every primary
-	// metric is settled), N runs exactly N.
-	Runs int `yaml:"runs"`
-}
-
-// CommandsConfig controls email commands.
-type CommandsConfig struct {
-	// AllowAuthor lets a series' author ask for its test; Allow lists the
-	// other addresses (or "@domain") that may. Either counts only for an
-	// authenticated mail: see AuthservIDs.
-	AllowAuthor bool     `yaml:"allow_author"`
-	Allow       []string `yaml:"allow"`
-	// AuthservIDs are the receiving servers whose Authentication-Results
-	// fields patchbot reads (RFC 8601), e.g. smtp.subspace.kernel.org for
-	// mail read from lore: only the topmost block of such fields, and only
-	// to vouch for a signature in the mail whose key patchbot cannot get
-	// itself (a key rotated since). A sender is verified by a valid DKIM
-	// signature aligned with From: (checked by patchbot), such a vouched
-	// one, or a source trusted as a whole (sources[].trusted).
-	AuthservIDs []string `yaml:"authserv_ids"`
-	// PerSenderPerHour is how many commands one sender may give an hour:
-	// every command that made a job or a mail counts (help, refusals and
-	// malformed commands too).
-	PerSenderPerHour int `yaml:"per_sender_per_hour"`
-	// AnswerRefused answers a refused command with the reason, at most
-	// once per sender an hour; when false refused commands are ignored
-	// silently.
-	AnswerRefused bool `yaml:"answer_refused"`
-}
-
 // DefaultState is the default state directory: /var/lib/patchbot as root,
 // else ~/.local/state/patchbot.
 func DefaultState() string {
@@ -188,16 +148,11 @@ func DefaultState() string {
 func DefaultConfig() Config {
 	return Config{
 		StateDir: DefaultState(),
-		Paths:    []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
+		Config:   intake.DefaultConfig(),
 		VM:       invm.DefaultVM(),
 		Trees:    images.DefaultTrees(),
-		// Runs 0: the sequential rule decides, from 3 to 10 a side.
-		Suites:          SuitesConfig{Profile: "quick"},
-		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
-		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
-		Limits:          DefaultLimits(),
-		IncompleteAfter: 6 * time.Hour,
-		Fleet:           FleetConfig{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
+		Reply:    reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
+		Fleet:    FleetConfig{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
 	}
 }
 
@@ -255,14 +210,8 @@ func (c *Config) Validate() error {
 	if err := c.VM.Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if c.Suites.Runs < 0 || c.Suites.Runs > 100 {
-		errs = append(errs, fmt.Sprintf("suites.runs %d: want 0 (as the evidence needs) or 1..100", c.Suites.Runs))
-	}
 	if c.SMTP.Enabled && c.SMTP.Addr == "" {
 		errs = append(errs, "smtp.enabled is on but smtp.addr is empty")
-	}
-	if c.IncompleteAfter <= 0 {
-		errs = append(errs, "incomplete_after: want a positive duration")
 	}
 	if c.Dashboard.BaseURL != "" {
 		if u, err := url.Parse(c.Dashboard.BaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -275,13 +224,10 @@ func (c *Config) Validate() error {
 	if err := c.DKIM.Validate(); err != nil {
 		errs = append(errs, err.Error())
 	}
-	if c.Commands.PerSenderPerHour < 1 {
-		errs = append(errs, "commands.per_sender_per_hour: want at least 1")
-	}
 	if d := c.DryRun; d != nil && (d.Build < 0 || d.Build > time.Hour || d.Round < 0 || d.Round > time.Hour) {
 		errs = append(errs, "dry_run: build and round want 0..1h")
 	}
-	errs = append(errs, c.Limits.validate()...)
+	errs = append(errs, c.Config.Validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("invalid config: %s", strings.Join(errs, "; "))
 	}

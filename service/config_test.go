@@ -25,7 +25,7 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "limits and trusted servers", yaml: "commands:\n  authserv_ids: [smtp.subspace.kernel.org]\nlimits:\n  max_recipients: 10\n  opt_out: [a@x.org]\n",
 			check: func(t *testing.T, c Config) {
 				if c.Limits.MaxRecipients != 10 || c.Limits.PerThreadPerDay != 10 || c.Limits.PerHour != 30 ||
-					len(c.Commands.AuthservIDs) != 1 || !c.Limits.optedOut("a@x.org") {
+					len(c.Commands.AuthservIDs) != 1 || strings.Join(c.Limits.OptOutAddrs(), " ") != "a@x.org" {
 					t.Errorf("limits = %+v, commands = %+v", c.Limits, c.Commands)
 				}
 			}},

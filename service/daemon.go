@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
@@ -59,7 +60,7 @@ type Daemon struct {
 	wake    chan struct{} // the coordinator's loop: a run was stored, a check may be due
 	sources map[string]mailbox.SourceConfig
 
-	parsed *parsedMail // stored mail, parsed once
+	parsed *intake.ParseCache // kept mail, parsed once
 }
 
 // Progress is how far a running job got, when this process runs it: what
@@ -277,7 +278,7 @@ func (d *Daemon) defaults() {
 		d.Outbox.MaxRecipients = d.Config.Limits.MaxRecipients
 	}
 	if d.Outbox.OptOut == nil {
-		d.Outbox.OptOut = optOutAddrs(d.Config.Limits)
+		d.Outbox.OptOut = d.Config.Limits.OptOutAddrs()
 	}
 	if d.Outbox.OnUncertain == nil {
 		d.Outbox.OnUncertain = func(store.OutboxMessage) { d.Metrics.Uncertain.Inc() }
@@ -304,7 +305,7 @@ func (d *Daemon) defaults() {
 	}
 	d.wake = make(chan struct{}, 1)
 	if d.parsed == nil {
-		d.parsed = newParsedMail(64 << 20)
+		d.parsed = &intake.ParseCache{Max: 64 << 20}
 	}
 }
 
@@ -405,15 +406,15 @@ func claimOne(ctx context.Context, st *store.Store, c store.Claim, step func(Ste
 func (d *Daemon) runCheck(ctx context.Context, j *store.Job) {
 	log := d.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
 	bg := context.WithoutCancel(ctx)
-	var req Request
-	err := json.Unmarshal(j.Request, &req)
+	var c intake.Check
+	err := json.Unmarshal(j.Request, &c)
 	switch {
-	case err != nil || req.Incomplete == nil:
+	case err != nil || c.Series.ThreadID == "":
 		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, fmt.Sprintf("not a check: %v", err)
 	case ctx.Err() != nil:
 		j.State, j.Attempts = store.JobQueued, j.Attempts-1
 	default:
-		if err := d.checkIncomplete(ctx, j, &req); err != nil {
+		if err := d.checkIncomplete(ctx, j, &c); err != nil {
 			d.retry(j, err, log)
 		} else {
 			j.State, j.Stage = store.JobDone, "done"

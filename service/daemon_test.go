@@ -14,6 +14,7 @@ import (
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
@@ -370,9 +371,7 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	}
 	d.ingestFile(t, "cmd1", cmd("cmd1", "Maintainer <maintainer@example.org>", "#patchbot test cache-contention profile=quick"))
 	d.ingestFile(t, "cmd2", cmd("cmd2", "Stranger <stranger@example.net>", "#patchbot test"))
-	// An unverified sender gets one answer a day: the help comes from
-	// another.
-	d.ingestFile(t, "cmd3", cmd("cmd3", "Other <other@example.net>", "#patchbot help"))
+	d.ingestFile(t, "cmd3", cmd("cmd3", "Maintainer <maintainer@example.org>", "#patchbot help"))
 	jobs, _ := d.Store.Jobs(ctx)
 	if len(jobs) != 2 || jobs[1].Trigger != "command" {
 		t.Fatalf("jobs = %d, want the list's and the maintainer's command", len(jobs))
@@ -387,7 +386,7 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 		switch {
 		case strings.Contains(raw, "In-Reply-To: <cmd1@example.org>"):
 			replyToCmd = raw
-		case strings.Contains(raw, "In-Reply-To: <cmd2@example.org>"):
+		case strings.Join(m.Recipients, " ") == "stranger@example.net":
 			refusal = raw
 		case strings.Contains(raw, "In-Reply-To: <cmd3@example.org>"):
 			help = raw
@@ -396,8 +395,11 @@ References: <20260724190556.1950693-1-usama.arif@linux.dev>
 	if !strings.Contains(replyToCmd, "> #patchbot test cache-contention profile=quick") {
 		t.Errorf("the command's reply does not quote it:\n%s", replyToCmd)
 	}
-	if !strings.Contains(refusal, "is neither the") {
-		t.Errorf("the stranger's command was not refused with the reason:\n%s", refusal)
+	// An address no signature proves gets a fixed answer, nothing of the
+	// mail in it.
+	if !strings.Contains(refusal, "patchbot did not act on a command") || strings.Contains(refusal, "cmd2@example.org") ||
+		strings.Contains(refusal, "#patchbot test") || strings.Contains(refusal, "squashfs") {
+		t.Errorf("the stranger's command was not answered with the fixed answer alone:\n%s", refusal)
 	}
 	if !strings.Contains(help, "#patchbot test [SUITE ...]") {
 		t.Errorf("help was not answered:\n%s", help)
@@ -414,35 +416,57 @@ func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
 	if jobs, _ := d.Store.Jobs(ctx); len(jobs) != 0 {
 		t.Fatalf("jobs = %+v for a series that touches no watched path", jobs)
 	}
-	d = newTestDaemon(t, t.TempDir())
-	d.Config.IncompleteAfter = time.Hour
-	d.Config.Paths = []string{"fs/demo/"}
-	d.ingestFile(t, "list", "../testdata/mailbox/missing-part.mbox")
-	jobs, _ := d.Store.Jobs(ctx)
-	if len(jobs) != 1 || jobs[0].Trigger != "incomplete" {
-		t.Fatalf("jobs = %+v, want one waiting incomplete-series job", jobs)
-	}
-	if ran, _ := d.RunOnce(ctx); ran {
-		t.Fatal("the incomplete-series job ran before its wait was over")
-	}
-	// The wait is over.
-	j := jobs[0]
-	j.NotBefore = time.Now().Add(-time.Minute)
-	d.Store.UpdateJob(ctx, j)
-	if ran, _ := d.RunOnce(ctx); !ran {
-		t.Fatal("the incomplete-series job did not run after its wait")
-	}
-	out := d.outbox(t)
-	if len(out) != 1 {
-		t.Fatalf("outbox = %d mails, want 1", len(out))
-	}
-	raw := string(out[0].Raw)
-	for _, want := range []string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an", "hour, patch(es) 2/3 never arrived"} {
-		if !strings.Contains(raw, want) {
-			t.Errorf("answer lacks %q:\n%s", want, raw)
-		}
-	}
-	if d.builder.builds != 0 {
-		t.Error("an incomplete series was built")
+	for _, tc := range []struct {
+		name, header string
+		want, not    []string
+	}{
+		// A signed author is answered in the thread.
+		{"signed", dkimPass("example.org"),
+			[]string{"In-Reply-To: <v1-0@demo.example>", "incomplete", "After waiting an", "hour, patch(es) 2/3 never arrived",
+				"Subject: Re: [PATCH 0/3]"}, nil},
+		// An author no signature proves may be anyone's name: the answer
+		// says nothing the mail said, not even its subject.
+		{"unsigned", "",
+			[]string{"Subject: " + reports.StrangerSeriesSubject, "incomplete", "After waiting an", "hour, patch(es) 2/3 never arrived"},
+			[]string{"In-Reply-To", "v1-0@demo.example", "[PATCH"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newTestDaemon(t, t.TempDir())
+			d.Config.IncompleteAfter = time.Hour
+			d.Config.Paths = []string{"fs/demo/"}
+			d.ingestAs(t, "list", "../testdata/mailbox/missing-part.mbox", listID+tc.header)
+			jobs, _ := d.Store.Jobs(ctx)
+			if len(jobs) != 1 || jobs[0].Trigger != "incomplete" {
+				t.Fatalf("jobs = %+v, want one waiting incomplete-series job", jobs)
+			}
+			if ran, _ := d.RunOnce(ctx); ran {
+				t.Fatal("the incomplete-series job ran before its wait was over")
+			}
+			// The wait is over.
+			j := jobs[0]
+			j.NotBefore = time.Now().Add(-time.Minute)
+			d.Store.UpdateJob(ctx, j)
+			if ran, _ := d.RunOnce(ctx); !ran {
+				t.Fatal("the incomplete-series job did not run after its wait")
+			}
+			out := d.outbox(t)
+			if len(out) != 1 {
+				t.Fatalf("outbox = %d mails, want 1", len(out))
+			}
+			raw := string(out[0].Raw)
+			for _, want := range tc.want {
+				if !strings.Contains(raw, want) {
+					t.Errorf("answer lacks %q:\n%s", want, raw)
+				}
+			}
+			for _, not := range tc.not {
+				if strings.Contains(raw, not) {
+					t.Errorf("answer holds %q:\n%s", not, raw)
+				}
+			}
+			if d.builder.builds != 0 {
+				t.Error("an incomplete series was built")
+			}
+		})
 	}
 }

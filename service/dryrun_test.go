@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 )
 
@@ -40,7 +41,7 @@ func TestDryRunSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := NewRequest(s, cfg.Suites, ReplyTarget(s))
+	req := intake.NewRequest(s, cfg.Suites, intake.ReplyTarget(s))
 	start := time.Now()
 	out, err := p.Execute(context.Background(), req, t.TempDir())
 	if err != nil {

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 )
@@ -25,25 +26,27 @@ func setCursor(ctx context.Context, tx *store.Tx, source, cur string) error {
 // is ingested as if read (a completed series is queued then), leaving
 // the source's cursor alone: when the source reaches the mail, it is
 // known. A failure is logged; the check goes on with what is kept.
-func (d *Daemon) fetchMissing(ctx context.Context, source string, c *IncompleteCheck) {
+func (d *Daemon) fetchMissing(ctx context.Context, source string, c *intake.Check) {
 	f, ok := d.Sources[source].(mailbox.Fetcher)
 	if !ok {
 		return
 	}
-	log := d.Log.With("source", source, "title", c.Title, "version", c.Version)
-	raws, err := d.Store.ThreadMessages(ctx, c.ThreadID)
+	log := d.Log.With("source", source, "title", c.Series.Title, "version", c.Series.Version)
+	var kept []intake.Kept
+	err := d.Store.Update(ctx, func(tx *store.Tx) (err error) {
+		kept, err = intake.View{Tx: tx, Parsed: d.parsed}.KeptMail(ctx, c.Series.ThreadID)
+		return err
+	})
 	if err != nil {
 		log.Error("reading the thread of an incomplete series", "err", err)
 		return
 	}
 	var msgs []*mailbox.Message
-	for _, raw := range raws {
-		if m, err := mailbox.ParseBytes(raw); err == nil {
-			msgs = append(msgs, m)
-		}
+	for _, k := range kept {
+		msgs = append(msgs, k.Message)
 	}
 	for _, s := range mailbox.Assemble(msgs) {
-		if s.Title != c.Title || s.Version != c.Version || mailbox.AddrOf(s.Author) != c.Author || s.Complete {
+		if !c.Series.Is(s) || s.Complete {
 			continue
 		}
 		n := 0

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
@@ -154,7 +155,7 @@ func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.
 		m.Dropped.WithLabelValues("mismatch").Inc()
 		return nil
 	}
-	var req Request
+	var req intake.Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
 		log.Error("a worker's reply to an undecodable request: not sent", "err", err)
 		m.Dropped.WithLabelValues("mismatch").Inc()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
@@ -36,7 +37,7 @@ func TestLongSeriesOneAnswerNoBuild(t *testing.T) {
 	cache := t.TempDir()
 	k := &images.Kernels{Builder: &images.Builder{Cache: cache}}
 	p := &Pipeline{Builder: k, Tester: &effectTester{effect: single(1)}, Reply: reports.ReplyOptions{From: "patchbot <patchbot@example.org>"}}
-	req := NewRequest(s, SuitesConfig{Profile: "quick", Runs: 3}, ReplyTarget(s))
+	req := intake.NewRequest(s, intake.SuitesConfig{Profile: "quick", Runs: 3}, intake.ReplyTarget(s))
 	start := time.Now()
 	out, err := p.Execute(ctx, req, t.TempDir())
 	if err != nil {

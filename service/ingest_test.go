@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 )
@@ -50,10 +51,10 @@ References: <i-2@demo.example> <i-0@demo.example>
 	if cmd == nil {
 		t.Fatalf("the command found no series: jobs %+v, outbox %d", jobs, len(d.outbox(t)))
 	}
-	var req Request
+	var req intake.Request
 	json.Unmarshal(cmd.Request, &req)
-	if len(req.Patches) != 2 {
-		t.Errorf("the command's job tests %d patches, want the series' 2", len(req.Patches))
+	if len(req.Series.Patches) != 2 {
+		t.Errorf("the command's job tests %d patches, want the series' 2", len(req.Series.Patches))
 	}
 }
 

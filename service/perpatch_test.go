@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -97,15 +98,16 @@ func single(cause int) func(int) float64 {
 	}
 }
 
-func seriesRequest(n int) *Request {
-	req := &Request{Title: fmt.Sprintf("[PATCH 0/%d] squashfs: fewer wake-ups", n), Files: []string{"fs/squashfs/cache.c"},
-		Suites: []string{"cache-contention"}, Profile: "quick", Runs: 5,
+func seriesRequest(n int) *intake.Request {
+	req := &intake.Request{Suites: []string{"cache-contention"}, Profile: "quick", Runs: 5,
 		Thread: reports.Thread{Subject: fmt.Sprintf("[PATCH 0/%d] squashfs: fewer wake-ups", n),
 			MessageID: "<cover@example.org>", Author: "Test Author <author@example.org>"},
-		Series: SeriesKey{Author: "author@example.org", Title: "squashfs: fewer wake-ups", Version: 1}}
+		Series: intake.Series{SeriesKey: intake.SeriesKey{Author: "author@example.org", Title: "squashfs: fewer wake-ups", Version: 1},
+			Subject: fmt.Sprintf("[PATCH 0/%d] squashfs: fewer wake-ups", n), Files: []string{"fs/squashfs/cache.c"}}}
 	for i := 1; i <= n; i++ {
-		req.Patches = append(req.Patches, []byte(fmt.Sprintf("From: Test Author <author@example.org>\nSubject: [PATCH %d/%d] squashfs: step %d\n\ndiff\n", i, n, i)))
-		req.Subjects = append(req.Subjects, fmt.Sprintf("[PATCH %d/%d] squashfs: step %d", i, n, i))
+		req.Series.Patches = append(req.Series.Patches, intake.Patch{Subject: fmt.Sprintf("[PATCH %d/%d] squashfs: step %d", i, n, i),
+			Title: fmt.Sprintf("squashfs: step %d", i),
+			Mail:  []byte(fmt.Sprintf("From: Test Author <author@example.org>\nSubject: [PATCH %d/%d] squashfs: step %d\n\ndiff\n", i, n, i))})
 	}
 	return req
 }
@@ -115,7 +117,7 @@ func says(body, want string) bool {
 	return strings.Contains(strings.Join(strings.Fields(body), " "), strings.Join(strings.Fields(want), " "))
 }
 
-func execute(t *testing.T, p *Pipeline, req *Request) *Outcome {
+func execute(t *testing.T, p *Pipeline, req *intake.Request) *Outcome {
 	t.Helper()
 	if p.Reply.From == "" {
 		p.Reply.From = "patchbot <patchbot@example.org>"

@@ -11,6 +11,7 @@ import (
 	"github.com/patchbot/patchbot/bisect"
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/stats"
@@ -71,12 +72,13 @@ type Outcome struct {
 // beside the earlier version's and answered (reports.Finish). A stage
 // that finds the patch at fault leaves the later ones nothing to do but
 // the report.
-func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*Outcome, error) {
-	first, last, err := req.span()
+func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir string) (*Outcome, error) {
+	earlier := p.earlier(ctx, req)
+	first, last, err := req.Span()
 	if err != nil {
 		return nil, err
 	}
-	earlier := p.earlier(ctx, req)
+	series := req.Series
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
@@ -84,9 +86,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// them on the log scale (see reports/stats.LogWelch).
 	opts := reports.Options{Test: stats.LogWelch}
 	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: opts,
-		ReplyID: req.ReplyID, Command: req.Command, Series: len(req.Patches), Attestation: req.Attestation}
+		ReplyID: req.ReplyID, Command: req.Command, Series: len(series.Patches), Attestation: req.Attestation}
 	if req.First > 0 {
-		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Patches)}
+		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(series.Patches)}
 	}
 	if p.ResultsURL != nil {
 		run.ResultsURL = p.ResultsURL(runDir)
@@ -115,16 +117,15 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		st.total += last
 	}
 
-	// The mail: the series as git am applies it, and its patches' titles.
-	titles := mailbox.Titles(req.Subjects)
-	if err := mailbox.SaveMbox(filepath.Join(runDir, "series.mbox"), req.Patches); err != nil {
+	// The mail: the series as git am applies it.
+	mails, titles := series.Mails(), series.Titles()
+	if err := mailbox.SaveMbox(filepath.Join(runDir, "series.mbox"), mails); err != nil {
 		return nil, err
 	}
-	titles = append(titles, make([]string, max(0, len(req.Patches)-len(titles)))...)
 
 	// The kernels: the base, and the series built on it.
 	kernels, err := images.BuildSeries(ctx, p.Builder, images.SeriesJob{
-		Want:  images.Want{Override: req.BaseOverride, BaseCommit: req.Base, Tags: req.Tags, Patches: req.Patches},
+		Want:  images.Want{Override: req.BaseOverride, BaseCommit: series.Base, Tags: series.Tags, Patches: mails},
 		First: first, Last: last, AA: req.AA, RunDir: runDir, OnStep: st.stage})
 	if err != nil {
 		return nil, err
@@ -136,7 +137,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// The suites, A against B.
 	var failed error
 	if kernels.Err == nil {
-		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: req.Files, Profile: req.Profile,
+		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: series.Files, Profile: req.Profile,
 			Runs: req.Runs, Plan: plan, Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1,
 			Progress: p.Progress, OnSuite: st.suite})
 		if err != nil && !blame.IsPatch(err) {
@@ -160,8 +161,8 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// The report: the run recorded, beside the earlier version's, and its
 	// reply.
 	st.stage("report")
-	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: req.Subjects,
-		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: req.Series.Version},
+	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: series.Subjects(),
+		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: series.Version},
 		p.Reply, p.Publish, p.Progress)
 	if err != nil {
 		return nil, err

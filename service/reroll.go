@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strings"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
@@ -19,20 +19,12 @@ type History interface {
 
 var _ History = (*store.Store)(nil)
 
-// sameSeries: the same author and title (case and spacing aside), as a
-// reroll keeps them.
-func sameSeries(a, b SeriesKey) bool {
-	norm := func(s string) string { return strings.Join(strings.Fields(strings.ToLower(s)), " ") }
-	return a.Author != "" && strings.EqualFold(a.Author, b.Author) && norm(a.Title) == norm(b.Title) &&
-		(a.Identity == "" || b.Identity == "" || a.Identity == b.Identity) // runs from before identities match
-}
-
 // earlier are the runs of the series' earlier versions that were tested
 // to the end, the latest version first and its latest run first: the
 // report sets the measurement of the first that measured anything beside
 // this one's (reports.Run.Record). A failure to read the history leaves
 // the reply without it.
-func (p *Pipeline) earlier(ctx context.Context, req *Request) []reports.Earlier {
+func (p *Pipeline) earlier(ctx context.Context, req *intake.Request) []reports.Earlier {
 	if p.History == nil || req.Series.Version < 2 {
 		return nil
 	}
@@ -52,8 +44,8 @@ func (p *Pipeline) earlier(ctx context.Context, req *Request) []reports.Earlier 
 		if j.State != store.JobDone || j.RunDir == "" {
 			continue
 		}
-		var r Request
-		if json.Unmarshal(j.Request, &r) != nil || !sameSeries(r.Series, req.Series) || r.Series.Version >= req.Series.Version {
+		var r intake.Request
+		if json.Unmarshal(j.Request, &r) != nil || !r.Series.Same(req.Series.SeriesKey) || r.Series.Version >= req.Series.Version {
 			continue
 		}
 		all = append(all, found{r.Series.Version, j})

@@ -141,7 +141,7 @@ func unverifiedTLS(database string) string {
 // NewOutbox is the outbox of st, sending through the configured SMTP
 // server when smtp.enabled is on (otherwise replies are only queued).
 func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
-	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: optOutAddrs(cfg.Limits)}
+	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: cfg.Limits.OptOutAddrs()}
 	if !cfg.SMTP.Enabled {
 		return o, nil
 	}

@@ -3,14 +3,13 @@ package service
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 )
@@ -74,7 +73,7 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%v: %w", err, ErrRefused)
 	}
-	req := NewRequest(series, s.Config.Suites, ReplyTarget(series))
+	req := intake.NewRequest(series, s.Config.Suites, intake.ReplyTarget(series))
 	req.Suites = sub.Suites
 	if sub.Profile != "" {
 		req.Profile = sub.Profile
@@ -88,13 +87,12 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	h := sha256.Sum256(data)
-	key := fmt.Sprintf("web:%s:%d", hex.EncodeToString(h[:8]), time.Now().UnixNano())
 	who := sub.Who
 	if who == "" {
 		who = "dashboard"
 	}
-	id, _, err := s.Store.AddJob(ctx, store.Job{Dedupe: key, Trigger: "web", Title: req.Title, Request: data,
+	id, _, err := s.Store.AddJob(ctx, store.Job{Dedupe: string(intake.WebDedupe(data, time.Now())), Trigger: "web",
+		Title: req.Series.Subject, Request: data,
 		Source: "dashboard", Sender: who, Needs: needsOf(s.Config, names)})
 	if err != nil {
 		return 0, err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -28,10 +29,10 @@ func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 	if err != nil || j.Trigger != "web" {
 		t.Fatalf("job %d = %+v, %v; want a web job", id, j, err)
 	}
-	var req Request
+	var req intake.Request
 	json.Unmarshal(j.Request, &req)
-	if !req.NoMail || len(req.Patches) != 1 || req.Suites[0] != "cache-contention" {
-		t.Errorf("request = no_mail %v, %d patches, suites %v", req.NoMail, len(req.Patches), req.Suites)
+	if !req.NoMail || len(req.Series.Patches) != 1 || req.Suites[0] != "cache-contention" {
+		t.Errorf("request = no_mail %v, %d patches, suites %v", req.NoMail, len(req.Series.Patches), req.Suites)
 	}
 	if ran, err := d.RunOnce(ctx); !ran || err != nil {
 		t.Fatalf("RunOnce = %v, %v", ran, err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/treetest"
 	"github.com/patchbot/patchbot/internal/testenv"
@@ -47,7 +48,7 @@ func realKernels(t *testing.T, names ...string) (*images.Kernels, treetest.Kerne
 	return &images.Kernels{Builder: b, Trees: trees, Progress: logWriter{t}}, k
 }
 
-func requestFrom(t *testing.T, file string) *Request {
+func requestFrom(t *testing.T, file string) *intake.Request {
 	t.Helper()
 	msgs, err := mailbox.Collect(context.Background(), &mailbox.Mbox{Path: file})
 	if err != nil {
@@ -57,7 +58,7 @@ func requestFrom(t *testing.T, file string) *Request {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := NewRequest(s, SuitesConfig{Profile: "quick", Runs: 5}, ReplyTarget(s))
+	req := intake.NewRequest(s, intake.SuitesConfig{Profile: "quick", Runs: 5}, intake.ReplyTarget(s))
 	req.Suites = []string{"cache-contention"}
 	return req
 }

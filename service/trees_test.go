@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/store"
 )
@@ -94,16 +95,16 @@ References: <20261130100000.3-0-author@example.org>
 	if len(jobs) != 2 {
 		t.Fatalf("jobs = %d, want the list's and c1's", len(jobs))
 	}
-	var req Request
+	var req intake.Request
 	if err := json.Unmarshal(jobs[1].Request, &req); err != nil {
 		t.Fatal(err)
 	}
-	if req.BaseOverride != "next" || req.First != 2 || req.Last != 3 || len(req.Subjects) != 3 {
-		t.Errorf("request base %q patches %d-%d, subjects %d", req.BaseOverride, req.First, req.Last, len(req.Subjects))
+	if req.BaseOverride != "next" || req.First != 2 || req.Last != 3 || len(req.Series.Patches) != 3 {
+		t.Errorf("request base %q patches %d-%d, subjects %d", req.BaseOverride, req.First, req.Last, len(req.Series.Patches))
 	}
-	var list Request
+	var list intake.Request
 	json.Unmarshal(jobs[0].Request, &list)
-	if list.Series != (SeriesKey{Author: "author@example.org", Title: "squashfs: fewer cache wake-ups, and what the docs say of them", Version: 1,
+	if list.Series.SeriesKey != (intake.SeriesKey{Author: "author@example.org", Title: "squashfs: fewer cache wake-ups, and what the docs say of them", Version: 1,
 		Identity: "author@example.org/unverified"}) {
 		t.Errorf("series key %+v", list.Series)
 	}

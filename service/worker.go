@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
@@ -298,13 +299,13 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 		w.heartbeat(held, j, l, log)
 	}()
 	end := func() { w.finish(ctx, j, l, log, nil) }
-	var req Request
+	var req intake.Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
 		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "undecodable request: "+err.Error()
 		end()
 		return
 	}
-	if req.Incomplete != nil {
+	if j.Kind == store.KindCheck {
 		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "an incomplete-series check reached a worker"
 		end()
 		return

@@ -50,7 +50,9 @@ type Needs struct {
 
 // Job is one test of one series.
 type Job struct {
-	ID      int64
+	ID int64
+	// Dedupe is the job's key in the queue: a job whose key is queued
+	// already is not queued again (its forms: intake.Dedupe).
 	Dedupe  string
 	Kind    JobKind
 	Trigger string // "list", "cli", "command", "incomplete", "web"

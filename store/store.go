@@ -79,9 +79,9 @@ var migrations = []step{
 	CREATE INDEX messages_thread ON messages(thread_id);
 	CREATE TABLE jobs (
 		id         INTEGER PRIMARY KEY,
-		-- dedupe makes a job unique: "series:<key>:v<N>" for a series seen
-		-- on a list (a version is tested once, a reroll is a new job), or
-		-- "command:<message-id>" for an email command.
+		-- dedupe makes a job unique: a job whose key is queued already
+		-- is not queued again. The keys' forms are the front desk's
+		-- (intake.Dedupe).
 		dedupe     TEXT NOT NULL UNIQUE,
 		trigger    TEXT NOT NULL,
 		title      TEXT NOT NULL,

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
@@ -146,7 +147,7 @@ func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceCon
 	if t, ok := p.Tester.(*invm.Tester); ok {
 		t.Log = terminalLog(stderr)
 	}
-	req := service.NewRequest(series, cfg.Suites, service.ReplyTarget(series))
+	req := intake.NewRequest(series, cfg.Suites, intake.ReplyTarget(series))
 	req.Suites, req.AA, req.BaseOverride = o.names, o.aa, o.base
 	req.First, req.Last = o.first, o.last
 	if _, err := req.SuiteNames(); err != nil {

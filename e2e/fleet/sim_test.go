@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/sender/smtptest"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/store/pgtest"
 )
@@ -112,12 +112,13 @@ http: %s
 				if rng.IntN(2) == 0 {
 					snd = "busy@" + src + ".example.org" // one sender sends half of a list's jobs
 				}
-				req := &service.Request{Title: fmt.Sprintf("[PATCH] sim %d", i), Patches: [][]byte{seed},
-					Files: []string{"fs/squashfs/cache.c"}, Suites: []string{"cache-contention"}, Profile: "quick", Runs: 1 + rng.IntN(39),
+				req := &intake.Request{Series: intake.Series{Subject: fmt.Sprintf("[PATCH] sim %d", i),
+					Patches: []intake.Patch{{Subject: "[PATCH] sim", Mail: seed}}, Files: []string{"fs/squashfs/cache.c"}},
+					Suites: []string{"cache-contention"}, Profile: "quick", Runs: 1 + rng.IntN(39),
 					Thread: reports.Thread{Subject: fmt.Sprintf("[PATCH] sim %d", i), MessageID: fmt.Sprintf("sim-%d@x", i),
 						Author: snd, Lists: []string{src + "@vger.example.org"}}}
 				data, _ := json.Marshal(req)
-				if _, _, err := tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprint("sim:", i), Trigger: "list", Title: req.Title, Request: data,
+				if _, _, err := tx.AddJob(ctx, store.Job{Dedupe: fmt.Sprint("sim:", i), Trigger: "list", Title: req.Series.Subject, Request: data,
 					Source: src, Sender: snd, Needs: store.Needs{CPUs: 2, MemMiB: 2048, Suites: []string{"cache-contention"}}}); err != nil {
 					return err
 				}
