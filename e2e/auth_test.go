@@ -324,21 +324,24 @@ func TestMailAuthAttacks(t *testing.T) {
 		body: "#patchbot " + word + "\n"}))
 	w.toList(t, w.signedBy(t, "example.org", w.raw(cmd("typo@example.org", maint, "#patchbot tset"))))
 	w.wait(t, "spam@spam.example", "typo@example.org")
-	a = attack{name: "a 200 KB unknown command with a URL, under a spam subject, from a forged sender",
+	a = attack{name: "a 200 KB unknown command with a URL, under a spam subject, from a forged sender (a fixed answer, nothing of the mail)",
 		mirror: "a verified maintainer's unknown command is answered with the reason"}
 	var spamAnswers, typoAnswer []string
 	for _, m := range w.outbox(t) {
 		switch {
-		case strings.Contains(string(m.Raw), "In-Reply-To: <spam@spam.example>"):
+		case contains(m.Recipients, "spam@spam.example"):
 			spamAnswers = append(spamAnswers, string(m.Raw))
 		case strings.Contains(string(m.Raw), "In-Reply-To: <typo@example.org>"):
 			typoAnswer = append(typoAnswer, string(m.Raw))
 		}
 	}
+	// The forged sender gets at most a fixed answer: nothing of the mail
+	// (the word, the URL, the subject, its Message-ID), under 1 KB.
 	for _, s := range spamAnswers {
-		if strings.Contains(s, strings.Repeat("x", 65)) || strings.Contains(s, "PILLS") || len(s) > 8<<10 {
+		if strings.Contains(s, "xxxx") || strings.Contains(s, "spam.example/") || strings.Contains(s, "PILLS") ||
+			strings.Contains(s, "<spam@spam.example>\r\nReferences") || strings.Contains(s, "In-Reply-To") || len(s) > 1<<10 {
 			a.succeeded = true
-			a.detail = fmt.Sprintf("an answer of %d bytes echoes the word or the subject", len(s))
+			a.detail = fmt.Sprintf("an answer of %d bytes echoes the mail", len(s))
 		}
 	}
 	if len(spamAnswers) > 1 {

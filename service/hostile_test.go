@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/store"
 )
 
 // A series of 60 patches (testdata/hostile/long-series.mbox, a real
@@ -58,4 +60,29 @@ func TestLongSeriesOneAnswerNoBuild(t *testing.T) {
 		t.Error("a tree was opened or imported for a series refused at once")
 	}
 	t.Logf("answered in %s, reply %d bytes", time.Since(start).Round(time.Millisecond), len(out.Reply.Body))
+}
+
+// A command with a 200 KB word and a URL, under a spam subject, from a
+// forged From: (no signature): the address gets one short answer of
+// patchbot's own words, with nothing of the mail in it (it once got
+// 1.6 KB echoing the word's first bytes and the URL), through the daemon
+// into the outbox as it would be sent.
+func TestForgedCommandIsNotEchoed(t *testing.T) {
+	d := newTestDaemon(t, t.TempDir())
+	d.ingestRaw(t, "inbox", "From: Buy Now <spam@spam.example>\nTo: patchbot@localhost\n"+
+		"Subject: CHEAP PILLS http://spam.example/buy\nDate: Sat, 5 Dec 2026 12:00:00 +0000\nMessage-ID: <spam@spam.example>\n\n"+
+		"#patchbot BUY-NOW-http://spam.example/"+strings.Repeat("x", 200<<10)+"\n")
+	out := d.outboxAll(t)
+	if len(out) != 1 {
+		t.Fatalf("%d mails, want one answer", len(out))
+	}
+	raw := string(out[0].Raw)
+	if len(raw) > 1024 || strings.Contains(raw, "spam.example/") || strings.Contains(raw, "PILLS") ||
+		strings.Contains(raw, "xxxx") || strings.Contains(raw, "Buy Now") || strings.Contains(raw, "In-Reply-To") {
+		t.Errorf("an answer of %d bytes repeats what the forged mail said:\n%s", len(raw), raw)
+	}
+	if strings.Join(out[0].Recipients, " ") != "spam@spam.example" || out[0].Budget != store.BudgetUnverified {
+		t.Errorf("answer to %v from budget %q", out[0].Recipients, out[0].Budget)
+	}
+	t.Logf("the answer, %d bytes:\n%s", len(raw), raw)
 }

@@ -1,0 +1,66 @@
+package intake
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/patchbot/patchbot/reports"
+)
+
+// A reply's Cc: one address each, given once, never the author, the
+// lists first (those the thread's mail came through, and list hosts), cut
+// at the cap.
+func TestCapCc(t *testing.T) {
+	lists := map[string]bool{"team@example.org": true}
+	for _, tc := range []struct {
+		cc     []string
+		n      int
+		lists  string
+		people string
+	}{
+		{[]string{"p1@x.org", "linux-fsdevel@vger.kernel.org", "team@example.org", "P1 <P1@X.org>", "author@x.org"}, 10,
+			"<linux-fsdevel@vger.kernel.org> <team@example.org>", "<p1@x.org>"},
+		{[]string{"p1@x.org", "p2@x.org", "squashfs-devel@lists.sourceforge.net"}, 2,
+			"<squashfs-devel@lists.sourceforge.net>", "<p1@x.org>"},
+		// Text that is not one address is left out, an encoded name
+		// that decodes to more addresses too.
+		{[]string{"=?UTF-8?Q?a@evil.example=2C_b@evil.example?= <c@evil.example>", "not an address", "a@x.org, b@x.org"}, 10,
+			"", ""},
+		{[]string{"p1@x.org"}, -3, "", ""},
+	} {
+		l, p := capCc("author@x.org", tc.cc, lists, tc.n)
+		if strings.Join(l, " ") != tc.lists || strings.Join(p, " ") != tc.people {
+			t.Errorf("capCc(%q, %d) = %q, %q; want %q, %q", tc.cc, tc.n, l, p, tc.lists, tc.people)
+		}
+	}
+}
+
+// What an address no signature verified may be told: the kind, its own
+// address, the missing parts' numbers; never the mail's text.
+func TestStranger(t *testing.T) {
+	th := reports.Thread{Subject: "CHEAP PILLS http://spam.example/", MessageID: "http://spam.example/x@y",
+		References: []string{"r@x"}, Author: "Buy Now http://spam.example <s@x>"}
+	for _, tc := range []struct {
+		kind, want reports.AnswerKind
+		reason     string
+	}{
+		{reports.AnswerHelp, reports.AnswerUnverified, ""},
+		{reports.AnswerRefused, reports.AnswerUnverified, ""},
+		{reports.AnswerNotUnderstood, reports.AnswerUnverified, ""},
+		{reports.AnswerInvalid, reports.AnswerUnverified, ""},
+		{reports.AnswerNoSeries, reports.AnswerUnverified, ""},
+		{reports.AnswerStopped, reports.AnswerStopped, "s@x"},
+		{reports.AnswerIncomplete, reports.AnswerIncomplete, ""},
+	} {
+		a := Stranger(reports.Answer{Kind: tc.kind, Thread: th, Command: "#patchbot http://spam.example/", Reason: "http://spam.example/",
+			Suites: []string{"locks"}, Ignored: 3, Missing: []string{"2/3"}, Waited: "6 hours", MessageID: "answer@patchbot"})
+		if a.Kind != tc.want || a.Reason != tc.reason || a.Command != "" || !reflect.DeepEqual(a.Thread, reports.Thread{Author: "s@x"}) ||
+			a.Suites != nil || a.Ignored != 0 || !a.Stranger || a.MessageID != "answer@patchbot" {
+			t.Errorf("%s: %+v", tc.kind, a)
+		}
+		if tc.kind == reports.AnswerIncomplete && (len(a.Missing) != 1 || a.Waited != "6 hours") {
+			t.Errorf("incomplete: %+v", a)
+		}
+	}
+}
