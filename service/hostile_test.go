@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"

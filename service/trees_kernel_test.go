@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/treetest"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/suites/invm"

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/store"
 )
 
