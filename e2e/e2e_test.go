@@ -105,9 +105,9 @@ http: %s
 	// refused.
 	imap.Deliver(t, sig.signed(t, command("cmd-allowed", "Maintainer <maintainer@example.org>", rfcID, "#patchbot test fuse-waitq")))
 	imap.Deliver(t, listMail(command("cmd-stranger", "Stranger <stranger@example.net>", rfcID, "#patchbot test fuse-waitq")))
-	refusal := waitReply(t, imap, d, "cmd-stranger@example.org", 5*time.Minute)
-	if !strings.Contains(refusal.Body, "did not run") {
-		t.Errorf("the stranger's command was not refused:\n%s", refusal.Body)
+	refusal := waitReply(t, imap, d, "to:stranger@example.net", 5*time.Minute)
+	if !strings.Contains(refusal.Body, "did not act on a command") || strings.Contains(refusal.Raw, "fuse-waitq") {
+		t.Errorf("the stranger's command was not answered with the fixed answer alone:\n%s", refusal.Raw)
 	}
 	accepted := waitReply(t, imap, d, "cmd-allowed@example.org", 20*time.Minute)
 	if !strings.Contains(accepted.Body, "> #patchbot test fuse-waitq") || !strings.Contains(accepted.Body, "'expires' undeclared") {
@@ -257,7 +257,9 @@ func repliesTo(t *testing.T, s *imaptest.Server, msgid string) []mail {
 	return nil
 }
 
-// readReplies reads the mailbox once: patchbot's replies to msgid.
+// readReplies reads the mailbox once: patchbot's replies to msgid, or,
+// for "to:ADDRESS", its answers to an unverified sender (they thread
+// under nothing the sender's mail said).
 func readReplies(s *imaptest.Server, msgid string) ([]mail, error) {
 	src := &mailbox.IMAP{Addr: s.Addr, User: s.User, Password: s.Password, Mailbox: "INBOX"}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -265,7 +267,13 @@ func readReplies(s *imaptest.Server, msgid string) ([]mail, error) {
 	var out []mail
 	seen := map[string]bool{}
 	_, err := src.Poll(ctx, "", func(m *mailbox.Message, _ string) error {
-		if m.InReplyTo == msgid && strings.Contains(m.From, botAddr) && !seen[m.MessageID] {
+		to, answers := strings.CutPrefix(msgid, "to:")
+		if answers {
+			answers = m.InReplyTo == "" && strings.EqualFold(mailbox.AddrOf(strings.Join(m.To, "")), to)
+		} else {
+			answers = m.InReplyTo == msgid
+		}
+		if answers && strings.Contains(m.From, botAddr) && !seen[m.MessageID] {
 			seen[m.MessageID] = true
 			out = append(out, mail{Raw: string(m.Raw), Body: m.Body})
 		}

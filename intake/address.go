@@ -341,3 +341,50 @@ func Stranger(a reports.Answer) reports.Answer {
 	}
 	return out
 }
+
+// Audience is whom a finished run's reply may go to, as bare lower-case
+// addresses.
+type Audience struct {
+	// Named are the addresses its job's thread names: its author, its Cc
+	// and its lists (unless reply.no_list_cc), and the configured extra
+	// Cc. A reply to anyone else is not one patchbot addressed.
+	Named map[string]bool
+	// Hear are those of them the reply goes to for what the run found.
+	Hear map[string]bool
+}
+
+// Audience is whom the reply to a test job goes to. A list hears findings,
+// not silence: a reply that tells a finding (an improvement, a
+// regression, a mixed result, kernel trouble), why the series was not
+// tested, or that too few rounds were run to judge, goes to the whole
+// thread; a "No change" goes only to whoever asked for the run (the
+// command's sender; nobody for a series seen on a list: the run is on the
+// dashboard), unless the job's source lets its list hear everything
+// (sources[].list_hears). trigger and source are the job's.
+func (d *Desk) Audience(req *Request, trigger, source string, f reports.Finding) Audience {
+	a := Audience{Named: map[string]bool{}, Hear: map[string]bool{}}
+	add := func(to map[string]bool, list ...string) {
+		for _, s := range list {
+			if addrs, err := mail.ParseAddressList(s); err == nil {
+				for _, addr := range addrs {
+					to[strings.ToLower(addr.Address)] = true
+				}
+			}
+		}
+	}
+	add(a.Named, req.Thread.Author)
+	add(a.Named, req.Thread.Cc...)
+	if !d.Reply.NoListCc {
+		add(a.Named, req.Thread.Lists...)
+	}
+	add(a.Named, d.Reply.ExtraCc...)
+	switch {
+	case f != reports.FindingNoChange || d.Sources[source].ListHears == mailbox.ListHearsEverything:
+		for k := range a.Named {
+			a.Hear[k] = true
+		}
+	case trigger == "command":
+		add(a.Hear, req.Thread.Author) // the asker
+	}
+	return a
+}

@@ -2,9 +2,11 @@ package intake
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 )
 
@@ -63,4 +65,54 @@ func TestStranger(t *testing.T) {
 			t.Errorf("incomplete: %+v", a)
 		}
 	}
+}
+
+// A list hears findings, not silence: a "No change" goes to whoever asked
+// for the run alone, unless the source's list hears everything; a finding
+// goes to the whole thread; nobody outside the thread ever.
+func TestAudience(t *testing.T) {
+	d := testDesk()
+	d.Reply.ExtraCc = []string{"archive@example.org"}
+	d.Sources["all"] = mailbox.SourceConfig{Name: "all", Mbox: "/nonexistent/all", List: "l@example.org", ListHears: mailbox.ListHearsEverything}
+	req := &Request{Thread: reports.Thread{Author: "Asker <Asker@example.org>", Cc: []string{"cc@example.org"},
+		Lists: []string{"linux-fsdevel@vger.kernel.org", "Person <p@example.org>"}}}
+	all := "archive@example.org asker@example.org cc@example.org linux-fsdevel@vger.kernel.org p@example.org"
+	for _, tc := range []struct {
+		trigger, source string
+		finding         reports.Finding
+		hear            string
+	}{
+		{"list", "list", reports.FindingImprovement, all},
+		{"list", "list", reports.FindingRegression, all},
+		{"list", "list", reports.FindingMixed, all},
+		{"list", "list", reports.FindingTrouble, all},
+		{"list", "list", reports.FindingNotTested, all},
+		{"list", "list", reports.FindingNotJudged, all},
+		{"list", "list", "", all}, // what the run found is not known: as before
+		{"list", "list", reports.FindingNoChange, ""},
+		{"command", "list", reports.FindingNoChange, "asker@example.org"},
+		{"command", "list", reports.FindingRegression, all},
+		{"list", "all", reports.FindingNoChange, all},
+	} {
+		a := d.Audience(req, tc.trigger, tc.source, tc.finding)
+		if got := keys(a.Hear); got != tc.hear {
+			t.Errorf("%s on %s, %q: hear %q, want %q", tc.trigger, tc.source, tc.finding, got, tc.hear)
+		}
+		if got := keys(a.Named); got != all {
+			t.Errorf("%s on %s, %q: named %q", tc.trigger, tc.source, tc.finding, got)
+		}
+	}
+	d.Reply.NoListCc = true
+	if got := keys(d.Audience(req, "list", "list", reports.FindingRegression).Named); got != "archive@example.org asker@example.org cc@example.org" {
+		t.Errorf("with no_list_cc, named %q", got)
+	}
+}
+
+func keys(m map[string]bool) string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return strings.Join(out, " ")
 }

@@ -37,6 +37,13 @@ type SourceConfig struct {
 	// (a private list whose server checks senders), so its senders count
 	// as verified without a DKIM signature.
 	Trusted bool `yaml:"trusted"`
+	// ListHears is what of a finished run the list hears, in the thread
+	// of a series read from this source: ListHearsFindings (the default:
+	// an improvement, a regression, a mixed result, kernel trouble, why
+	// the series was not tested, or that too few rounds were run to
+	// judge; a "No change" goes only to whoever asked for the run, and to
+	// the dashboard) or ListHearsEverything.
+	ListHears string `yaml:"list_hears,omitempty"`
 	// Since is where a lore list starts on its first read (no cursor
 	// yet): "now" (the default: mail the archive receives from then on),
 	// a date (2006-01-02) or an RFC 3339 time (mail the archive received
@@ -52,6 +59,12 @@ type SourceConfig struct {
 	// the end of the last mail.
 	Follow bool `yaml:"-"`
 }
+
+// What a list hears of a finished run (SourceConfig.ListHears).
+const (
+	ListHearsFindings   = "findings"
+	ListHearsEverything = "everything"
+)
 
 // ListMail says whether the source's mail is a list's: it names the list,
 // or it is a lore archive.
@@ -123,6 +136,15 @@ func (c SourceConfig) Validate() error {
 		if a, err := mail.ParseAddress(c.List); err != nil || a.Name != "" || !strings.Contains(a.Address, "@") {
 			return fmt.Errorf("list %q: want the list's bare address, e.g. linux-fsdevel@vger.kernel.org", c.List)
 		}
+	}
+	switch c.ListHears {
+	case "":
+	case ListHearsFindings, ListHearsEverything:
+		if !c.ListMail() {
+			return fmt.Errorf("list_hears: only a list's source has a list to hear (this source is %s and names no list:)", c.describe())
+		}
+	default:
+		return fmt.Errorf("list_hears %q: want %s (the default) or %s", c.ListHears, ListHearsFindings, ListHearsEverything)
 	}
 	return nil
 }

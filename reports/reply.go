@@ -68,6 +68,9 @@ type Reply struct {
 	// Full is the whole body when Body had to be cut at MaxBody (kept as
 	// FullReplyFile with the run); empty otherwise.
 	Full string `json:"-"`
+	// Finding is what the run found, for whom the reply goes to; empty
+	// for a short answer.
+	Finding Finding `json:"-"`
 }
 
 // ErrNotPatchFault is returned for a run that failed through no fault of
@@ -102,11 +105,13 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 
 	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
 		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run)}
+	var finding Finding
 	if run.Failure == nil {
 		c, err := Compare(run.Base, run.Patched, run.Options)
 		if err != nil {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
+		finding = findingOf(run, c)
 		c.AA = run.PatchedCommit == run.BaseCommit
 		data.Verdict = Verdict(c)
 		data.Headline = Headline(c)
@@ -141,6 +146,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		data.Model = modelLines(run.Model, c)
 	} else {
 		data.Verdict = failureVerdict(run)
+		finding = findingOf(run, nil)
 	}
 
 	var body bytes.Buffer
@@ -175,7 +181,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	h.Cc = append(h.Cc, opt.ExtraCc...)
 	h.Cc = dedupe(h.Cc, h.To)
 	h.MessageID = replyID(run, from.Address)
-	return &Reply{Header: h, Body: text, Folded: folded, Full: full}, nil
+	return &Reply{Header: h, Body: text, Folded: folded, Full: full, Finding: finding}, nil
 }
 
 // MaxBody caps a reply's body: what is past it is in FullReplyFile, which

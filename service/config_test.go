@@ -33,6 +33,14 @@ func TestDecodeConfig(t *testing.T) {
 		{name: "opt-out not an address", yaml: "limits:\n  opt_out: [\"not an address\"]\n", wantErr: "limits.opt_out"},
 		{name: "no per-sender limit", yaml: "commands:\n  per_sender_per_hour: 0\n", wantErr: "per_sender_per_hour"},
 		{name: "a list that is not a bare address", yaml: "sources:\n- mbox: a\n  list: \"Fsdevel <linux-fsdevel@vger.kernel.org>\"\n", wantErr: "want the list's bare address"},
+		{name: "what a list hears", yaml: "sources:\n- {mbox: a, list: l@x.org, list_hears: everything}\n",
+			check: func(t *testing.T, c Config) {
+				if c.Sources[0].ListHears != "everything" {
+					t.Errorf("sources = %+v", c.Sources)
+				}
+			}},
+		{name: "what a list hears, misspelt", yaml: "sources:\n- {mbox: a, list: l@x.org, list_hears: all}\n", wantErr: `list_hears "all"`},
+		{name: "what no list hears", yaml: "sources:\n- {mbox: a, list_hears: findings}\n", wantErr: "only a list's source"},
 		{name: "a DNS server without a port", yaml: "dkim:\n  dns: 127.0.0.1\n", wantErr: "dkim.dns"},
 		{name: "unverified budget negative", yaml: "limits:\n  unverified_per_hour: -1\n", wantErr: "unverified_per_hour"},
 		{name: "a list source and DKIM", yaml: "sources:\n- {name: l, mbox: a, list: linux-fsdevel@vger.kernel.org}\ndkim: {dns: \"127.0.0.1:5353\"}\n",

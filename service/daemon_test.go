@@ -58,10 +58,13 @@ func (f *fakeBuilder) Patched(ctx context.Context, base *images.Build, patches [
 }
 
 // fakeTester returns fixed samples: the patched kernel wakes far fewer
-// tasks per release, with a little noise.
+// tasks per release and reads more files a second in the read storm (a
+// primary metric: an improvement), with a little noise.
 type fakeTester struct {
 	err   error
 	tests []invm.Spec
+	// same measures the patched kernel as the base: no change.
+	same bool
 }
 
 func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, error) {
@@ -74,14 +77,18 @@ func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, erro
 		for i := 0; i < 4; i++ {
 			noise := float64(i%3-1) * 0.02
 			r.Samples = append(r.Samples,
-				suites.Sample{Suite: t.Suite, Workload: "small-file-read", Metric: "wakeups_per_release", Unit: "count",
+				suites.Sample{Suite: t.Suite, Workload: "read-storm", Metric: "wakeups_per_release", Unit: "count",
 					Round: i + 1, Value: wpr * (1 + noise)},
-				suites.Sample{Suite: t.Suite, Workload: "small-file-read", Metric: "files_per_s", Unit: "files/s",
+				suites.Sample{Suite: t.Suite, Workload: "read-storm", Metric: "files_per_s", Unit: "files/s",
 					HigherIsBetter: true, Round: i + 1, Value: fps * (1 - noise)})
 		}
 		return r
 	}
-	return &invm.Outcome{Base: mk("base", 9.6, 1000), Patched: mk("patched", 1.1, 1800),
+	patched := mk("patched", 1.1, 1800)
+	if f.same {
+		patched = mk("patched", 9.6, 1000)
+	}
+	return &invm.Outcome{Base: mk("base", 9.6, 1000), Patched: patched,
 		Backend: "fake", Accel: "tcg", CPUs: 4, MemMiB: 1024}, nil
 }
 
@@ -468,5 +475,52 @@ func TestDaemonAnswersIncompleteSeriesAfterWaiting(t *testing.T) {
 				t.Error("an incomplete series was built")
 			}
 		})
+	}
+}
+
+// A list hears findings, not silence: a series seen on the list whose run
+// finds no change is answered to nobody (its run is on the dashboard); a
+// maintainer who asks for the run gets its "No change", alone; a source
+// whose list hears everything gets it in the thread.
+func TestNoChangeIsNotMailedToTheList(t *testing.T) {
+	ctx := context.Background()
+	d := newTestDaemon(t, t.TempDir())
+	d.tester.same = true
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("no job ran")
+	}
+	jobs, _ := d.Store.Jobs(ctx)
+	if len(jobs) != 1 || jobs[0].State != store.JobDone {
+		t.Fatalf("jobs %+v, want the series' done", jobs)
+	}
+	if kept, err := os.ReadFile(filepath.Join(jobs[0].RunDir, "reply.eml")); err != nil || !strings.Contains(string(kept), "No change") {
+		t.Fatalf("the run's reply.eml (%v) does not say it found nothing:\n%s", err, kept)
+	}
+	if out := d.outboxAll(t); len(out) != 0 {
+		t.Fatalf("a No change was mailed to %v", out[0].Recipients)
+	}
+	d.ingestRaw(t, "list", reply{id: "ask@example.org", from: "Maintainer <maintainer@example.org>",
+		header: listID + dkimPass("example.org"), body: "#patchbot test\n"}.raw())
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("the maintainer's job did not run")
+	}
+	out := d.outboxAll(t)
+	if len(out) != 1 || strings.Join(out[0].Recipients, " ") != "maintainer@example.org" ||
+		!strings.Contains(string(out[0].Raw), "In-Reply-To: <ask@example.org>") {
+		t.Fatalf("the asked-for No change went to %d mails, %v; want the maintainer alone", len(out), out)
+	}
+
+	// The list of a source that hears everything hears the No change.
+	d = newTestDaemon(t, t.TempDir())
+	d.tester.same = true
+	d.Config.Sources[0].ListHears = mailbox.ListHearsEverything
+	d.ingestFile(t, "list", "../testdata/mbox/squashfs-thundering-herd.mbox")
+	if ran, _ := d.RunOnce(ctx); !ran {
+		t.Fatal("no job ran")
+	}
+	out = d.outboxAll(t)
+	if len(out) != 1 || !strings.Contains(strings.Join(out[0].Recipients, " "), "linux-fsdevel@vger.kernel.org") {
+		t.Fatalf("with list_hears: everything, %d mails (%v); want the No change in the thread", len(out), out)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	netmail "net/mail"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -119,9 +119,10 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, ob *outbox.Ou
 			if len(skipped) > 0 {
 				log.Error("files of a run left out: their names are not plain relative paths", "job", id, "names", skipped)
 			}
+			finding := findingOf(filepath.Join(runs, fmt.Sprintf("job-%d", id)), log)
 			err = st.Update(ctx, func(tx *store.Tx) error {
 				if reply != nil {
-					if err := queueWorkerReply(ctx, tx, cfg, ob, m, log, j, reply); err != nil {
+					if err := queueWorkerReply(ctx, tx, cfg, ob, m, log, j, reply, finding); err != nil {
 						return err
 					}
 				}
@@ -144,10 +145,12 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, ob *outbox.Ou
 // Message-ID is the job's own (every config of a fleet has the same
 // reply.from), and it goes only to addresses the job's thread named (the
 // author, the Cc, the lists) or the config adds (reply.extra_cc); any
-// other is dropped and logged. A worker is the operator's host, but what
+// other is dropped and logged. Of those, it goes to whom the front desk's
+// rule says the run's finding goes (intake.Desk.Audience: a "No change"
+// to whoever asked alone). A worker is the operator's host, but what
 // it sends back is checked where it lands, as a run's file names are.
 func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.Outbox, m *Metrics, log *slog.Logger,
-	j *store.Job, r *store.JobReply) error {
+	j *store.Job, r *store.JobReply, finding reports.Finding) error {
 	log = log.With("job", j.ID, "message_id", r.MessageID)
 	if want := jobReplyID(cfg, j); r.MessageID != want {
 		log.Error("a worker's reply is not its job's: not sent (is reply.from the same in the worker's config?)",
@@ -161,32 +164,32 @@ func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.
 		m.Dropped.WithLabelValues("mismatch").Inc()
 		return nil
 	}
-	allowed := map[string]bool{}
-	named := append([]string{req.Thread.Author}, req.Thread.Cc...)
-	if !cfg.Reply.NoListCc {
-		named = append(named, req.Thread.Lists...)
-	}
-	for _, a := range append(named, cfg.Reply.ExtraCc...) {
-		if list, err := netmail.ParseAddressList(a); err == nil {
-			for _, addr := range list {
-				allowed[strings.ToLower(addr.Address)] = true
-			}
-		}
-	}
-	var to, refused []string
+	aud := deskOf(cfg).Audience(&req, j.Trigger, j.Source, finding)
+	var to, refused, quiet []string
 	for _, a := range r.Recipients {
-		if allowed[strings.ToLower(a)] {
-			to = append(to, a)
-		} else {
+		switch a := strings.ToLower(a); {
+		case !aud.Named[a]:
 			refused = append(refused, a)
+		case !aud.Hear[a]:
+			quiet = append(quiet, a)
+		default:
+			to = append(to, a)
 		}
 	}
 	if len(refused) > 0 {
 		log.Error("a worker's reply asked for recipients its job's thread does not name: left out", "refused", refused,
 			"worker", j.Owner)
 	}
+	if len(quiet) > 0 {
+		log.Info("the run found no change: its reply goes to whoever asked for it, the thread and its lists hear nothing",
+			"not_mailed", quiet, "finding", finding)
+	}
 	if len(to) == 0 {
-		m.Dropped.WithLabelValues("unaddressable").Inc()
+		if len(quiet) > 0 {
+			m.Dropped.WithLabelValues("no-change").Inc()
+		} else {
+			m.Dropped.WithLabelValues("unaddressable").Inc()
+		}
 		return nil
 	}
 	q, err := queueMail(ctx, tx, ob, outbox.Message{MessageID: r.MessageID, From: mailbox.AddrOf(cfg.Reply.From), To: to,

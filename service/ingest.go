@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
+	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -121,8 +123,30 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 }
 
 // desk is the front desk with the daemon's config as it stands.
-func (d *Daemon) desk() *intake.Desk {
-	return &intake.Desk{Config: d.Config.Config, Sources: d.sources, Reply: d.Config.Reply}
+func (d *Daemon) desk() *intake.Desk { return deskOf(d.Config) }
+
+// deskOf is the front desk of a config.
+func deskOf(cfg Config) *intake.Desk {
+	srcs := map[string]mailbox.SourceConfig{}
+	for i, s := range cfg.Sources {
+		srcs[SourceName(i, s)] = s
+	}
+	return &intake.Desk{Config: cfg.Config, Sources: srcs, Reply: cfg.Reply}
+}
+
+// findingOf is what the run collected into dir found, read from its
+// results by the coordinator itself; "" (the reply goes where it did
+// before: to the whole thread) when they cannot be read.
+func findingOf(dir string, log *slog.Logger) reports.Finding {
+	run, err := reports.LoadRun(dir)
+	if err == nil {
+		var f reports.Finding
+		if f, err = reports.FindingOf(run); err == nil {
+			return f
+		}
+	}
+	log.Error("reading what a collected run found", "run_dir", dir, "err", err)
+	return ""
 }
 
 // apply carries out a front desk's decision within tx: the answers into

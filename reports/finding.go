@@ -1,0 +1,61 @@
+package reports
+
+// Finding is what a finished run's reply tells, in the classes its
+// addressing reads (intake's Desk.Audience): a list hears what a run
+// found, not that it found nothing.
+type Finding string
+
+const (
+	FindingImprovement Finding = "improvement" // the verdict's outcome words
+	FindingRegression  Finding = "regression"
+	FindingMixed       Finding = "mixed"
+	// FindingTrouble is kernel trouble on the patched kernel: it did not
+	// build, boot, or survive its suites (the patch's failure). Trouble
+	// read from the console of a kernel that otherwise ran belongs here
+	// too.
+	FindingTrouble Finding = "kernel trouble"
+	// FindingNoChange: no primary metric changed.
+	FindingNoChange Finding = "no change"
+	// FindingNotJudged: too few rounds were run to judge any primary
+	// metric (a run asked for fewer than three a side, a dry run); the
+	// reply says so, and how to measure more.
+	FindingNotJudged Finding = "not judged"
+	// FindingNotTested: the series was not tested (it applies to no tree,
+	// names no base that exists, is too long); the reply says why.
+	FindingNotTested Finding = "not tested"
+)
+
+// FindingOf is what a recorded run found (LoadRun's, with its results).
+func FindingOf(run *Run) (Finding, error) {
+	if run.Failure != nil {
+		return findingOf(run, nil), nil
+	}
+	c, err := Compare(run.Base, run.Patched, run.Options)
+	if err != nil {
+		return "", err
+	}
+	return findingOf(run, c), nil
+}
+
+// findingOf is the finding of a run and, when it measured, its
+// comparison.
+func findingOf(run *Run, c *Comparison) Finding {
+	if f := run.Failure; f != nil {
+		switch f.Stage {
+		case StageBuild, StageBoot, StageSuite:
+			return FindingTrouble
+		}
+		return FindingNotTested
+	}
+	switch c.Outcome() {
+	case Improvement:
+		return FindingImprovement
+	case Regression:
+		return FindingRegression
+	case Mixed:
+		return FindingMixed
+	case NotJudged:
+		return FindingNotJudged
+	}
+	return FindingNoChange
+}
