@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/mailbox/dkimtest"
@@ -98,7 +99,7 @@ func runTestDaemon(cfgPath, crash string) int {
 			return fail(fmt.Errorf("%s=%q: %w", crashEnv, crash, err))
 		}
 	}
-	cfg, err := service.LoadConfig(cfgPath)
+	cfg, err := config.Load(cfgPath)
 	if err != nil {
 		return fail(err)
 	}

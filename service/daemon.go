@@ -1,3 +1,18 @@
+// Package service hosts the stages: it sequences them into one test
+// (Pipeline.Execute: mailbox → images → suites/invm → bisect → reports)
+// for `patchbot run` and the workers, and runs the daemon (`patchbot
+// watch`) and a fleet's workers (`patchbot worker`), keeping their state in
+// the store across restarts. What each stage does is the stage's; what to
+// do with a mail is the front desk's (package intake), which service only
+// applies. Its files are layers, each using only those below it: the
+// ground (steps.go, metrics.go, retry.go, runfiles.go, reroll.go,
+// lease.go: a crash test's points, the metrics, the retry policy, a run's
+// files between hosts, the earlier versions' runs, a job's lease); the
+// pipeline (pipeline.go) and mail going out (replies.go); the fleet's
+// transport (fleet.go: what a host can run, collecting the runs); the
+// worker (worker.go); mail coming in (ingest.go, check.go); the daemon's
+// loops (daemon.go); the dashboard's queue (submit.go); and the wiring
+// from a config (setup.go).
 package service
 
 import (
@@ -11,6 +26,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
@@ -25,7 +41,7 @@ import (
 // fleet's workers run them elsewhere (patchbot worker). All of its state
 // is in the store, so a restart (or kill -9) resumes where it was.
 type Daemon struct {
-	Config   Config
+	Config   config.Config
 	Store    *store.Store
 	Pipeline *Pipeline
 	// Worker runs jobs in this process; when nil and the config's
@@ -59,8 +75,16 @@ type Daemon struct {
 
 	wake    chan struct{} // the coordinator's loop: a run was stored, a check may be due
 	sources map[string]mailbox.SourceConfig
+	in      *ingester
+}
 
-	parsed *intake.ParseCache // kept mail, parsed once
+// Ingest keeps one mail a source read (with the cursor past it) and acts
+// on it as the front desk decides, in one transaction; see ingester.ingest.
+func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, cur string) error {
+	if d.wake == nil {
+		d.defaults()
+	}
+	return d.in.ingest(ctx, source, m, cur)
 }
 
 // Progress is how far a running job got, when this process runs it: what
@@ -83,31 +107,6 @@ func (d *Daemon) Wake() {
 
 // kick wakes the coordinator's loop.
 func (d *Daemon) kick() { poke(d.wake) }
-
-// poke wakes a loop that waits on ch, if it is not awake already (ch has
-// room for one); a nil ch is a loop not started.
-func poke(ch chan struct{}) {
-	if ch == nil {
-		return
-	}
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
-// Step is a point in the daemon's work where a crash test kills it.
-type Step string
-
-const (
-	StepIngestRead      Step = "ingest-read"      // a mail read from a source; nothing stored
-	StepIngestWritten   Step = "ingest-written"   // the mail, cursor, commands, jobs and answers written, not committed
-	StepIngestCommitted Step = "ingest-committed" // all of it committed; the answers not sent
-	StepJobClaimed      Step = "job-claimed"      // a job is running
-	StepJobExecuted     Step = "job-executed"     // its reply rendered, not in the outbox
-	StepJobReplied      Step = "job-replied"      // its reply in the outbox, the job not marked done
-	StepJobDone         Step = "job-done"         // the job marked done
-)
 
 func (d *Daemon) step(s Step) {
 	if d.OnStep != nil {
@@ -146,11 +145,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		defer wg.Done()
 		d.Outbox.Run(ctx, d.FlushEvery)
 	}()
-	if d.Pipeline != nil {
+	if d.Pipeline != nil && d.Pipeline.Trees != nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			d.fetchTrees(ctx)
+			d.Pipeline.Trees.KeepFresh(ctx, d.Log)
 		}()
 	}
 	for name, src := range d.Sources {
@@ -299,14 +298,10 @@ func (d *Daemon) defaults() {
 		// The run is in the store: collect it now, not at the next poll.
 		d.Worker.OnDone = func(*store.Job) { d.kick() }
 	}
-	d.sources = map[string]mailbox.SourceConfig{}
-	for i, s := range d.Config.Sources {
-		d.sources[SourceName(i, s)] = s
-	}
+	d.sources = deskOf(d.Config).Sources
 	d.wake = make(chan struct{}, 1)
-	if d.parsed == nil {
-		d.parsed = &intake.ParseCache{Max: 64 << 20}
-	}
+	d.in = &ingester{cfg: &d.Config, store: d.Store, verifier: d.Verifier, outbox: d.Outbox, metrics: d.Metrics, log: d.Log,
+		sources: d.Sources, parsed: &intake.ParseCache{Max: 64 << 20}, maxDeaths: d.MaxCrashes, step: d.step, woken: d.Wake}
 }
 
 // watch reads one source until ctx ends, every poll: of its config (else
@@ -414,7 +409,7 @@ func (d *Daemon) runCheck(ctx context.Context, j *store.Job) {
 	case ctx.Err() != nil:
 		j.State, j.Attempts = store.JobQueued, j.Attempts-1
 	default:
-		if err := d.checkIncomplete(ctx, j, &c); err != nil {
+		if err := d.in.checkIncomplete(ctx, j, &c); err != nil {
 			d.retry(j, err, log)
 		} else {
 			j.State, j.Stage = store.JobDone, "done"
@@ -445,33 +440,6 @@ func (d *Daemon) updateGauges(ctx context.Context) {
 	if counts, err := d.Store.OutboxCounts(ctx); err == nil {
 		for _, st := range store.OutboxStates {
 			d.Metrics.Outbox.WithLabelValues(string(st)).Set(float64(counts[st]))
-		}
-	}
-}
-
-// fetchTrees keeps the configured trees fresh until ctx ends: the stale
-// ones at start, then every tree each trees.fetch_every. A failure is
-// logged; the next round tries again, and a job whose tree is stale
-// fetches it itself.
-func (d *Daemon) fetchTrees(ctx context.Context) {
-	t := d.Pipeline.Trees
-	if t == nil || len(t.Config.List) == 0 || t.Config.FetchEvery <= 0 {
-		return
-	}
-	names := t.Stale(time.Now())
-	for ctx.Err() == nil {
-		if len(names) > 0 {
-			if err := t.Fetch(ctx, names...); err != nil && ctx.Err() == nil {
-				d.Log.Warn("fetching trees", "err", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(t.Config.FetchEvery):
-		}
-		names = names[:0]
-		for _, tr := range t.Config.List {
-			names = append(names, tr.Name)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
@@ -101,7 +102,7 @@ type testDaemon struct {
 
 func newTestDaemon(t *testing.T, dir string) *testDaemon {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = dir
 	cfg.Commands.Allow = []string{"maintainer@example.org"}
 	cfg.Commands.AuthservIDs = []string{testAuthserv}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 )
@@ -18,8 +19,8 @@ import (
 // measurement.
 func TestDryRunSaysSo(t *testing.T) {
 	t.Setenv("PATCHBOT_CACHE", t.TempDir())
-	cfg := DefaultConfig()
-	if err := DecodeConfig([]byte("dry_run: {build: 50ms, round: 20ms}\nsuites: {runs: 2}\n"), &cfg); err != nil {
+	cfg := config.Default()
+	if err := config.Decode([]byte("dry_run: {build: 50ms, round: 20ms}\nsuites: {runs: 2}\n"), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	p, err := NewPipeline(cfg, nil)

@@ -10,12 +10,14 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner"
 )
 
 // The fleet: one coordinator (watch) reads mail, queues jobs, collects the
@@ -23,13 +25,12 @@ import (
 // one inside watch) claim the jobs that fit them. They meet in the store.
 
 // DetectCaps says what this host can run with the config's VM shape: KVM
-// when /dev/kvm opens and no earlier run found it hanging guests on this
-// boot (else TCG), the online CPUs, the memory, the config's libvirt URIs,
-// and the suites (only, if given, those named: a host whose kernels lack
-// a suite's config leaves it out).
-func DetectCaps(cfg Config, only []string) store.Caps {
-	c := store.Caps{Accel: "tcg", CPUs: runtime.NumCPU(), MemMiB: memMiB(), LibvirtURIs: cfg.VM.URIs}
-	if kvmUsable() {
+// when vmrunner finds it usable (else TCG), the online CPUs, the memory,
+// the config's libvirt URIs, and the suites (only, if given, those named:
+// a host whose kernels lack a suite's config leaves it out).
+func DetectCaps(cfg config.Config, only []string) store.Caps {
+	c := store.Caps{Accel: "tcg", CPUs: runtime.NumCPU(), MemMiB: vmrunner.HostMemMiB(), LibvirtURIs: cfg.VM.URIs}
+	if vmrunner.KVMUsable("") {
 		c.Accel = "kvm"
 	}
 	if len(only) > 0 {
@@ -42,39 +43,28 @@ func DetectCaps(cfg Config, only []string) store.Caps {
 	return c
 }
 
-// kvmUsable: /dev/kvm opens, and vmrunner has not found KVM hanging guests
-// since the host booted (it leaves a file saying so, for later processes).
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	id, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	_, err = os.Stat(filepath.Join(os.TempDir(), "patchbot-kvm-hangs-"+strings.TrimSpace(string(id))))
-	return err != nil
-}
-
-func memMiB() int {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	var kib int
-	for _, line := range strings.Split(string(b), "\n") {
-		if _, err := fmt.Sscanf(line, "MemTotal: %d kB", &kib); err == nil {
-			return kib / 1024
-		}
-	}
-	return 0
-}
-
 // needsOf is what a test job needs of a worker: its suites, the VM shape
 // of the config for the base and the patched kernel at once (an A/B pair
 // always runs on one host, both VMs up, rounds interleaved), and KVM when
 // the fleet asks for it.
-func needsOf(cfg Config, names []string) store.Needs {
+func needsOf(cfg config.Config, names []string) store.Needs {
 	return store.Needs{KVM: cfg.Fleet.RequireKVM, CPUs: cfg.VM.CPUs, MemMiB: 2 * cfg.VM.MemMiB, Suites: names}
+}
+
+// jobRow is a front desk's job as the queue keeps it: its request as
+// JSON, what a test needs of a worker.
+func jobRow(cfg config.Config, j intake.Job) (store.Job, error) {
+	row := store.Job{Dedupe: string(j.Dedupe), Kind: store.KindTest, Trigger: j.Trigger, Title: j.Title,
+		Source: j.Source, Sender: j.Sender, NotBefore: j.NotBefore}
+	var data any = j.Test
+	if j.Check != nil {
+		row.Kind, data = store.KindCheck, j.Check
+	} else {
+		row.Needs = needsOf(cfg, j.Suites)
+	}
+	var err error
+	row.Request, err = json.Marshal(data)
+	return row, err
 }
 
 // CollectRuns writes the runs that workers stored into the state
@@ -87,7 +77,7 @@ func needsOf(cfg Config, names []string) store.Needs {
 // and queues nothing twice. A file whose name is not a plain relative
 // path is left out, and logged. A reply is checked against its job
 // (queueWorkerReply). It returns how many runs it wrote.
-func CollectRuns(ctx context.Context, cfg Config, st *store.Store, ob *outbox.Outbox, m *Metrics, log *slog.Logger) (int, error) {
+func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *outbox.Outbox, m *Metrics, log *slog.Logger) (int, error) {
 	runs := filepath.Join(cfg.StateDir, "runs")
 	if err := os.MkdirAll(runs, 0o700); err != nil {
 		return 0, fmt.Errorf("creating the runs directory: %w", err)
@@ -149,7 +139,7 @@ func CollectRuns(ctx context.Context, cfg Config, st *store.Store, ob *outbox.Ou
 // rule says the run's finding goes (intake.Desk.Audience: a "No change"
 // to whoever asked alone). A worker is the operator's host, but what
 // it sends back is checked where it lands, as a run's file names are.
-func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.Outbox, m *Metrics, log *slog.Logger,
+func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg config.Config, ob *outbox.Outbox, m *Metrics, log *slog.Logger,
 	j *store.Job, r *store.JobReply, finding reports.Finding) error {
 	log = log.With("job", j.ID, "message_id", r.MessageID)
 	if want := jobReplyID(cfg, j); r.MessageID != want {
@@ -199,4 +189,28 @@ func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg Config, ob *outbox.
 	}
 	q.record(ctx, m, log.With("worker", j.Owner))
 	return nil
+}
+
+// deskOf is the front desk of a config.
+func deskOf(cfg config.Config) *intake.Desk {
+	srcs := map[string]mailbox.SourceConfig{}
+	for i, s := range cfg.Sources {
+		srcs[config.SourceName(i, s)] = s
+	}
+	return &intake.Desk{Config: cfg.Config, Sources: srcs, Reply: cfg.Reply}
+}
+
+// findingOf is what the run collected into dir found, read from its
+// results by the coordinator itself; "" (the reply goes where it did
+// before: to the whole thread) when they cannot be read.
+func findingOf(dir string, log *slog.Logger) reports.Finding {
+	run, err := reports.LoadRun(dir)
+	if err == nil {
+		var f reports.Finding
+		if f, err = reports.FindingOf(run); err == nil {
+			return f
+		}
+	}
+	log.Error("reading what a collected run found", "run_dir", dir, "err", err)
+	return ""
 }

@@ -7,42 +7,68 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
 )
 
-// Ingest keeps one mail and acts on it as the front desk decides
-// (intake.Desk.Decide): a complete series that touches the watched paths
-// becomes a job, an email command is answered. The mail, the source's
-// cursor, and the decision's jobs, answers, opt-outs and commands are
-// stored in one transaction: after a kill -9 anywhere, either all of it is
-// there or none, and the source reads the mail again. A mail already kept
-// (a second source for the same list) only moves this source's cursor.
+// ingester keeps the mail a source reads and applies what the front desk
+// decides about it (intake.Desk.Decide), for the daemon (Daemon.Ingest).
+type ingester struct {
+	cfg      *config.Config // the daemon's, as it stands
+	store    *store.Store
+	verifier *mailbox.Verifier
+	outbox   *outbox.Outbox
+	metrics  *Metrics
+	log      *slog.Logger
+	sources  map[string]mailbox.Source // for fetching a series' missing mail
+	parsed   *intake.ParseCache        // kept mail, parsed once
+	// maxDeaths sets a mail aside after the daemon died on it this often.
+	maxDeaths int
+	step      func(Step)
+	woken     func() // jobs were queued
+}
+
+// fetchedCursor is the cursor ingest is given for a mail that was fetched
+// out of its source's order (a mailbox.Fetcher): it leaves the source's
+// cursor where it is. No source's cursor holds a NUL byte.
+const fetchedCursor = "\x00fetched"
+
+func setCursor(ctx context.Context, tx *store.Tx, source, cur string) error {
+	if cur == fetchedCursor {
+		return nil
+	}
+	return tx.SetCursor(ctx, source, cur)
+}
+
+// ingest keeps one mail and acts on it as the front desk decides: the mail,
+// the source's cursor, and the decision's answers, opt-outs, jobs and
+// commands are stored in one transaction. After a kill -9 anywhere, either
+// all of it is there or none, and the source reads the mail again. A mail
+// already kept (a second source for the same list) only moves this
+// source's cursor.
 //
 // Only the store's errors are returned (the source then reads the mail
 // again later); a mail that patchbot cannot act on is logged and passed,
 // and one whose ingest died or failed a few times is set aside, so that
 // one bad mail cannot stop a source.
-func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, cur string) error {
-	if d.wake == nil {
-		d.defaults()
-	}
-	d.step(StepIngestRead)
-	d.Metrics.Messages.Inc()
+func (in *ingester) ingest(ctx context.Context, source string, m *mailbox.Message, cur string) error {
+	in.step(StepIngestRead)
+	in.metrics.Messages.Inc()
 	key := intake.KeyOf(m)
 	// Counted before acting and forgotten after: a mail the daemon died on
 	// twice, or failed on a few times, is set aside with its reason, not
 	// read again at every start or poll, and its source reads on.
-	tries, err := d.Store.BeginIngest(ctx, key)
+	tries, err := in.store.BeginIngest(ctx, key)
 	if err != nil {
 		return err
 	}
-	if reason := d.asideReason(tries); reason != "" {
-		d.Log.Error("mail set aside: acting on it did not end; it will not be read again",
+	if reason := in.asideReason(tries); reason != "" {
+		in.log.Error("mail set aside: acting on it did not end; it will not be read again",
 			"source", source, "message_id", m.MessageID, "reason", reason)
-		return d.Store.Update(ctx, func(tx *store.Tx) error {
+		return in.store.Update(ctx, func(tx *store.Tx) error {
 			if err := tx.SetAside(ctx, key, reason); err != nil {
 				return err
 			}
@@ -52,9 +78,9 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 	// Who sent it, verified before the transaction (DNS is no business
 	// of a write lock), and kept with the mail.
 	if m.Attestation == nil {
-		m.Attestation = d.Verifier.Verify(ctx, m)
+		m.Attestation = in.verifier.Verify(ctx, m)
 	}
-	if d.sources[source].Trusted {
+	if in.source(source).Trusted {
 		m.Attestation.Source = source
 	}
 	attestation, err := json.Marshal(m.Attestation)
@@ -62,9 +88,9 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		return err
 	}
 	var jobs, answers int
-	err = d.Store.Update(ctx, func(tx *store.Tx) error {
+	err = in.store.Update(ctx, func(tx *store.Tx) error {
 		jobs, answers = 0, 0
-		known := intake.View{Tx: tx, Parsed: d.parsed}
+		known := intake.View{Tx: tx, Parsed: in.parsed}
 		thread, err := intake.ThreadOf(ctx, known, m)
 		if err != nil {
 			return err
@@ -89,86 +115,63 @@ func (d *Daemon) Ingest(ctx context.Context, source string, m *mailbox.Message, 
 		if ok, err := tx.SeenOutbox(ctx, m.MessageID); err != nil {
 			return err
 		} else if ok {
-			d.Log.Info("an uncertain reply came back on a source: it was delivered", "source", source, "message_id", m.MessageID)
+			in.log.Info("an uncertain reply came back on a source: it was delivered", "source", source, "message_id", m.MessageID)
 		}
-		dec, err := d.desk().Decide(ctx, known, intake.Mail{Message: m, Key: key, Source: source, Thread: thread, At: time.Now()})
+		dec, err := deskOf(*in.cfg).Decide(ctx, known, intake.Mail{Message: m, Key: key, Source: source, Thread: thread, At: time.Now()})
 		if err != nil {
 			return err
 		}
-		if jobs, answers, err = d.apply(ctx, tx, dec); err != nil {
+		if jobs, answers, err = in.apply(ctx, tx, dec); err != nil {
 			return err
 		}
-		d.step(StepIngestWritten)
+		in.step(StepIngestWritten)
 		return nil
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			if ferr := d.Store.FailIngest(ctx, key, err.Error()); ferr != nil {
-				d.Log.Error("recording a failed ingest", "message_id", m.MessageID, "err", ferr)
+			if ferr := in.store.FailIngest(ctx, key, err.Error()); ferr != nil {
+				in.log.Error("recording a failed ingest", "message_id", m.MessageID, "err", ferr)
 			}
 		}
 		return err
 	}
-	if err := d.Store.EndIngest(ctx, key); err != nil {
+	if err := in.store.EndIngest(ctx, key); err != nil {
 		return err
 	}
-	d.step(StepIngestCommitted)
+	in.step(StepIngestCommitted)
 	if jobs > 0 {
-		d.Wake()
+		in.woken()
 	}
 	if answers > 0 {
-		d.Outbox.Wake()
+		in.outbox.Wake()
 	}
 	return nil
 }
 
-// desk is the front desk with the daemon's config as it stands.
-func (d *Daemon) desk() *intake.Desk { return deskOf(d.Config) }
-
-// deskOf is the front desk of a config.
-func deskOf(cfg Config) *intake.Desk {
-	srcs := map[string]mailbox.SourceConfig{}
-	for i, s := range cfg.Sources {
-		srcs[SourceName(i, s)] = s
-	}
-	return &intake.Desk{Config: cfg.Config, Sources: srcs, Reply: cfg.Reply}
-}
-
-// findingOf is what the run collected into dir found, read from its
-// results by the coordinator itself; "" (the reply goes where it did
-// before: to the whole thread) when they cannot be read.
-func findingOf(dir string, log *slog.Logger) reports.Finding {
-	run, err := reports.LoadRun(dir)
-	if err == nil {
-		var f reports.Finding
-		if f, err = reports.FindingOf(run); err == nil {
-			return f
-		}
-	}
-	log.Error("reading what a collected run found", "run_dir", dir, "err", err)
-	return ""
-}
+// source is a source's config by the name its cursor is kept under.
+func (in *ingester) source(name string) mailbox.SourceConfig { return deskOf(*in.cfg).Sources[name] }
 
 // apply carries out a front desk's decision within tx: the answers into
 // the outbox (a "stop" is confirmed before it takes effect), the
-// opt-outs, the jobs into the queue, the commands into their log; it logs the decision's notes and counts its figures, and
-// says how many jobs and answers it queued.
-func (d *Daemon) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) (jobs, answers int, err error) {
+// opt-outs, the jobs into the queue, the commands into their log; it logs
+// the decision's notes and counts its figures, and says how many jobs and
+// answers it queued.
+func (in *ingester) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) (jobs, answers int, err error) {
 	for _, n := range dec.Notes {
-		d.Log.Log(ctx, n.Level, n.Msg, n.Args...)
+		in.log.Log(ctx, n.Level, n.Msg, n.Args...)
 	}
 	for outcome, n := range dec.Tally.Commands {
-		d.Metrics.Commands.WithLabelValues(string(outcome)).Add(float64(n))
+		in.metrics.Commands.WithLabelValues(string(outcome)).Add(float64(n))
 	}
 	for why, n := range dec.Tally.Dropped {
-		d.Metrics.Dropped.WithLabelValues(why).Add(float64(n))
+		in.metrics.Dropped.WithLabelValues(why).Add(float64(n))
 	}
 	for _, a := range dec.Answers {
-		q, err := queueReply(ctx, tx, d.Outbox, d.Config.Reply.From, a.Reply, a.Thread, a.Budget)
+		q, err := queueReply(ctx, tx, in.outbox, in.cfg.Reply.From, a.Reply, a.Thread, a.Budget)
 		if err != nil {
 			return 0, 0, err
 		}
-		if ok, _ := q.record(ctx, d.Metrics, d.Log.With("message_id", a.Reply.Header.MessageID)); ok {
+		if ok, _ := q.record(ctx, in.metrics, in.log.With("message_id", a.Reply.Header.MessageID)); ok {
 			answers++
 		}
 	}
@@ -178,15 +181,8 @@ func (d *Daemon) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) 
 		}
 	}
 	for _, j := range dec.Jobs {
-		row := store.Job{Dedupe: string(j.Dedupe), Kind: store.KindTest, Trigger: j.Trigger, Title: j.Title,
-			Source: j.Source, Sender: j.Sender, NotBefore: j.NotBefore}
-		var data any = j.Test
-		if j.Check != nil {
-			row.Kind, data = store.KindCheck, j.Check
-		} else {
-			row.Needs = needsOf(d.Config, j.Suites)
-		}
-		if row.Request, err = json.Marshal(data); err != nil {
+		row, err := jobRow(*in.cfg, j)
+		if err != nil {
 			return 0, 0, err
 		}
 		id, added, err := tx.AddJob(ctx, row)
@@ -195,7 +191,7 @@ func (d *Daemon) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) 
 		}
 		if added {
 			jobs++
-			d.Log.Info("job queued", "job", id, "trigger", j.Trigger, "title", j.Title)
+			in.log.Info("job queued", "job", id, "trigger", j.Trigger, "title", j.Title)
 		}
 	}
 	for _, c := range dec.Commands {
@@ -213,15 +209,11 @@ func (d *Daemon) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) 
 const maxIngestFailures = 3
 
 // asideReason says why a mail is set aside instead of acted on again, or
-// "": the daemon died while acting on it MaxCrashes times, or acting on
-// it failed maxIngestFailures times.
-func (d *Daemon) asideReason(tries store.Ingest) string {
-	maxDeaths := d.MaxCrashes
-	if maxDeaths <= 0 {
-		maxDeaths = 2
-	}
+// "": the daemon died while acting on it maxDeaths times, or acting on it
+// failed maxIngestFailures times.
+func (in *ingester) asideReason(tries store.Ingest) string {
 	switch {
-	case tries.Deaths() >= maxDeaths:
+	case tries.Deaths() >= in.maxDeaths:
 		return fmt.Sprintf("the daemon died %d times while acting on this mail", tries.Deaths())
 	case tries.Failures >= maxIngestFailures:
 		return fmt.Sprintf("acting on this mail failed %d times; the last error: %s", tries.Failures, tries.LastError)

@@ -23,6 +23,11 @@ type lease struct {
 	mu      sync.Mutex
 	until   time.Time // by this host's monotonic clock: no later than the database's end of it
 	renewed int
+
+	store   *store.Store
+	worker  string        // the worker's name: who holds the job
+	term    time.Duration // the lease, renewed every quarter of it
+	timeout time.Duration // bounds one call to the database
 }
 
 func (l *lease) deadline() time.Time {
@@ -40,12 +45,12 @@ func (l *lease) lost() bool { return errors.Is(context.Cause(l.held), store.ErrL
 // restarted. A lease found lost, or run out, or a shutdown, ends the
 // tries; the job is then another worker's, or this worker's next start's
 // (RecoverJobs).
-func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.Logger, more func(*store.Tx) error) bool {
+func (l *lease) finish(ctx context.Context, j *store.Job, log *slog.Logger, more func(*store.Tx) error) bool {
 	bg := context.WithoutCancel(ctx)
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
-		tctx, cancel := context.WithTimeout(bg, 2*w.dbTimeout())
-		err := w.Store.UpdateHeld(tctx, func(tx *store.Tx) error {
+		tctx, cancel := context.WithTimeout(bg, 2*l.timeout)
+		err := l.store.UpdateHeld(tctx, func(tx *store.Tx) error {
 			if err := tx.FinishJob(tctx, j); err != nil {
 				return err
 			}
@@ -82,7 +87,7 @@ func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.L
 		case <-l.held.Done():
 		case <-ctx.Done():
 		}
-		wait = min(2*wait, w.Lease/8)
+		wait = min(2*wait, l.term/8)
 	}
 }
 
@@ -91,8 +96,9 @@ func (w *Worker) finish(ctx context.Context, j *store.Job, l *lease, log *slog.L
 // worker's, or when no renewal succeeded before the lease may have run
 // out: a renewal counts from the moment it was sent, by this host's
 // monotonic clock, never later than the database's stamp of it.
-func (w *Worker) heartbeat(held context.Context, j *store.Job, l *lease, log *slog.Logger) {
-	tick := time.NewTicker(w.Lease / 4)
+func (l *lease) heartbeat(j *store.Job, log *slog.Logger) {
+	held := l.held
+	tick := time.NewTicker(l.term / 4)
 	defer tick.Stop()
 	for {
 		deadline := l.deadline()
@@ -101,19 +107,19 @@ func (w *Worker) heartbeat(held context.Context, j *store.Job, l *lease, log *sl
 			return
 		case <-time.After(time.Until(deadline)):
 			log.Error("could not renew the job's lease before it ran out (the database is out of reach); "+
-				"stopping the job: another worker may hold it now", "lease", w.Lease)
+				"stopping the job: another worker may hold it now", "lease", l.term)
 			l.lose(store.ErrLeaseLost)
 			return
 		case <-tick.C:
 		}
 		sent := time.Now()
-		ctx, cancel := context.WithTimeout(held, min(w.dbTimeout(), time.Until(deadline)))
-		err := w.Store.Heartbeat(ctx, w.Name, j.ID, w.Lease, time.Time{})
+		ctx, cancel := context.WithTimeout(held, min(l.timeout, time.Until(deadline)))
+		err := l.store.Heartbeat(ctx, l.worker, j.ID, l.term, time.Time{})
 		cancel()
 		switch {
 		case err == nil:
 			l.mu.Lock()
-			l.until, l.renewed = sent.Add(w.Lease), l.renewed+1
+			l.until, l.renewed = sent.Add(l.term), l.renewed+1
 			l.mu.Unlock()
 		case errors.Is(err, store.ErrLeaseLost):
 			log.Error("the job's lease is another worker's now; stopping the job")

@@ -73,7 +73,7 @@ type Outcome struct {
 // that finds the patch at fault leaves the later ones nothing to do but
 // the report.
 func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir string) (*Outcome, error) {
-	earlier := p.earlier(ctx, req)
+	earlier := earlier(ctx, p.History, req, p.Progress)
 	first, last, err := req.Span()
 	if err != nil {
 		return nil, err

@@ -6,11 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
+	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
@@ -90,7 +91,7 @@ func queueMail(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, msg outbox.
 // when the config sends (smtp.enabled): how `patchbot run` and `patchbot
 // reply` end. added is false when the reply was queued already; sending
 // says whether it was sent (or tried) now.
-func Deliver(ctx context.Context, cfg Config, st *store.Store, r *reports.Reply, log *slog.Logger) (added, sending bool, err error) {
+func Deliver(ctx context.Context, cfg config.Config, st *store.Store, r *reports.Reply, log *slog.Logger) (added, sending bool, err error) {
 	ob, err := NewOutbox(cfg, st, log)
 	if err != nil {
 		return false, false, err
@@ -110,26 +111,29 @@ func Deliver(ctx context.Context, cfg Config, st *store.Store, r *reports.Reply,
 	return added, true, err
 }
 
-// jobReplyID is the Message-ID of a job's reply: one per job, whatever run
-// of it, on whichever worker, produced the reply.
-func jobReplyID(cfg Config, j *store.Job) string {
-	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, intake.ShortHash(j.Dedupe), intake.DomainOf(cfg.Reply.From))
+// NewOutbox is the outbox of st, sending through the configured SMTP
+// server when smtp.enabled is on (otherwise replies are only queued).
+func NewOutbox(cfg config.Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
+	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: cfg.Limits.OptOutAddrs()}
+	if !cfg.SMTP.Enabled {
+		return o, nil
+	}
+	sc := cfg.SMTP
+	if sc.From == "" {
+		sc.From = mailbox.AddrOf(cfg.Reply.From)
+	}
+	tr, err := sender.NewSMTP(sc)
+	if err != nil {
+		return nil, err
+	}
+	o.Sender = tr
+	return o, nil
 }
 
-// checkIncomplete runs an incomplete series' check: the mail the archive
-// has of it is fetched first (the series may be whole now), then the
-// front desk decides (intake.Desk.Recheck) and its answer, if any, is
-// queued.
-func (d *Daemon) checkIncomplete(ctx context.Context, j *store.Job, c *intake.Check) error {
-	d.fetchMissing(ctx, j.Source, c)
-	return d.Store.Update(ctx, func(tx *store.Tx) error {
-		dec, err := d.desk().Recheck(ctx, intake.View{Tx: tx, Parsed: d.parsed}, c, jobReplyID(d.Config, j), time.Now())
-		if err != nil {
-			return err
-		}
-		_, _, err = d.apply(ctx, tx, dec)
-		return err
-	})
+// jobReplyID is the Message-ID of a job's reply: one per job, whatever run
+// of it, on whichever worker, produced the reply.
+func jobReplyID(cfg config.Config, j *store.Job) string {
+	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, intake.ShortHash(j.Dedupe), intake.DomainOf(cfg.Reply.From))
 }
 
 // threadRoot is the Message-ID that starts a reply's thread: the first of

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"sort"
 
 	"github.com/patchbot/patchbot/intake"
@@ -23,15 +24,15 @@ var _ History = (*store.Store)(nil)
 // to the end, the latest version first and its latest run first: the
 // report sets the measurement of the first that measured anything beside
 // this one's (reports.Run.Record). A failure to read the history leaves
-// the reply without it.
-func (p *Pipeline) earlier(ctx context.Context, req *intake.Request) []reports.Earlier {
-	if p.History == nil || req.Series.Version < 2 {
+// the reply without it (and is said on progress, if given).
+func earlier(ctx context.Context, h History, req *intake.Request, progress io.Writer) []reports.Earlier {
+	if h == nil || req.Series.Version < 2 {
 		return nil
 	}
-	jobs, err := p.History.Jobs(ctx)
+	jobs, err := h.Jobs(ctx)
 	if err != nil {
-		if p.Progress != nil {
-			fmt.Fprintf(p.Progress, "reroll: reading the jobs: %v\n", err)
+		if progress != nil {
+			fmt.Fprintf(progress, "reroll: reading the jobs: %v\n", err)
 		}
 		return nil
 	}

@@ -5,16 +5,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/mailbox/outbox"
-	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
@@ -26,7 +23,7 @@ import (
 // base's choice among the configured trees and the builds, invm.Tester for
 // VMs of the configured shape, and the reply options. The caller that has
 // a store sets History.
-func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
+func NewPipeline(cfg config.Config, progress io.Writer) (*Pipeline, error) {
 	if cfg.DryRun != nil {
 		return newDryRun(cfg, progress)
 	}
@@ -48,7 +45,7 @@ func NewPipeline(cfg Config, progress io.Writer) (*Pipeline, error) {
 
 // newDryRun is the pipeline of a dry run: images.DryRun "builds" into the
 // cache's dry-run directory, invm.DryRunTester "measures".
-func newDryRun(cfg Config, progress io.Writer) (*Pipeline, error) {
+func newDryRun(cfg config.Config, progress io.Writer) (*Pipeline, error) {
 	cache, err := images.CacheDir()
 	if err != nil {
 		return nil, err
@@ -62,7 +59,7 @@ func newDryRun(cfg Config, progress io.Writer) (*Pipeline, error) {
 // newPipeline is what every pipeline takes from the config whatever its
 // stages: the reply's options, the VM shape and the base tree for the
 // reproduce commands, and the dashboard's link to a run.
-func newPipeline(cfg Config, progress io.Writer) *Pipeline {
+func newPipeline(cfg config.Config, progress io.Writer) *Pipeline {
 	p := &Pipeline{Reply: cfg.Reply, Progress: progress, VM: cfg.VM, Tree: cfg.Kernel}
 	if base := cfg.Dashboard.BaseURL; base != "" {
 		p.ResultsURL = func(runDir string) string { return reports.RunURL(base, filepath.Base(runDir)) }
@@ -84,11 +81,11 @@ func (p *Pipeline) UseStore(st *store.Store) {
 // it names one (with the password from its file), else state.db in the
 // state directory. It creates the state directory 0700 either way: the
 // runs and the secrets' copies in it are patchbot's alone.
-func OpenStore(cfg Config) (*store.Store, error) { return openStore(cfg, store.Open) }
+func OpenStore(cfg config.Config) (*store.Store, error) { return openStore(cfg, store.Open) }
 
 // openStore is OpenStore with the store's opener: store.Open for the
 // coordinator (which migrates), store.OpenWorker for a worker.
-func openStore(cfg Config, open func(string) (*store.Store, error)) (*store.Store, error) {
+func openStore(cfg config.Config, open func(string) (*store.Store, error)) (*store.Store, error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating state directory: %w", err)
 	}
@@ -114,56 +111,13 @@ func openStore(cfg Config, open func(string) (*store.Store, error)) (*store.Stor
 	return open(dsn)
 }
 
-// unverifiedTLS says why a PostgreSQL URL's connection could be read or
-// changed on the way, or "" when it cannot: a host other than this one
-// (loopback or a socket directory) without sslmode=verify-full. pgx's
-// default, prefer, takes TLS when offered but checks no certificate.
-func unverifiedTLS(database string) string {
-	u, err := url.Parse(database)
-	if err != nil || !store.IsPostgres(database) {
-		return ""
-	}
-	host := u.Hostname()
-	if ip := net.ParseIP(host); host == "localhost" || strings.HasPrefix(host, "/") || ip != nil && ip.IsLoopback() {
-		return ""
-	}
-	mode := u.Query().Get("sslmode")
-	if mode == "verify-full" {
-		return ""
-	}
-	if mode == "" {
-		mode = "prefer (the default)"
-	}
-	return fmt.Sprintf("the database at %s is reached with sslmode=%s: its certificate is not checked; "+
-		"set sslmode=verify-full and sslrootcert (docs/fleet.md)", host, mode)
-}
-
-// NewOutbox is the outbox of st, sending through the configured SMTP
-// server when smtp.enabled is on (otherwise replies are only queued).
-func NewOutbox(cfg Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
-	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: cfg.Limits.OptOutAddrs()}
-	if !cfg.SMTP.Enabled {
-		return o, nil
-	}
-	sc := cfg.SMTP
-	if sc.From == "" {
-		sc.From = mailbox.AddrOf(cfg.Reply.From)
-	}
-	tr, err := sender.NewSMTP(sc)
-	if err != nil {
-		return nil, err
-	}
-	o.Sender = tr
-	return o, nil
-}
-
 // OpenSources opens every configured source to be watched, by the name
 // its cursor is stored under; a lore list's git mirror defaults to
 // STATE_DIR/lore/NAME.
-func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error) {
+func OpenSources(cfg config.Config, log *slog.Logger) (map[string]mailbox.Source, error) {
 	out := map[string]mailbox.Source{}
 	for i, s := range cfg.Sources {
-		name := SourceName(i, s)
+		name := config.SourceName(i, s)
 		s.Follow = true
 		if s.Mirror == "" && s.Lore != "" {
 			if l, err := mailbox.NewLore(s.Lore); err == nil && l.MessageID == "" {
@@ -182,7 +136,7 @@ func OpenSources(cfg Config, log *slog.Logger) (map[string]mailbox.Source, error
 // NewDaemon wires a daemon from a config: the state database, the
 // pipeline (when it runs jobs itself), the sources and the outbox. The
 // caller closes d.Store.
-func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
+func NewDaemon(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 	st, err := OpenStore(cfg)
 	if err != nil {
 		return nil, err
@@ -207,7 +161,7 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if why := unverifiedTLS(cfg.Database); why != "" {
+	if why := cfg.UnverifiedTLS(); why != "" {
 		log.Warn(why)
 	}
 	d := &Daemon{Config: cfg, Store: st, Pipeline: p, Sources: srcs, Outbox: ob, Log: log, Metrics: NewMetrics()}
@@ -220,7 +174,7 @@ func NewDaemon(cfg Config, log *slog.Logger) (*Daemon, error) {
 // are). A worker that connects to PostgreSQL as a worker role
 // (store.WorkerRole) holds jobs in its role's name: name defaults to it,
 // and another name is refused. The caller closes w.Store.
-func NewWorker(cfg Config, log *slog.Logger, name string, only []string) (*Worker, error) {
+func NewWorker(cfg config.Config, log *slog.Logger, name string, only []string) (*Worker, error) {
 	if err := suites.Check(only, ""); err != nil {
 		return nil, err
 	}
@@ -245,7 +199,7 @@ func NewWorker(cfg Config, log *slog.Logger, name string, only []string) (*Worke
 				"only in its own name: run it with --name %s, or give it a role of that name", name, role, role))
 		}
 	}
-	if why := unverifiedTLS(cfg.Database); why != "" {
+	if why := cfg.UnverifiedTLS(); why != "" {
 		log.Warn(why)
 	}
 	p, err := NewPipeline(cfg, nil)

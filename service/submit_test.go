@@ -54,7 +54,7 @@ func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 		"unknown profile":       {Mbox: mbox, Profile: "nope"},
 		"nothing named":         {},
 	} {
-		if _, err := q.Submit(ctx, sub); !errors.Is(err, ErrRefused) {
+		if _, err := q.Submit(ctx, sub); !errors.Is(err, intake.ErrRefused) {
 			t.Errorf("%s: %v, want a refusal", name, err)
 		}
 	}

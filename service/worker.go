@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -37,7 +38,7 @@ import (
 // Leases are stamped and judged by the database's clock, never the
 // worker's: its wall clock may be minutes off.
 type Worker struct {
-	Config   Config
+	Config   config.Config
 	Store    *store.Store
 	Pipeline *Pipeline
 	// Name owns the worker's claims: unique in the fleet, and the same
@@ -282,7 +283,7 @@ func (w *Worker) progressOf(jobID int64) (store.Progress, bool) {
 }
 
 // runDir is where the coordinator keeps a job's run.
-func runDir(cfg Config, j *store.Job) string {
+func runDir(cfg config.Config, j *store.Job) string {
 	return filepath.Join(cfg.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
 }
 
@@ -290,15 +291,15 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	log := w.Log.With("job", j.ID, "title", j.Title, "attempt", j.Attempts)
 	held, lose := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer lose(nil)
-	l := &lease{held: held, lose: lose, until: until}
+	l := &lease{held: held, lose: lose, until: until, store: w.Store, worker: w.Name, term: w.Lease, timeout: w.dbTimeout()}
 	// The lease is renewed until the job has ended, its end recorded.
 	hbDone := make(chan struct{})
 	defer func() { lose(nil); <-hbDone }()
 	go func() {
 		defer close(hbDone)
-		w.heartbeat(held, j, l, log)
+		l.heartbeat(j, log)
 	}()
-	end := func() { w.finish(ctx, j, l, log, nil) }
+	end := func() { l.finish(ctx, j, log, nil) }
 	var req intake.Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
 		j.State, j.Blame, j.Error = store.JobFailed, blame.Infra, "undecodable request: "+err.Error()
@@ -391,7 +392,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 		// the reply in the outbox when it collects the run; the reply is
 		// not held to the quotas: the job was accepted under them, and
 		// its recipients were capped when it was queued.
-		if !w.finish(ctx, j, l, log, func(tx *store.Tx) error {
+		if !l.finish(ctx, j, log, func(tx *store.Tx) error {
 			if err := tx.PutRunFiles(context.WithoutCancel(ctx), j.ID, files); err != nil {
 				return err
 			}

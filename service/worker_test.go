@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/store"
 )
@@ -55,7 +56,7 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			n, err := CollectRuns(ctx, Config{StateDir: state}, st, &outbox.Outbox{Store: st}, NewMetrics(),
+			n, err := CollectRuns(ctx, config.Config{StateDir: state}, st, &outbox.Outbox{Store: st}, NewMetrics(),
 				slog.New(slog.NewTextHandler(&logs, nil)))
 			run := filepath.Join(state, "runs", "job-1")
 			// The run is written either way, with its good files.
@@ -140,7 +141,7 @@ func TestReadRunIsBounded(t *testing.T) {
 func TestOpenStoreRefusesAnOpenPasswordFile(t *testing.T) {
 	pw := filepath.Join(t.TempDir(), "pw")
 	os.WriteFile(pw, []byte("secret\n"), 0o644)
-	cfg := DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	cfg.Database, cfg.DatabasePasswordFile = "postgres://patchbot@127.0.0.1:1/patchbot", pw
 	if _, err := OpenStore(cfg); err == nil || !strings.Contains(err.Error(), "readable by others") {

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/patchbot/patchbot/config"
+	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
@@ -17,7 +19,7 @@ import (
 // runs, the store's queue and workers, the form (when the config names a
 // token file) feeding sub, and the live progress of the jobs this process
 // runs (nil: none).
-func dashboard(cfg service.Config, st *store.Store, sub *service.Submitter,
+func dashboard(cfg config.Config, st *store.Store, sub *service.Submitter,
 	progress func(jobID int64) (store.Progress, bool), log *slog.Logger) (http.Handler, error) {
 	o := web.Options{Store: st, StateDir: cfg.StateDir, BaseURL: cfg.Dashboard.BaseURL, LoreURL: cfg.Dashboard.LoreURL,
 		LoreHosts: cfg.Dashboard.LoreHosts, MaxUpload: int64(cfg.Dashboard.MaxUploadMiB) << 20,
@@ -50,7 +52,7 @@ func (q formQueue) Submit(ctx context.Context, s web.Submission) (int64, error) 
 		lore = mailbox.ThreadURL(q.lore, s.MessageID)
 	}
 	id, err := q.sub.Submit(ctx, service.Submission{Mbox: s.Mbox, Lore: lore, Suites: s.Suites, Profile: s.Profile, Who: s.Submitter})
-	if errors.Is(err, service.ErrRefused) {
+	if errors.Is(err, intake.ErrRefused) {
 		return 0, refused{err}
 	}
 	return id, err

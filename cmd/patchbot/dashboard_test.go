@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/web"
@@ -23,7 +24,7 @@ func TestFormQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	cfg := service.DefaultConfig()
+	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
 	q := formQueue{sub: &service.Submitter{Config: cfg, Store: st}}
 	mbox, err := os.ReadFile("../../testdata/mbox/squashfs-thundering-herd.mbox")

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/mailbox"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
@@ -110,10 +110,10 @@ type configFlags struct {
 
 func (c *configFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&c.path, "config", "", "patchbot.yaml `file` (default: the embedded defaults)")
-	fs.StringVar(&c.state, "state", "", "state `dir`ectory: the database and the runs (default from the config: "+service.DefaultState()+")")
+	fs.StringVar(&c.state, "state", "", "state `dir`ectory: the database and the runs (default from the config: "+config.DefaultState()+")")
 }
 
-func (c *configFlags) load() (service.Config, error) {
+func (c *configFlags) load() (config.Config, error) {
 	cfg, err := loadConfig(c.path)
 	if err != nil {
 		return cfg, err
@@ -127,8 +127,8 @@ func (c *configFlags) load() (service.Config, error) {
 // loadConfig reads the config file a command was given. A config that
 // cannot be read, decoded or validated is a usage error, as a bad flag
 // is: one line (the YAML decoder's list of errors joined), exit status 2.
-func loadConfig(path string) (service.Config, error) {
-	cfg, err := service.LoadConfig(path)
+func loadConfig(path string) (config.Config, error) {
+	cfg, err := config.Load(path)
 	if err != nil {
 		return cfg, usageError{oneLine(err.Error())}
 	}
@@ -170,7 +170,7 @@ func (v *vmFlags) declare(fs *flag.FlagSet) {
 }
 
 // apply checks the flags that were given and sets them over cfg.
-func (v *vmFlags) apply(fs *flag.FlagSet, cfg *service.Config) error {
+func (v *vmFlags) apply(fs *flag.FlagSet, cfg *config.Config) error {
 	var err error
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {

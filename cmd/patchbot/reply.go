@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/service"
@@ -44,7 +45,7 @@ queued twice.`,
 	})
 }
 
-func runReply(ctx context.Context, cfg service.Config, dir string) error {
+func runReply(ctx context.Context, cfg config.Config, dir string) error {
 	run, err := reports.LoadRun(dir)
 	if err != nil {
 		return err

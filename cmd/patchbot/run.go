@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
@@ -123,7 +124,7 @@ type testOptions struct {
 	first, last int    // --patches
 }
 
-func runSeriesTest(ctx context.Context, cfg service.Config, sc mailbox.SourceConfig, version int, o testOptions,
+func runSeriesTest(ctx context.Context, cfg config.Config, sc mailbox.SourceConfig, version int, o testOptions,
 	stdout, stderr io.Writer) error {
 	series, err := seriesToTest(ctx, sc, version, stderr)
 	if err != nil {

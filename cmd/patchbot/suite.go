@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
@@ -70,7 +70,7 @@ kernels) recorded: its rounds come first, the new ones are numbered on.`,
 				if *runs < 1 || *runs > 100 {
 					return usagef("--runs %d: want 1..100", *runs)
 				}
-				cfg := service.DefaultConfig()
+				cfg := config.Default()
 				if err := vm.apply(fs, &cfg); err != nil {
 					return err
 				}

@@ -1,23 +1,17 @@
-// Package service sequences the stages (mailbox → images → suites/invm →
-// bisect → reports → mailbox/outbox) into the jobs that patchbot runs: from
-// the command line (`patchbot run`) and as a daemon (`patchbot watch`) that
-// watches lists, answers email commands, and keeps its state in the store
-// across restarts. Each stage owns its own steps, config and adapter; this
-// package holds only their order (Pipeline.Execute), the job queue's
-// policy and who may ask. The daemon is in files by concern: the loop
-// (daemon.go), mail coming in (ingest.go), email commands (commands.go),
-// answers and replies going out (replies.go) and what may be mailed to
-// whom (limits.go); the fleet's workers in worker.go (the loop and a
-// job's run), lease.go (holding the job), runfiles.go (the run's files,
-// worker to coordinator) and fleet.go (what a host can run, collecting
-// the runs).
-package service
+// Package config is patchbot.yaml: one file for every command (run, watch,
+// worker, reply, serve, build, trees). Each part is the config type of the
+// stage it configures, and Config only composes them, with the few keys
+// that are the daemon's own (the fleet, the dashboard's address, a dry
+// run). Decoding is strict: an unknown key is an error. Defaults are set
+// before decoding; Validate checks ranges.
+package config
 
 import (
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -36,10 +30,8 @@ import (
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
-// Config is patchbot.yaml: one file for every command (run, watch, reply,
-// serve). It is decoded strictly: an unknown key is an error, so that a
-// typo is not silently ignored. Defaults are set before decoding; Validate
-// checks ranges. Each part is the config type of the stage it configures.
+// Config is patchbot.yaml. It is decoded strictly: an unknown key is an
+// error, so that a typo is not silently ignored.
 type Config struct {
 	// StateDir holds the SQLite database (state.db, unless Database names
 	// a server) and one directory per run (runs/NAME); it is created 0700.
@@ -53,7 +45,7 @@ type Config struct {
 	DatabasePasswordFile string `yaml:"database_password_file"`
 	// Fleet is how jobs are run: by a worker inside watch, or by workers
 	// on other hosts (patchbot worker).
-	Fleet FleetConfig `yaml:"fleet"`
+	Fleet Fleet `yaml:"fleet"`
 	// Sources are the lists to watch.
 	Sources []mailbox.SourceConfig `yaml:"sources"`
 	// The front desk's keys (paths, suites, commands, limits,
@@ -73,8 +65,8 @@ type Config struct {
 	// command mail is verified (mailbox.Verifier).
 	DKIM mailbox.DKIMConfig `yaml:"dkim"`
 	// HTTP serves /healthz, /metrics and the dashboard; empty disables it.
-	HTTP      string          `yaml:"http"`
-	Dashboard DashboardConfig `yaml:"dashboard"`
+	HTTP      string    `yaml:"http"`
+	Dashboard Dashboard `yaml:"dashboard"`
 	// Trees are the trees a series may be tested on besides the kernel:
 	// base, fetched into one object store (see images.Kernels.Choose).
 	Trees images.TreesConfig `yaml:"trees"`
@@ -84,20 +76,20 @@ type Config struct {
 	// that say so. It rehearses a fleet's setup (database, roles, TLS,
 	// network, workers, mail) without build tools, kernels or VMs, and
 	// is what the fleet's many-jobs tests run (docs/fleet.md).
-	DryRun *DryRunConfig `yaml:"dry_run,omitempty"`
+	DryRun *DryRun `yaml:"dry_run,omitempty"`
 }
 
-// DryRunConfig times a dry run's stages.
-type DryRunConfig struct {
+// DryRun times a dry run's stages.
+type DryRun struct {
 	Build time.Duration `yaml:"build"` // each kernel's "build"
 	Round time.Duration `yaml:"round"` // each suite round, per kernel
 }
 
-// DashboardConfig is the `dashboard:` part of patchbot.yaml. The dashboard
+// Dashboard is the `dashboard:` part of patchbot.yaml. The dashboard
 // (package web) is served on the config's `http:` address beside /metrics
 // (by `patchbot watch`) or by `patchbot serve`; the command wires it, so
 // that service knows its settings and not its code.
-type DashboardConfig struct {
+type Dashboard struct {
 	// BaseURL is the dashboard's public address; when set, every reply's
 	// "results:" line links the run's page.
 	BaseURL string `yaml:"base_url"`
@@ -113,9 +105,9 @@ type DashboardConfig struct {
 	MaxUploadMiB int `yaml:"max_upload_mib"`
 }
 
-// FleetConfig shapes the queue between the coordinator (watch) and its
+// Fleet shapes the queue between the coordinator (watch) and its
 // workers.
-type FleetConfig struct {
+type Fleet struct {
 	// LocalWorker makes watch run a worker in its own process, as a
 	// single host does (the default). Off, watch only coordinates: it
 	// reads mail, queues jobs, collects results and sends replies, and
@@ -144,22 +136,22 @@ func DefaultState() string {
 	return "/var/lib/patchbot"
 }
 
-// DefaultConfig is the embedded default: QEMU, SQLite, outbox, nothing sent.
-func DefaultConfig() Config {
+// Default is the embedded default: QEMU, SQLite, outbox, nothing sent.
+func Default() Config {
 	return Config{
 		StateDir: DefaultState(),
 		Config:   intake.DefaultConfig(),
 		VM:       invm.DefaultVM(),
 		Trees:    images.DefaultTrees(),
 		Reply:    reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
-		Fleet:    FleetConfig{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
+		Fleet:    Fleet{LocalWorker: true, Lease: 2 * time.Minute, Poll: 5 * time.Second},
 	}
 }
 
-// LoadConfig reads a YAML config over the defaults; an empty path is the
+// Load reads a YAML config over the defaults; an empty path is the
 // embedded defaults alone.
-func LoadConfig(path string) (Config, error) {
-	cfg := DefaultConfig()
+func Load(path string) (Config, error) {
+	cfg := Default()
 	if path == "" {
 		return cfg, cfg.Validate()
 	}
@@ -167,14 +159,14 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("reading config: %w", err)
 	}
-	if err := DecodeConfig(data, &cfg); err != nil {
+	if err := Decode(data, &cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
 	return cfg, nil
 }
 
-// DecodeConfig decodes YAML into cfg strictly and validates the result.
-func DecodeConfig(data []byte, cfg *Config) error {
+// Decode decodes YAML into cfg strictly and validates the result.
+func Decode(data []byte, cfg *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) {
@@ -277,4 +269,28 @@ func hasPassword(u *url.URL) bool {
 		}
 	}
 	return false
+}
+
+// UnverifiedTLS says why the database's connection could be read or
+// changed on the way, or "" when it cannot: a PostgreSQL host other than
+// this one (loopback or a socket directory) without sslmode=verify-full.
+// pgx's default, prefer, takes TLS when offered but checks no certificate.
+func (c *Config) UnverifiedTLS() string {
+	u, err := url.Parse(c.Database)
+	if err != nil || !store.IsPostgres(c.Database) {
+		return ""
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || strings.HasPrefix(host, "/") || ip != nil && ip.IsLoopback() {
+		return ""
+	}
+	mode := u.Query().Get("sslmode")
+	if mode == "verify-full" {
+		return ""
+	}
+	if mode == "" {
+		mode = "prefer (the default)"
+	}
+	return fmt.Sprintf("the database at %s is reached with sslmode=%s: its certificate is not checked; "+
+		"set sslmode=verify-full and sslrootcert (docs/fleet.md)", host, mode)
 }

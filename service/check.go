@@ -2,22 +2,28 @@ package service
 
 import (
 	"context"
+	"time"
 
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/store"
 )
 
-// fetchedCursor is the cursor Ingest is given for a mail that was fetched
-// out of its source's order (a mailbox.Fetcher): it leaves the source's
-// cursor where it is. No source's cursor holds a NUL byte.
-const fetchedCursor = "\x00fetched"
-
-func setCursor(ctx context.Context, tx *store.Tx, source, cur string) error {
-	if cur == fetchedCursor {
-		return nil
-	}
-	return tx.SetCursor(ctx, source, cur)
+// checkIncomplete runs an incomplete series' check: the mail the archive
+// has of it is fetched first (the series may be whole now), then the
+// front desk decides (intake.Desk.Recheck) and its answer, if any, is
+// queued.
+func (in *ingester) checkIncomplete(ctx context.Context, j *store.Job, c *intake.Check) error {
+	in.fetchMissing(ctx, j.Source, c)
+	return in.store.Update(ctx, func(tx *store.Tx) error {
+		known := intake.View{Tx: tx, Parsed: in.parsed}
+		dec, err := deskOf(*in.cfg).Recheck(ctx, known, c, jobReplyID(*in.cfg, j), time.Now())
+		if err != nil {
+			return err
+		}
+		_, _, err = in.apply(ctx, tx, dec)
+		return err
+	})
 }
 
 // fetchMissing asks the source an incomplete series came from for the
@@ -26,15 +32,15 @@ func setCursor(ctx context.Context, tx *store.Tx, source, cur string) error {
 // is ingested as if read (a completed series is queued then), leaving
 // the source's cursor alone: when the source reaches the mail, it is
 // known. A failure is logged; the check goes on with what is kept.
-func (d *Daemon) fetchMissing(ctx context.Context, source string, c *intake.Check) {
-	f, ok := d.Sources[source].(mailbox.Fetcher)
+func (in *ingester) fetchMissing(ctx context.Context, source string, c *intake.Check) {
+	f, ok := in.sources[source].(mailbox.Fetcher)
 	if !ok {
 		return
 	}
-	log := d.Log.With("source", source, "title", c.Series.Title, "version", c.Series.Version)
+	log := in.log.With("source", source, "title", c.Series.Title, "version", c.Series.Version)
 	var kept []intake.Kept
-	err := d.Store.Update(ctx, func(tx *store.Tx) (err error) {
-		kept, err = intake.View{Tx: tx, Parsed: d.parsed}.KeptMail(ctx, c.Series.ThreadID)
+	err := in.store.Update(ctx, func(tx *store.Tx) (err error) {
+		kept, err = intake.View{Tx: tx, Parsed: in.parsed}.KeptMail(ctx, c.Series.ThreadID)
 		return err
 	})
 	if err != nil {
@@ -52,7 +58,7 @@ func (d *Daemon) fetchMissing(ctx context.Context, source string, c *intake.Chec
 		n := 0
 		err := f.FetchMissing(ctx, s, func(m *mailbox.Message) error {
 			n++
-			return d.Ingest(ctx, source, m, fetchedCursor)
+			return in.ingest(ctx, source, m, fetchedCursor)
 		})
 		if err != nil {
 			log.Warn("fetching the missing mail of a series from the archive", "err", err)

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"strings"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-func TestDecodeConfig(t *testing.T) {
+func TestDecode(t *testing.T) {
 	tests := []struct {
 		name    string
 		yaml    string
@@ -86,9 +86,9 @@ func TestDecodeConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := DefaultConfig()
+			c := Default()
 			c.StateDir = t.TempDir()
-			err := DecodeConfig([]byte(tt.yaml), &c)
+			err := Decode([]byte(tt.yaml), &c)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
@@ -104,7 +104,7 @@ func TestDecodeConfig(t *testing.T) {
 }
 
 func TestExampleConfigDecodes(t *testing.T) {
-	c, err := LoadConfig("../patchbot.example.yaml")
+	c, err := Load("../patchbot.example.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +133,51 @@ func TestUnverifiedTLS(t *testing.T) {
 		{"postgres://w@10.0.0.5/patchbot?sslmode=verify-ca&sslrootcert=/ca.pem", true},
 		{"postgres://w@db.example.org/patchbot?sslmode=verify-full&sslrootcert=/ca.pem", false},
 	} {
-		if got := unverifiedTLS(tc.url); (got != "") != tc.warn {
+		if got := (&Config{Database: tc.url}).UnverifiedTLS(); (got != "") != tc.warn {
 			t.Errorf("unverifiedTLS(%q) = %q, want a warning: %v", tc.url, got, tc.warn)
 		}
+	}
+}
+
+func TestDecodeTreesConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, wantErr string
+		check               func(t *testing.T, c Config)
+	}{
+		{name: "defaults: no tree, fetched every 6h when there are", check: func(t *testing.T, c Config) {
+			if len(c.Trees.List) != 0 || c.Trees.FetchEvery != 6*time.Hour {
+				t.Errorf("trees = %+v", c.Trees)
+			}
+		}},
+		{name: "two trees", yaml: "trees:\n  fetch_every: 1h\n  list:\n  - {name: mainline, url: /srv/linux.git, branch: master}\n" +
+			"  - {name: net-next, url: 'https://git.kernel.org/pub/scm/linux/kernel/git/netdev/net-next.git', branch: main, tags: [net-next]}\n",
+			check: func(t *testing.T, c Config) {
+				if len(c.Trees.List) != 2 || c.Trees.List[1].Tags[0] != "net-next" || c.Trees.FetchEvery != time.Hour {
+					t.Errorf("trees = %+v", c.Trees)
+				}
+			}},
+		{name: "unknown key", yaml: "trees:\n  list:\n  - {name: a, url: b, branch: c, brnach: d}\n", wantErr: "field brnach not found"},
+		{name: "ext transport", yaml: "trees:\n  list:\n  - {name: a, url: 'ext::sh -c id', branch: master}\n", wantErr: "url"},
+		{name: "the default's name", yaml: "trees:\n  list:\n  - {name: default, url: /x, branch: master}\n", wantErr: "kernel: base"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			c.StateDir = t.TempDir()
+			err := Decode([]byte(tc.yaml), &c)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, c)
+		})
+	}
+	c, err := Load("../patchbot.example.yaml")
+	if err != nil || len(c.Trees.List) != 3 {
+		t.Errorf("example config: %v, trees %+v", err, c.Trees.List)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/images/treetest"
 	"github.com/patchbot/patchbot/intake"
@@ -77,7 +78,7 @@ func TestSecondPatchBreaksTheRealBuild(t *testing.T) {
 	testenv.NeedsKernel(t)
 	kern, _ := realKernels(t, "mainline", "net")
 	p := &Pipeline{Builder: kern, Tester: neverTester{t}, Progress: logWriter{t},
-		Reply: DefaultConfig().Reply}
+		Reply: config.Default().Reply}
 	req := requestFrom(t, "../testdata/trees/squashfs-build-break.mbox")
 	start := time.Now()
 	out, err := p.Execute(context.Background(), req, t.TempDir())
