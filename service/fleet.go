@@ -22,7 +22,7 @@ import (
 
 // The fleet: one coordinator (watch) reads mail, queues jobs, collects the
 // workers' results and sends the replies; workers (patchbot worker, or the
-// one inside watch) claim the jobs that fit them. They meet in the store.
+// one inside watch) take the jobs that fit them. They meet in the store.
 
 // DetectCaps says what this host can run with the config's VM shape: KVM
 // when vmrunner finds it usable (else TCG), the online CPUs, the memory,

@@ -37,14 +37,14 @@ func (q queued) record(ctx context.Context, m *Metrics, log *slog.Logger) (bool,
 
 // queued is what became of a mail handed to the outbox.
 type queued struct {
-	added bool     // new in the outbox; false when it was there already
-	to    []string // its recipients, as addressed
-	drop  *dropped // not queued, and why
+	added bool       // new in the outbox; false when it was there already
+	to    []string   // its recipients, as addressed
+	drop  *notQueued // not queued, and why
 }
 
-// dropped says why a mail was not queued: what happened, the metric's
+// notQueued says why a mail was not queued: what happened, the metric's
 // label, the reason to record.
-type dropped struct {
+type notQueued struct {
 	what, label, why string
 	err              error // nil when nothing went wrong (every recipient opted out)
 }
@@ -62,7 +62,7 @@ func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from strin
 		to, err = r.Recipients()
 	}
 	if err != nil {
-		return queued{drop: &dropped{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}}, nil
+		return queued{drop: &notQueued{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}}, nil
 	}
 	return queueMail(ctx, tx, ob, outbox.Message{MessageID: r.Header.MessageID,
 		From: mailbox.AddrOf(from), To: to, Raw: raw, ThreadID: thread, Budget: budget})
@@ -77,9 +77,9 @@ func queueMail(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, msg outbox.
 	q.added, err = ob.PutTx(ctx, tx, msg)
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
-		q.drop = &dropped{"every recipient opted out", "opted-out", "every recipient opted out", nil}
+		q.drop = &notQueued{"every recipient opted out", "opted-out", "every recipient opted out", nil}
 	case errors.Is(err, outbox.ErrTooManyRecipients):
-		q.drop = &dropped{"too many recipients", "unaddressable", err.Error(), err}
+		q.drop = &notQueued{"too many recipients", "unaddressable", err.Error(), err}
 	case err != nil:
 		return q, fmt.Errorf("writing the reply to the outbox: %w", err)
 	}

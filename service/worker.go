@@ -282,8 +282,8 @@ func (w *Worker) progressOf(jobID int64) (store.Progress, bool) {
 	return w.progress, true
 }
 
-// runDir is where the coordinator keeps a job's run.
-func runDir(cfg config.Config, j *store.Job) string {
+// jobRunDir is where the coordinator keeps a job's run.
+func jobRunDir(cfg config.Config, j *store.Job) string {
 	return filepath.Join(cfg.StateDir, "runs", fmt.Sprintf("job-%d", j.ID))
 }
 
@@ -328,7 +328,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	work := filepath.Join(workDir, fmt.Sprintf("job-%d", j.ID))
 	os.RemoveAll(work)
 	defer os.RemoveAll(work)
-	j.RunDir = runDir(w.Config, j)
+	j.RunDir = jobRunDir(w.Config, j)
 	req.ReplyID = jobReplyID(w.Config, j)
 	w.Store.SetStage(ctx, j.ID, w.Name, "running")
 	log.Info("job started")
