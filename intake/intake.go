@@ -31,7 +31,7 @@ import (
 // applies.
 type Desk struct {
 	Config
-	// Sources are the configured sources by name (service.SourceName):
+	// Sources are the configured sources by name (config.SourceName):
 	// whether a source's mail is a list's, the list it names, whether it
 	// is trusted, and what its list hears of a finished run.
 	Sources map[string]mailbox.SourceConfig
@@ -68,7 +68,7 @@ type Decision struct {
 // Job is a job to queue: a test (Test) or a check (Check).
 type Job struct {
 	Dedupe  Dedupe
-	Trigger string // "list", "command", "incomplete"
+	Trigger string // "list", "command", "incomplete", "web"
 	// Source and Sender are whom the job is for: the source its mail came
 	// from, and the series' author or the command's sender.
 	Source, Sender string
