@@ -11,8 +11,8 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
@@ -77,7 +77,7 @@ func config(t *testing.T, te *effectTester, n int) Config {
 	}
 	te.tested = nil
 	return Config{Tester: te, Base: []suites.Result{*whole.Base}, Patched: []suites.Result{*whole.Patched},
-		Options: reports.Options{Test: stats.LogWelch}, A: prefixes[0], Prefixes: prefixes, First: 1, Last: n,
+		Options: judge.Options{Test: stats.LogWelch}, A: prefixes[0], Prefixes: prefixes, First: 1, Last: n,
 		Titles: titles, Profile: "quick", Runs: 5}
 }
 

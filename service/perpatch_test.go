@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
@@ -199,7 +200,7 @@ func TestSecondPatchBreaksTheBuild(t *testing.T) {
 		t.Errorf("measured %d times a series that does not build", len(te.specs))
 	}
 	f := out.Run.Failure
-	if f == nil || f.Stage != reports.StageBuild || f.Patch != "[PATCH 2/3] squashfs: step 2" {
+	if f == nil || f.Stage != judge.StageBuild || f.Patch != "[PATCH 2/3] squashfs: step 2" {
 		t.Fatalf("failure %+v, want patch 2's build failure", f)
 	}
 	body := out.Reply.Body

@@ -43,7 +43,7 @@ type Side struct {
 
 // Plan says how many rounds RunAB runs: Min on every side, then one more
 // on every side at a time until Settled says the evidence is enough, or
-// Max. The statistics behind Settled live in reports/ (reports.Plan makes
+// Max. The statistics behind Settled live in judge/ (judge.Plan makes
 // one from a stats.Rule); a Plan without Settled runs Max rounds.
 type Plan struct {
 	Min, Max int

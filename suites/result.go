@@ -49,7 +49,7 @@ type Result struct {
 	// (cache-contention only).
 	Model *Prediction `json:"model,omitempty"`
 	// Plan is the rule that decided the number of rounds (Plan.Rule, e.g.
-	// reports/stats.Rule's text), empty for a fixed number; Stop says why
+	// judge/stats.Rule's text), empty for a fixed number; Stop says why
 	// the rounds ended (StopFixed, StopSettled, StopMax).
 	Plan string `json:"plan,omitempty"`
 	Stop string `json:"stop,omitempty"`

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/suites"
@@ -230,7 +231,7 @@ func printResults(w io.Writer, results []*suites.Result) {
 		hdr += "RATIO\t"
 	}
 	fmt.Fprintln(tw, hdr)
-	for _, m := range reports.Means(results) {
+	for _, m := range judge.Means(results) {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t", m.Workload, m.Params, m.Metric, m.Unit)
 		for _, v := range m.Means {
 			line += fmt.Sprintf("%.4g\t", v)

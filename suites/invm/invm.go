@@ -46,7 +46,7 @@ type Options struct {
 	Kernels []Kernel
 	Runs    int // rounds per kernel, interleaved; default 1; a fixed number unless Plan is set
 	// Plan decides the number of rounds instead of Runs (for example
-	// reports.Plan's sequential rule).
+	// judge.Plan's sequential rule).
 	Plan *suites.Plan
 	VM   VMConfig
 	// Progress gets a line per stage and per round; nil for none.

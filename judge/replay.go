@@ -1,4 +1,4 @@
-package reports
+package judge
 
 // The sequential rule on the rounds: Plan, what the pipeline runs the
 // rounds by (when to look, when to stop), and Replay, the same rule on
@@ -8,7 +8,7 @@ package reports
 import (
 	"errors"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
