@@ -84,6 +84,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	n := len(cfg.Titles)
 	bi := newResult(key, cfg.Last, title(cfg.Titles, cfg.Last))
 	runs := StepRuns(cfg.Runs)
+	plan := invm.FixedPlan(cfg.Profile, runs, cfg.Progress)
 	lo, hi := cfg.First-1, cfg.Last
 	for hi-lo > 1 {
 		m := (lo + hi) / 2
@@ -94,8 +95,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if cfg.OnStep != nil {
 			cfg.OnStep(fmt.Sprintf("bisect: %s with patches 1-%d", key.Suite, m))
 		}
-		out, err := cfg.Tester.Test(ctx, invm.Spec{Suite: key.Suite, Profile: cfg.Profile, Runs: runs,
-			Base: cfg.A, Patched: cfg.Prefixes[m], Progress: cfg.Progress})
+		out, err := cfg.Tester.Test(ctx, invm.Spec{Suite: key.Suite, Plan: plan, Base: cfg.A, Patched: cfg.Prefixes[m]})
 		bi.Measurements++
 		if err != nil {
 			if ctx.Err() != nil {

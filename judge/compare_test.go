@@ -182,15 +182,15 @@ func TestCompareUsesTheRecordedRule(t *testing.T) {
 	}
 }
 
-// Plan stops the rounds once the primary metrics are settled.
-func TestPlanSettles(t *testing.T) {
-	plan := Plan(stats.DefaultRule, Options{})
-	if plan.Min != 3 || plan.Max != 10 || plan.Rule != stats.DefaultRule.String() {
-		t.Fatalf("plan %+v", plan)
+// Rounds stops the rounds once the primary metrics are settled.
+func TestRoundsSettle(t *testing.T) {
+	plan := Rounds{Rule: stats.DefaultRule}
+	if lo, hi := plan.Bounds(); lo != 3 || hi != 10 || plan.Plan() != stats.DefaultRule.String() {
+		t.Fatalf("rounds %+v", plan)
 	}
 	settled := func(ms []metric) bool {
 		b, p := results(ms)
-		return plan.Settled([]*suites.Result{&b[0], &p[0]})
+		return plan.Stop([]*suites.Result{&b[0], &p[0]}) == suites.StopSettled
 	}
 	clear := []metric{
 		{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(19.1, 0.04), runs(0.97, 0.02)},
@@ -203,7 +203,7 @@ func TestPlanSettles(t *testing.T) {
 	if settled(noisy) {
 		t.Error("a metric with ±30% noise and no clear change is settled after 5 runs")
 	}
-	if plan.Settled(nil) {
+	if plan.Stop(nil) != "" {
 		t.Error("no results are settled")
 	}
 }

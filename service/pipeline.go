@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/patchbot/patchbot/bisect"
 	"github.com/patchbot/patchbot/blame"
@@ -101,13 +100,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// Runs 0: as many rounds as the evidence needs, by the sequential rule
 	// (judge/stats.DefaultRule), on a host checked to be quiet around
 	// each round; otherwise the number asked for.
-	var plan *suites.Plan
+	plan := invm.FixedPlan(req.Profile, req.Runs, p.Progress)
 	if req.Runs == 0 {
-		pl := judge.Plan(stats.DefaultRule, opts)
-		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
-		pl.QuietWait = time.Minute
-		pl.Repeats, pl.Calibrate = suites.BusyRepeats, suites.Calibrate
-		plan = &pl
+		plan.Stop, plan.Quiet = judge.Rounds{Rule: stats.DefaultRule, Options: opts}, suites.HostQuiet()
 	}
 	// choose, build base, apply and build (one build a patch when there
 	// are several), the suites, report; a bisection adds its steps.
@@ -137,9 +132,8 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 	// The suites, A against B.
 	var failed error
 	if kernels.Err == nil {
-		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: req.Files, Profile: req.Profile,
-			Runs: req.Runs, Plan: plan, Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1,
-			Progress: p.Progress, OnSuite: st.suite})
+		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: req.Files, Plan: plan,
+			Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1, OnSuite: st.suite})
 		if err != nil && !blame.IsPatch(err) {
 			return nil, err
 		}

@@ -209,10 +209,9 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	// A fixed number of rounds, each with the host's load read around it
 	// and a busy one flagged rather than repeated: what a person reads
 	// from the JSON is every round that ran.
-	plan := suites.FixedPlan(runs)
-	plan.Host, plan.Repeats, plan.Calibrate = suites.ReadHostLoad(250*time.Millisecond), -1, suites.Calibrate
-	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Plan: &plan, VM: vm, Progress: stderr,
-		Log: terminalLog(stderr)})
+	plan := invm.FixedPlan(profile, runs, stderr)
+	plan.Quiet = suites.Quiet{Host: suites.ReadHostLoad(250 * time.Millisecond), Repeats: -1, Calibrate: suites.Calibrate}
+	return invm.Run(ctx, invm.Options{Suite: name, Kernels: ks, Plan: plan, VM: vm, Log: terminalLog(stderr)})
 }
 
 // printResults prints the mean over rounds of every metric per kernel, and
