@@ -10,11 +10,12 @@
 //
 // Where the statistics live:
 //
-//   - the two-sample tests, intervals and the minimum detectable effect:
-//     judge/stats (tests.go, estimate.go);
+//   - the two-sample tests and intervals: judge/stats tests.go,
+//     estimate.go (distributions from gonum, the rank test from x/perf);
 //   - the family correction (Holm-Bonferroni within a family): judge/stats
-//     family.go (JudgeFamily, Holm, Detectable);
+//     family.go (JudgeFamily, Holm);
+//   - the minimum detectable effect: judge/stats detectable.go;
 //   - the sequential rule, its levels and futility: judge/stats
-//     sequential.go (Rule);
+//     sequential.go (Rule), run by Rounds (replay.go);
 //   - how a comparison is assembled from results, step by step: compare.go.
 package judge

@@ -1,6 +1,8 @@
 package stats
 
-import "math"
+import (
+	"math"
+)
 
 // Estimate is the change of one metric on the scale its test works on, with
 // what an interval, a minimum detectable effect and a projection to more
@@ -94,86 +96,4 @@ func (e Estimate) Interval(level float64) Interval {
 	}
 	return Interval{Ratio: 1 + e.D/e.Scale, Low: 1 + (e.D-half)/e.Scale, High: 1 + (e.D+half)/e.Scale,
 		Level: level, Defined: true}
-}
-
-// DetectablePower is the power at which a minimum detectable effect is
-// stated: a change of that size would be found four times in five.
-const DetectablePower = 0.8
-
-// Detectable is the smallest change this estimate's spread could have shown
-// at level (two-sided) with DetectablePower, as a fraction of the base
-// (0.12 for 12%): (t(1-level/2) + t(power)) standard errors, on the ratio
-// scale for a log estimate (the larger of the rise and the fall it
-// admits). 0 when there is no estimate.
-func (e Estimate) Detectable(level float64) float64 {
-	if !e.Defined || !(level > 0) {
-		return 0
-	}
-	k := (StudentQuantile(1-level/2, e.DF) + StudentQuantile(DetectablePower, e.DF)) * e.SE
-	if e.Log {
-		return math.Expm1(k)
-	}
-	return k / e.Scale
-}
-
-// approxT is Student's q-quantile with df degrees of freedom by the
-// Cornish-Fisher expansion around the normal quantile: within 2% of the
-// exact value from 6 degrees of freedom on, and cheap, for the
-// projections that every look of a sequential run makes (StudentQuantile
-// is exact, and a hundred times slower).
-func approxT(q, df float64) float64 {
-	z := math.Sqrt2 * math.Erfinv(2*q-1)
-	if math.IsInf(df, 1) || df <= 0 {
-		return z
-	}
-	z3, z5, z7 := z*z*z, z*z*z*z*z, z*z*z*z*z*z*z
-	return z + (z3+z)/(4*df) + (5*z5+16*z3+3*z)/(96*df*df) + (3*z7+19*z5+17*z3-15*z)/(384*df*df*df)
-}
-
-// normalCDF is Φ(x).
-func normalCDF(x float64) float64 { return 0.5 * math.Erfc(-x/math.Sqrt2) }
-
-// SettleChance is the probability, if the change stays what it is now (the
-// current trend), that with total runs a side the estimate would be
-// settled: significant at level (two-sided), or its 95% interval within
-// ±smallest. The runs still to come are drawn with the spread seen so far;
-// so a metric whose spread is too wide for any interval of total runs to
-// fit within ±smallest, and whose change is small beside that spread, has
-// little chance left. Normal quantiles for the projection, Student's for
-// the interval's width at total runs.
-func (e Estimate) SettleChance(total int, level, smallest float64) float64 {
-	if !e.Defined || total <= e.N {
-		return 0
-	}
-	if e.SE == 0 {
-		return 1
-	}
-	n, N := float64(e.N), float64(total)
-	seN := e.SE * math.Sqrt(n/N) // the standard error at total runs
-	// D at total runs, given D now: the mean of the runs so far and the
-	// ones to come, which follow the current trend.
-	sd := e.SE * math.Sqrt(n*(N-n)) / N
-	df := e.DF * (N - 1) / (n - 1)
-	if e.Paired {
-		df = N - 1
-	}
-	crit := approxT(1-level/2, df) * seN
-	within := 0.0
-	if e.Log && smallest > 0 {
-		within = math.Log1p(smallest) - approxT(1-(1-Confidence)/2, df)*seN
-	} else if smallest > 0 {
-		within = smallest*e.Scale - approxT(1-(1-Confidence)/2, df)*seN
-	}
-	// P(|D| > crit) + P(|D| < within), the two regions counted once.
-	tail := func(x float64) float64 { // P(|D| > x)
-		return 1 - (normalCDF((x-e.D)/sd) - normalCDF((-x-e.D)/sd))
-	}
-	p := tail(crit)
-	if within > 0 {
-		if within >= crit {
-			return 1 // every outcome settles
-		}
-		p += 1 - tail(within)
-	}
-	return math.Min(1, p)
 }
