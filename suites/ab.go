@@ -401,6 +401,9 @@ func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error)
 	errs := make([]error, len(sides))
 	var wg sync.WaitGroup
 	for i, s := range sides {
+		if s.Guest == nil {
+			continue // not run: its rounds are done
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -351,3 +351,47 @@ func TestContinue(t *testing.T) {
 		t.Error("a quick run continued with a full one")
 	}
 }
+
+// A run goes on from rounds done before: the new rounds are numbered on,
+// no guest is prepared again, each look sees the rounds before and after
+// together, and a side without a guest is not run, its rounds standing
+// for it.
+func TestRunABGoesOnFromDone(t *testing.T) {
+	cfg, sides, log := abFixture(t)
+	first, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*log = nil
+	rest := []Side{sides[0], sides[1]}
+	rest[0].Done, rest[0].Guest = first[0], nil // held: not run
+	rest[1].Done = first[1]
+	var seen []string
+	stop := stopping{bounds{3, 5}, "rule", func(rs []*Result) string {
+		seen = append(seen, fmt.Sprintf("%d/%d", len(rs[0].Samples), len(rs[1].Samples)))
+		if len(rs[1].Samples) == 4 {
+			return StopSettled
+		}
+		return ""
+	}}
+	out, err := RunAB(context.Background(), cfg, rest, stop, Quiet{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(*log, " "); got != "B:patched B:patched" {
+		t.Errorf("rounds run %q, want the patched kernel's rounds 3 and 4 alone", got)
+	}
+	if got := strings.Join(seen, " "); got != "2/3 2/4" {
+		t.Errorf("looks saw %q, want the held base's 2 rounds beside 3, then 4, patched rounds", got)
+	}
+	if n := len(out[1].Samples); n != 4 || out[1].Samples[3].Round != 4 || len(out[1].Rounds) != 4 {
+		t.Errorf("patched: %d samples, last round %d, %d round records; want 4 numbered on", n, out[1].Samples[n-1].Round, len(out[1].Rounds))
+	}
+	if len(out[0].Samples) != 2 || out[0].Plan != "rule" || out[0].Stop != StopSettled || out[1].Stop != StopSettled {
+		t.Errorf("base %d samples, plan %q, stop %q/%q: want its 2 rounds, recorded under the rule, settled",
+			len(out[0].Samples), out[0].Plan, out[0].Stop, out[1].Stop)
+	}
+	if first[0].Plan != "" || first[0].Stop != StopFixed {
+		t.Error("going on changed the results it went on from")
+	}
+}
