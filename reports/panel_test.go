@@ -5,21 +5,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
 // The panel file holds at least ten patches with a source each, across
 // the classes the detector is proven on, and every mbox it names exists.
 func TestPanelFile(t *testing.T) {
-	p, err := LoadPanel(filepath.Join("..", "testdata", "panel", "panel.yaml"))
+	p, err := judge.LoadPanel(filepath.Join("..", "testdata", "panel", "panel.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	scored := 0
 	classes := map[string]bool{}
 	for _, pp := range p.Patches {
-		if pp.Expect != Unknown {
+		if pp.Expect != judge.Unknown {
 			scored++
 		}
 		classes[strings.Fields(pp.Class)[0]] = true
@@ -46,10 +47,10 @@ func TestJudgePanel(t *testing.T) {
 		}
 		return b, p
 	}
-	seed := PanelPatch{Name: "seed", Suite: "cache-contention", Expect: Improvement,
+	seed := judge.PanelPatch{Name: "seed", Suite: "cache-contention", Expect: judge.Improvement,
 		Metrics: map[string]string{"read-storm.files_per_s": "better"}}
 	b, p := load("seed-19")
-	v, err := JudgePanel(seed, b, p, stats.DefaultRule, Options{})
+	v, err := judge.JudgePanel(seed, b, p, stats.DefaultRule, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,20 +58,20 @@ func TestJudgePanel(t *testing.T) {
 		t.Errorf("seed-19: right %v, wrong %v, %d runs, stop %q", v.Right, v.WrongDirection, v.Runs, v.Stop)
 	}
 	// Backwards, the seed is a regression: the wrong direction.
-	v, err = JudgePanel(seed, p, b, stats.DefaultRule, Options{})
+	v, err = judge.JudgePanel(seed, p, b, stats.DefaultRule, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v.Right || len(v.WrongDirection) == 0 {
 		t.Errorf("the seed backwards: right %v, wrong direction %v", v.Right, v.WrongDirection)
 	}
-	noop := PanelPatch{Name: "noop", Suite: "cache-contention", Expect: NoChange}
+	noop := judge.PanelPatch{Name: "noop", Suite: "cache-contention", Expect: judge.NoChange}
 	b, p = load("aa-19")
-	if v, err = JudgePanel(noop, b, p, stats.DefaultRule, Options{}); err != nil || !v.Right || v.Stop != "futile" {
+	if v, err = judge.JudgePanel(noop, b, p, stats.DefaultRule, judge.Options{}); err != nil || !v.Right || v.Stop != "futile" {
 		t.Errorf("aa-19 as a no-op: %+v, %v", v, err)
 	}
 	var out strings.Builder
-	if err := WritePanel(&out, []*PanelVerdict{v}); err != nil || !strings.Contains(out.String(), "1 of 1 scored verdicts right, 0 in the wrong direction") {
+	if err := WritePanel(&out, []*judge.PanelVerdict{v}); err != nil || !strings.Contains(out.String(), "1 of 1 scored verdicts right, 0 in the wrong direction") {
 		t.Errorf("table:\n%s (%v)", out.String(), err)
 	}
 }

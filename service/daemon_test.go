@@ -69,7 +69,7 @@ func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, erro
 		return nil, f.err
 	}
 	mk := func(label string, wpr, fps float64) *suites.Result {
-		r := &suites.Result{Suite: t.Suite, Profile: t.Profile, Kernel: label, Accel: "tcg", CPUs: 4, MemMiB: 1024}
+		r := &suites.Result{Suite: t.Suite, Profile: t.Plan.Profile, Kernel: label, Accel: "tcg", CPUs: 4, MemMiB: 1024}
 		for i := 0; i < 4; i++ {
 			noise := float64(i%3-1) * 0.02
 			r.Samples = append(r.Samples,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 )
@@ -42,7 +43,7 @@ func TestLongSeriesOneAnswerNoBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := out.Run.Failure; f == nil || f.Stage != reports.StageSeries {
+	if f := out.Run.Failure; f == nil || f.Stage != judge.StageSeries {
 		t.Fatalf("failure %+v, want the series refused", out.Run.Failure)
 	}
 	for _, want := range []string{"The series was not tested", "60 patches", "at most 50"} {

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 )
 
 func init() {
@@ -47,7 +48,7 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 					if len(args) != 0 {
 						return usagef("--list takes no arguments")
 					}
-					p, err := reports.LoadPanel(*file)
+					p, err := judge.LoadPanel(*file)
 					if err != nil {
 						return err
 					}
@@ -67,18 +68,18 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				return runPanel(*file, args[0], r, reports.Options{Test: t}, *unfinished, stdout)
+				return runPanel(*file, args[0], r, judge.Options{Test: t}, *unfinished, stdout)
 			}
 		},
 	})
 }
 
-func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished bool, w io.Writer) error {
-	p, err := reports.LoadPanel(file)
+func runPanel(file, dir string, rule stats.Rule, opt judge.Options, unfinished bool, w io.Writer) error {
+	p, err := judge.LoadPanel(file)
 	if err != nil {
 		return err
 	}
-	var vs []*reports.PanelVerdict
+	var vs []*judge.PanelVerdict
 	var missing []string
 	for _, pp := range p.Patches {
 		path := filepath.Join(dir, pp.Name+".json")
@@ -93,7 +94,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 		if err != nil {
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
-		v, err := reports.JudgePanel(pp, base, patched, rule, opt)
+		v, err := judge.JudgePanel(pp, base, patched, rule, opt)
 		if err != nil {
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
@@ -101,7 +102,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 	}
 	if unfinished {
 		for _, v := range vs {
-			if v.Stop == reports.StopTruncated {
+			if v.Stop == judge.StopTruncated {
 				fmt.Fprintf(w, "%s %s %s\n", v.Patch.Name, v.Patch.Suite, filepath.Join(filepath.Dir(file), v.Patch.Mbox))
 			}
 		}
@@ -110,7 +111,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 	if err := reports.WritePanel(w, vs); err != nil {
 		return err
 	}
-	by := reports.RoundsByClass(vs)
+	by := judge.RoundsByClass(vs)
 	classes := make([]string, 0, len(by))
 	for c := range by {
 		classes = append(classes, c)
@@ -124,7 +125,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 		fmt.Fprintf(w, "\nNo results yet for %d: %v\n", len(missing), missing)
 	}
 	for _, v := range vs {
-		if v.Patch.Expect != reports.Unknown && (!v.Right || len(v.WrongDirection) > 0) {
+		if v.Patch.Expect != judge.Unknown && (!v.Right || len(v.WrongDirection) > 0) {
 			return errors.New("a panel verdict is wrong")
 		}
 	}
