@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,12 @@ type DKIMConfig struct {
 	// Timeout bounds the key lookups of one mail (default 5 s): a slow
 	// resolver costs a stranger's mail no more than this.
 	Timeout time.Duration `yaml:"timeout"`
+	// MaxAge and MaxAhead are the window a signature's time (t=) must
+	// fall in, from when the mail is read (default 7 days before, 15
+	// minutes ahead): an older signature is a replay, one dated ahead a
+	// forgery or a broken clock. Neither counts.
+	MaxAge   time.Duration `yaml:"max_age"`
+	MaxAhead time.Duration `yaml:"max_ahead"`
 }
 
 // Validate checks the DNS server's address.
@@ -34,11 +41,23 @@ func (c DKIMConfig) Validate() error {
 			return fmt.Errorf("dkim.dns %q: want host:port: %v", c.DNS, err)
 		}
 	}
-	if c.Timeout < 0 {
-		return errors.New("dkim.timeout: negative")
+	if c.Timeout < 0 || c.MaxAge < 0 || c.MaxAhead < 0 {
+		return errors.New("dkim: timeout, max_age and max_ahead must not be negative")
 	}
 	return nil
 }
+
+// The default window of a signature's time.
+const (
+	DefaultMaxAge   = 7 * 24 * time.Hour
+	DefaultMaxAhead = 15 * time.Minute
+)
+
+// ThreadFields are the fields a signature must cover, each one the mail
+// has, for the mail to count as its signer's: who, what, which mail, and
+// where in which thread. A field the mail does not have needs nothing
+// (one added later is then a field the signature does not cover).
+var ThreadFields = []string{"From", "Subject", "Message-ID", "In-Reply-To", "References"}
 
 // MaxSignatures is how many DKIM-Signature fields of one mail are checked;
 // the rest are ignored (a stranger's mail with a thousand signatures costs
@@ -63,6 +82,12 @@ type Verifier struct {
 	Timeout time.Duration
 	// KeyTTL is how long a looked-up key is kept; default 10 minutes.
 	KeyTTL time.Duration
+	// MaxAge and MaxAhead bound a signature's time (DKIMConfig); zero:
+	// the defaults; negative: no bound (a person's look at an old thread,
+	// where no command is obeyed).
+	MaxAge, MaxAhead time.Duration
+	// Now is the clock a signature's time is judged by; nil: time.Now.
+	Now func() time.Time
 
 	mu   sync.Mutex
 	keys map[string]cachedKey
@@ -76,7 +101,7 @@ type cachedKey struct {
 
 // NewVerifier makes the verifier a config describes.
 func NewVerifier(c DKIMConfig, authservIDs []string) *Verifier {
-	v := &Verifier{AuthservIDs: authservIDs, Timeout: c.Timeout}
+	v := &Verifier{AuthservIDs: authservIDs, Timeout: c.Timeout, MaxAge: c.MaxAge, MaxAhead: c.MaxAhead}
 	if c.DNS != "" {
 		server := c.DNS
 		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, network, _ string) (net.Conn, error) {
@@ -110,6 +135,31 @@ type Signature struct {
 	// By names the trusted server whose Authentication-Results vouched
 	// for the signature, when patchbot could not get the key itself.
 	By string `json:"by,omitempty"`
+	// Unsigned are the ThreadFields the mail has that the signature does
+	// not cover (h=): a valid signature then proves the text, not the
+	// thread it is in, and the mail is not its signer's.
+	Unsigned []string `json:"unsigned,omitempty"`
+	// Stale says why the signature's time (t=) is out of the window
+	// (too old, dated ahead, none): then it does not count either.
+	Stale string `json:"stale,omitempty"`
+}
+
+// counts says whether the signature makes the mail its signer's: valid,
+// aligned with From:, covering the thread's fields, and timely.
+func (s Signature) counts() bool {
+	return s.Result == Pass && s.Aligned && len(s.Unsigned) == 0 && s.Stale == ""
+}
+
+// gap says, for a valid aligned signature that does not count, why.
+func (s Signature) gap() string {
+	name := "DKIM/" + s.Domain
+	switch {
+	case len(s.Unsigned) > 0:
+		return "its " + name + " signature does not cover " + strings.Join(s.Unsigned, ", ")
+	case s.Stale != "":
+		return "its " + name + " signature " + s.Stale
+	}
+	return ""
 }
 
 // Attestation is what patchbot checked about who sent a mail. It is kept
@@ -132,6 +182,11 @@ type Identity struct {
 	// signature aligned with From:), "source/NAME" (a trusted source);
 	// empty when it was not.
 	Via string
+	// Why says, when a valid signature aligned with From: did not verify
+	// the address, what it left out: "its DKIM/gmail.com signature does
+	// not cover In-Reply-To, References", "... was made 12 days before
+	// the mail was read (at most 7)".
+	Why string
 }
 
 // Verified says whether the address was proven.
@@ -157,7 +212,9 @@ func (id Identity) String() string {
 }
 
 // Identity is who the attestation proves sent the mail: the first valid
-// signature aligned with From:, else a trusted source, else nobody.
+// signature aligned with From: that covers the mail's thread fields and
+// is timely, else a trusted source, else nobody (Why then says what an
+// aligned valid signature left out).
 func (a *Attestation) Identity() Identity {
 	if a == nil {
 		return Identity{}
@@ -167,13 +224,20 @@ func (a *Attestation) Identity() Identity {
 		return id
 	}
 	for _, s := range a.Signatures {
-		if s.Result == Pass && s.Aligned {
+		if s.counts() {
 			id.Via = "DKIM/" + s.Domain
 			return id
 		}
 	}
 	if a.Source != "" {
 		id.Via = "source/" + a.Source
+		return id
+	}
+	for _, s := range a.Signatures {
+		if s.Result == Pass && s.Aligned {
+			id.Why = s.gap()
+			break
+		}
 	}
 	return id
 }
@@ -202,7 +266,7 @@ func (a *Attestation) Checks() []Check {
 		return []Check{{Text: "No signature: not checked"}}
 	}
 	for _, s := range a.Signatures {
-		if s.Result == Pass && s.Aligned {
+		if s.counts() {
 			return []Check{s.check(a.From)}
 		}
 	}
@@ -226,6 +290,10 @@ func (a *Attestation) Checks() []Check {
 func (s Signature) check(from string) Check {
 	name := "DKIM/" + s.Domain
 	switch {
+	case s.Result == Pass && len(s.Unsigned) > 0:
+		return Check{Text: "Partly signed: " + name + " (not " + strings.Join(s.Unsigned, ", ") + ")"}
+	case s.Result == Pass && s.Stale != "":
+		return Check{Text: "Stale: " + name + " (" + s.Stale + ")"}
 	case s.Result == Pass && s.Aligned && s.By != "":
 		return Check{Pass: true, Text: "Signed: " + name + " (checked by " + s.By + ")"}
 	case s.Result == Pass && s.Aligned:
@@ -276,6 +344,10 @@ func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
 	counts := fieldCounts(h)
 	sigs := signatureTags(h)
 	fromDomain := Domain(a.From)
+	now := time.Now()
+	if v.Now != nil {
+		now = v.Now()
+	}
 	for i, vf := range verifs {
 		s := Signature{Domain: strings.ToLower(vf.Domain), Result: Pass}
 		var tags map[string]string
@@ -283,7 +355,12 @@ func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
 			tags = sigs[i]
 			s.Selector = tags["s"]
 		}
+		_, partial := tags["l"]
 		switch {
+		case partial:
+			// l= leaves the end of the body unsigned: refused whoever
+			// vouches for it.
+			s.Result, s.Err = Fail, "the signature covers only part of the body (l=)"
 		case vf.Err == nil:
 			if missing := unsigned(vf.HeaderKeys, counts); missing != "" {
 				s.Result, s.Err = Fail, "a "+missing+": field the signature does not cover was added"
@@ -296,6 +373,8 @@ func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
 			s.Result, s.Err = Fail, vf.Err.Error()
 		}
 		s.Aligned = aligned(s.Domain, fromDomain)
+		s.Unsigned = uncovered(tags["h"], counts)
+		s.Stale = v.stale(tags["t"], now)
 		if s.Result == NoKey {
 			if by := vouched(h, v.AuthservIDs, s, tags["b"]); by != "" {
 				s.Result, s.By, s.Err = Pass, by, ""
@@ -304,6 +383,64 @@ func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
 		a.Signatures = append(a.Signatures, s)
 	}
 	return a
+}
+
+// uncovered lists the ThreadFields the mail has (counts) that a
+// signature's h= does not name.
+func uncovered(h string, counts map[string]int) []string {
+	signed := map[string]bool{}
+	for _, k := range strings.Split(h, ":") {
+		signed[strings.ToLower(strings.TrimSpace(k))] = true
+	}
+	var out []string
+	for _, f := range ThreadFields {
+		if k := strings.ToLower(f); counts[k] > 0 && !signed[k] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// stale says why a signature's time t= is out of the window at now, or "".
+func (v *Verifier) stale(t string, now time.Time) string {
+	maxAge, maxAhead := v.MaxAge, v.MaxAhead
+	if maxAge == 0 {
+		maxAge = DefaultMaxAge
+	}
+	if maxAhead == 0 {
+		maxAhead = DefaultMaxAhead
+	}
+	if t == "" {
+		if maxAge < 0 {
+			return ""
+		}
+		return "is undated (no t=): its age cannot be checked"
+	}
+	sec, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || sec < 0 {
+		return "has an unreadable time (t=)"
+	}
+	at := time.Unix(sec, 0)
+	switch {
+	case maxAge > 0 && now.Sub(at) > maxAge:
+		return fmt.Sprintf("was made %s before the mail was read (at most %s)", words(now.Sub(at)), words(maxAge))
+	case maxAhead > 0 && at.Sub(now) > maxAhead:
+		return fmt.Sprintf("is dated %s ahead of the mail's reading (at most %s)", words(at.Sub(now)), words(maxAhead))
+	}
+	return ""
+}
+
+// words is a duration as a person says it: "12 days", "3 hours", "20 minutes".
+func words(d time.Duration) string {
+	switch {
+	case d >= 48*time.Hour:
+		return fmt.Sprintf("%d days", int(d/(24*time.Hour)))
+	case d >= 2*time.Hour:
+		return fmt.Sprintf("%d hours", int(d/time.Hour))
+	case d >= 2*time.Minute:
+		return fmt.Sprintf("%d minutes", int(d/time.Minute))
+	}
+	return fmt.Sprintf("%d seconds", int(d/time.Second))
 }
 
 // VerifyAll verifies each mail that has no attestation yet.
