@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -89,14 +90,36 @@ type Verifier struct {
 	// Now is the clock a signature's time is judged by; nil: time.Now.
 	Now func() time.Time
 
-	mu   sync.Mutex
-	keys map[string]cachedKey
+	// MaxLookups bounds the key lookups in flight at once (default
+	// 1024), Prefetch's included.
+	MaxLookups int
+	// DownTTL is how long a signing domain whose DNS did not answer in
+	// Timeout is taken as down: its keys are not asked for again, and its
+	// mail is not verified (NoKey), in that time (default 5 minutes).
+	DownTTL time.Duration
+
+	mu       sync.Mutex
+	keys     map[string]cachedKey
+	inflight map[string]*keyLookup
+	byOrg    map[string]*keyLookup // the lookup in flight of each organizational domain that others wait for
+	down     map[string]time.Time  // organizational domain -> until
+	sem      chan struct{}
+	// nextQuery is when the next query may be sent (pace).
+	nextQuery time.Time
 }
 
 type cachedKey struct {
 	txts    []string
 	err     error
 	expires time.Time
+}
+
+// keyLookup is one key's lookup in flight: every mail that needs the key
+// waits for the same one, bounded by its own Timeout from when it began.
+type keyLookup struct {
+	done chan struct{}
+	txts []string
+	err  error
 }
 
 // NewVerifier makes the verifier a config describes.
@@ -320,11 +343,8 @@ func (v *Verifier) Verify(ctx context.Context, m *Message) *Attestation {
 	if !h.Has("Dkim-Signature") {
 		return a
 	}
-	timeout := v.Timeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	v.Prefetch(m) // every key of the mail asked for at once
+	ctx, cancel := context.WithTimeout(ctx, v.timeout())
 	defer cancel()
 	failed := map[string]bool{} // key names whose lookup failed
 	var mu sync.Mutex
@@ -452,43 +472,248 @@ func (v *Verifier) VerifyAll(ctx context.Context, msgs []*Message) {
 	}
 }
 
-// lookup asks for a key, or answers from the keys kept.
+// ErrDomainDown is a key not looked up: its domain's DNS did not answer
+// a lookup within Timeout a short while ago (DownTTL).
+var ErrDomainDown = errors.New("its domain's DNS did not answer a moment ago")
+
+// Prefetch starts looking up the keys of m's signatures (at most
+// MaxSignatures), without waiting: a source's reader calls it for the
+// mails ahead of the one being acted on, so that their lookups run side
+// by side while the mails before them are acted on, and Verify finds them
+// answered or waits only what is left of their Timeout. A stranger's key
+// that never answers then costs its own Timeout once, concurrently with
+// every other, not one Timeout for each mail in turn.
+func (v *Verifier) Prefetch(m *Message) {
+	h, err := textproto.ReadHeader(bufio.NewReader(bytes.NewReader(m.Raw)))
+	if err != nil || !h.Has("Dkim-Signature") {
+		return
+	}
+	for _, tags := range signatureTags(h) {
+		if tags["s"] == "" || tags["d"] == "" || (tags["q"] != "" && tags["q"] != "dns/txt") {
+			continue
+		}
+		v.start(tags["s"] + "._domainkey." + tags["d"])
+	}
+}
+
+// lookup asks for a key, or answers from the keys kept, or waits for the
+// lookup of it in flight, at most until ctx ends.
 func (v *Verifier) lookup(ctx context.Context, name string) ([]string, error) {
-	name = strings.ToLower(name)
+	l, txts, err := v.begin(name)
+	if l == nil {
+		return txts, err
+	}
+	select {
+	case <-l.done:
+		return l.txts, l.err
+	case <-ctx.Done():
+		return nil, &net.DNSError{Err: "no answer in time", Name: name, IsTimeout: true}
+	}
+}
+
+// start begins a key's lookup unless it is kept, in flight or its domain
+// down.
+func (v *Verifier) start(name string) { v.begin(name) }
+
+// begin is a key's lookup: kept (txts, err), or in flight (l), begun now
+// if needed.
+func (v *Verifier) begin(name string) (l *keyLookup, txts []string, err error) {
+	name = strings.ToLower(strings.TrimSuffix(name, "."))
 	now := time.Now()
 	v.mu.Lock()
+	defer v.mu.Unlock()
 	if k, ok := v.keys[name]; ok && now.Before(k.expires) {
+		return nil, k.txts, k.err
+	}
+	if l := v.inflight[name]; l != nil {
+		return l, nil, nil
+	}
+	_, domain, _ := strings.Cut(name, "._domainkey.")
+	org := OrgDomain(domain)
+	if org == "" {
+		org = domain
+	}
+	if until, ok := v.down[org]; ok {
+		if now.Before(until) {
+			return nil, nil, fmt.Errorf("%s: %w", name, ErrDomainDown)
+		}
+		delete(v.down, org)
+	}
+	if v.inflight == nil {
+		v.inflight, v.down, v.byOrg = map[string]*keyLookup{}, map[string]time.Time{}, map[string]*keyLookup{}
+		n := v.MaxLookups
+		if n <= 0 {
+			n = 1024
+		}
+		v.sem = make(chan struct{}, n)
+	}
+	l = &keyLookup{done: make(chan struct{})}
+	timeout := v.timeout()
+	v.inflight[name] = l
+	// One key of a domain is asked for at a time: the others wait for
+	// its answer, and are not asked for when it found the domain down
+	// (a flood's thousand selectors of one domain cost one timeout).
+	first := v.byOrg[org]
+	if first == nil {
+		v.byOrg[org] = l
+	}
+	go v.run(name, org, l, timeout, first)
+	return l, nil, nil
+}
+
+// run looks a key up, within Timeout from its start (the wait for a slot
+// among MaxLookups included), keeps the answer and ends l.
+func (v *Verifier) run(name, org string, l *keyLookup, timeout time.Duration, first *keyLookup) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	asked := false
+	if first != nil {
+		select {
+		case <-first.done:
+		case <-ctx.Done():
+		}
+		v.mu.Lock()
+		until, down := v.down[org]
 		v.mu.Unlock()
-		return k.txts, k.err
+		if down && time.Now().Before(until) {
+			v.finish(name, org, l, nil, fmt.Errorf("%s: %w", name, ErrDomainDown), false, false)
+			return
+		}
+		if ctx.Err() != nil { // the domain's first lookup took all of this one's time
+			v.finish(name, org, l, nil, &net.DNSError{Err: "no answer within " + timeout.String(), Name: name, IsTimeout: true}, false, false)
+			return
+		}
 	}
-	v.mu.Unlock()
-	look := v.LookupTXT
-	if look == nil {
-		look = net.DefaultResolver.LookupTXT
+	select {
+	case v.sem <- struct{}{}:
+		asked = true
+		l.txts, l.err = v.ask(ctx, name, timeout)
+		<-v.sem
+	case <-ctx.Done():
 	}
-	txts, err := look(ctx, name)
+	if !asked || (l.err != nil && ctx.Err() != nil) {
+		l.err = &net.DNSError{Err: "no answer within " + timeout.String(), Name: name, IsTimeout: true}
+	}
+	var dnsErr *net.DNSError
+	timedOut := l.err != nil && errors.As(l.err, &dnsErr) && dnsErr.IsTimeout
+	v.finish(name, org, l, l.txts, l.err, asked, timedOut)
+}
+
+// finish keeps what a lookup found and ends it.
+func (v *Verifier) finish(name, org string, l *keyLookup, txts []string, err error, asked, timedOut bool) {
+	l.txts, l.err = txts, err
 	ttl := v.KeyTTL
 	if ttl <= 0 {
 		ttl = 10 * time.Minute
 	}
-	if err != nil {
+	if l.err != nil {
 		// A failure is kept briefly: a burst of a stranger's mail does not
 		// become a burst of queries, and a resolver back up is soon used.
 		ttl = min(ttl, time.Minute)
-		var dnsErr *net.DNSError
-		if errors.As(err, &dnsErr) && dnsErr.IsTimeout {
-			ttl = 0 // a timeout says nothing about the key
-		}
 	}
+	now := time.Now()
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.keys == nil || len(v.keys) > 4096 {
+	delete(v.inflight, name)
+	if v.byOrg[org] == l {
+		delete(v.byOrg, org)
+	}
+	if v.keys == nil || len(v.keys) > 1<<16 {
 		v.keys = map[string]cachedKey{}
 	}
-	if ttl > 0 {
-		v.keys[name] = cachedKey{txts: txts, err: err, expires: now.Add(ttl)}
+	switch {
+	case !asked:
+		// Never asked (MaxLookups were all busy, or the domain is
+		// down): nothing more is known.
+	case timedOut:
+		// A timeout says nothing about this key, but much about the
+		// domain: its DNS is not answering. Every key of it waits.
+		down := v.DownTTL
+		if down <= 0 {
+			down = 5 * time.Minute
+		}
+		if len(v.down) > 1<<16 {
+			v.down = map[string]time.Time{}
+		}
+		v.down[org] = now.Add(down)
+	default:
+		v.keys[name] = cachedKey{txts: l.txts, err: l.err, expires: now.Add(ttl)}
 	}
-	return txts, err
+	close(l.done)
+}
+
+// ask is one key's query, sent again after a fifth of its timeout and
+// after three fifths while no answer came, as a stub resolver retransmits: a
+// query lost in a burst (a resolver's socket overflows when a thousand
+// strangers' lookups start at once) costs a retransmission, not the whole
+// timeout.
+func (v *Verifier) ask(ctx context.Context, name string, timeout time.Duration) ([]string, error) {
+	look := v.LookupTXT
+	if look == nil {
+		look = net.DefaultResolver.LookupTXT
+	}
+	step := timeout / 5
+	var err error
+	for i, wait := range []time.Duration{step, 2 * step, 0} {
+		if i == 0 && !v.pace(ctx) {
+			return nil, ctx.Err()
+		}
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if wait > 0 {
+			// Retransmissions spread (up to half a step later), so that a
+			// burst's do not all land on the resolver at once again.
+			wait += time.Duration(rand.Int64N(int64(step/2)+1)) * time.Duration(i+1) / 2
+			actx, cancel = context.WithTimeout(ctx, wait)
+		}
+		var txts []string
+		txts, err = look(actx, name)
+		var dnsErr *net.DNSError
+		timedOut := err != nil && (actx.Err() != nil || (errors.As(err, &dnsErr) && dnsErr.IsTimeout))
+		cancel()
+		if !timedOut || ctx.Err() != nil {
+			return txts, err
+		}
+	}
+	return nil, err
+}
+
+// The first queries of lookups are paced: paceBurst at once, then
+// paceRate a second (retransmissions are not: a lost query's second try
+// does not wait behind a flood's first ones). A resolver's socket overflows when a thousand
+// queries land on it at once (dnsmasq took 497 of a burst of 900 here),
+// and a maintainer's query lost among strangers' would cost the command
+// its verification.
+const (
+	paceBurst = 100
+	paceRate  = 500
+)
+
+// pace waits for the next query's turn; false when ctx ended first.
+func (v *Verifier) pace(ctx context.Context) bool {
+	interval := time.Second / paceRate
+	now := time.Now()
+	v.mu.Lock()
+	slot := now.Add(-paceBurst * interval)
+	if v.nextQuery.After(slot) {
+		slot = v.nextQuery
+	}
+	v.nextQuery = slot.Add(interval)
+	v.mu.Unlock()
+	if d := time.Until(slot); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+func (v *Verifier) timeout() time.Duration {
+	if v.Timeout > 0 {
+		return v.Timeout
+	}
+	return 5 * time.Second
 }
 
 // fieldCounts counts the header's fields by lower-case name.
