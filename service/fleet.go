@@ -213,13 +213,18 @@ var commitHash = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 
 // resultsURL is the link a collected run's reply gives: the dashboard's
 // page of it, else the worker's published copy when it is one of the
-// configured repository's pages, else none.
+// configured repository's pages (on github.com, or on the host of
+// publish.api_url), else none.
 func resultsURL(cfg Config, dir, worker string) string {
 	if base := cfg.Dashboard.BaseURL; base != "" {
 		return reports.RunURL(base, filepath.Base(dir))
 	}
 	if p := cfg.Publish; p != nil && p.Owner != "" && p.Repo != "" {
-		prefix := "https://github.com/" + p.Owner + "/" + p.Repo + "/"
+		host := "github.com"
+		if api, err := url.Parse(p.APIURL); err == nil && p.APIURL != "" && api.Host != "" {
+			host = api.Host // GitHub Enterprise serves its pages on its API's host
+		}
+		prefix := "https://" + host + "/" + p.Owner + "/" + p.Repo + "/"
 		if u, err := url.Parse(worker); err == nil && strings.HasPrefix(worker, prefix) &&
 			u.User == nil && !strings.Contains(u.Path, "..") && !strings.ContainsAny(worker, " \t\r\n\\") {
 			return worker

@@ -13,6 +13,7 @@ import (
 
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
+	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -105,5 +106,37 @@ func TestCollectRunsRendersTheReplyItself(t *testing.T) {
 	}
 	if got, _ := st.Job(ctx, id); got.RunDir != filepath.Join(state, "runs", "job-1") {
 		t.Errorf("the job's run directory is %q", got.RunDir)
+	}
+}
+
+// A reply's link is the coordinator's: the dashboard's page of the run, or
+// a worker's published copy only when it is a page of the configured
+// repository.
+func TestResultsURLIsTheCoordinators(t *testing.T) {
+	cfg := DefaultConfig()
+	dir := "/var/lib/patchbot/runs/job-7"
+	if got := resultsURL(cfg, dir, "https://github.com/lab/results/tree/x"); got != "" {
+		t.Errorf("no dashboard, no publish: %q, want none", got)
+	}
+	cfg.Publish = &publish.Config{Owner: "lab", Repo: "results"}
+	for worker, want := range map[string]string{
+		"https://github.com/lab/results/commit/abc":     "https://github.com/lab/results/commit/abc",
+		"https://github.com/lab/other/commit/abc":       "",
+		"https://github.com/lab/results/../x/commit/a":  "",
+		"https://evil.example/lab/results/commit/abc":   "",
+		"https://u:p@github.com/lab/results/commit/abc": "",
+		"https://github.com/lab/results/x\n\nclick me":  "",
+	} {
+		if got := resultsURL(cfg, dir, worker); got != want {
+			t.Errorf("published %q: %q, want %q", worker, got, want)
+		}
+	}
+	cfg.Publish.APIURL = "https://ghe.example.org/api/v3/"
+	if got := resultsURL(cfg, dir, "https://ghe.example.org/lab/results/commit/abc"); got != "https://ghe.example.org/lab/results/commit/abc" {
+		t.Errorf("GitHub Enterprise: %q", got)
+	}
+	cfg.Dashboard.BaseURL = "https://bot.example.org/"
+	if got := resultsURL(cfg, dir, "https://github.com/lab/results/commit/abc"); got != "https://bot.example.org/runs/job-7/" {
+		t.Errorf("with a dashboard: %q", got)
 	}
 }
