@@ -19,6 +19,9 @@ pkgs=(
   # b4 to compare series assembly, python3-dkim to sign test mail as a
   # sender's server does, opendkim as the receiving server's DKIM milter
   dovecot-imapd postfix public-inbox b4 python3-dkim opendkim
+  # a real DNS forwarder (the binary alone, no service) for the verifier's
+  # budget: signing domains whose name server never answers
+  dnsmasq-base
   # the fleet's queue (tests start a throwaway cluster of their own)
   postgresql
   # the dashboard's browser test (web), and the fonts its plots name

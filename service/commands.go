@@ -22,6 +22,9 @@ type Asker struct {
 	// server when the key is gone), or came from a source trusted as a
 	// whole. An unauthenticated asker draws from the unverified budget.
 	Authenticated bool
+	// Why says what a valid signature aligned with Address left out when
+	// it did not authenticate the asker (mailbox.Identity.Why).
+	Why string
 }
 
 // Authorize decides whether asker may have a series written by author
@@ -41,6 +44,9 @@ func Authorize(cfg CommandsConfig, asker Asker, author string) (bool, string) {
 		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s)
 	}
 	if !asker.Authenticated {
+		if asker.Why != "" {
+			return false, fmt.Sprintf("this mail does not prove that it comes from %s in this thread: %s", s, asker.Why)
+		}
 		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no valid DKIM signature "+
 			"aligned with %s", s, mailbox.Domain(s))
 	}
@@ -187,7 +193,7 @@ func (in *ingest) commands(ctx context.Context, all []mailbox.Command) error {
 		return err
 	}
 	id := m.Identity()
-	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender}
+	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender, Why: id.Why}
 	owner := view.owner(in.thread)
 	for i, c := range cmds {
 		cmd := &command{Command: c, key: fmt.Sprintf("%s#%d", m.MessageID, i), asker: asker, thread: in.thread}
