@@ -78,7 +78,7 @@ def main():
         print(f"\n{w}")
         if w.endswith("-count"):
             keys = sorted({k for (ww, _, _), rs in data.items() if ww == w for r in rs for k in r}
-                          - {"kernel", "boot", "workload", "iter", *CELLS[w]})
+                          - {"kernel", "boot", "workload", "iter", "accel", *CELLS[w]})
             print("\t".join(["cell", "kernel", "boots"] + keys))
             for c in cells:
                 for k in kernels:
