@@ -33,6 +33,44 @@ func TestPanelFile(t *testing.T) {
 			t.Errorf("no patch of class %q", c)
 		}
 	}
+	// The panel covers every suite (issue 39): each has a no-op, a
+	// regression and an improvement with an established expectation, and
+	// every expected direction names one of its suite's primary metrics.
+	all, err := suites.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]map[string]bool{}
+	for _, s := range all {
+		known[s.Name] = map[string]bool{}
+		for _, m := range s.Verdict.Primary {
+			known[s.Name][m.Workload+"."+m.Metric] = true
+		}
+	}
+	expect := map[string]map[judge.Outcome]bool{}
+	for _, pp := range p.Patches {
+		primary, ok := known[pp.Suite]
+		if !ok {
+			t.Errorf("%s: no suite %q", pp.Name, pp.Suite)
+			continue
+		}
+		for m := range pp.Metrics {
+			if !primary[m] {
+				t.Errorf("%s: %s is not a primary metric of %s", pp.Name, m, pp.Suite)
+			}
+		}
+		if expect[pp.Suite] == nil {
+			expect[pp.Suite] = map[judge.Outcome]bool{}
+		}
+		expect[pp.Suite][pp.Expect] = true
+	}
+	for _, s := range all {
+		for _, o := range []judge.Outcome{judge.NoChange, judge.Regression, judge.Improvement} {
+			if !expect[s.Name][o] {
+				t.Errorf("suite %s: no panel patch expected to be %q", s.Name, o)
+			}
+		}
+	}
 }
 
 // A panel verdict is right when the outcome is the expected one, and in

@@ -15,6 +15,7 @@ pkgs=(
   squashfs-tools
   bubblewrap  # QEMU runs in bwrap (vmrunner/jail.go)
   linux-image-amd64
+  busybox-static  # the panel's harnesses' guest (scripts/panel-harness*.sh)
   # mail servers for the integration tests (public-inbox is what lore runs),
   # b4 to compare series assembly, python3-dkim to sign test mail as a
   # sender's server does, opendkim as the receiving server's DKIM milter

@@ -20,7 +20,7 @@ func init() {
 		name:       "panel",
 		positional: true,
 		summary:    "judge the panel of known-effect patches and print its table",
-		usage:      "panel [--panel FILE] [--rule RULE] [--test T] [--unfinished] RESULTS_DIR | panel --list [--panel FILE]",
+		usage:      "panel [--panel FILE] [--rule RULE] [--test T] [--unfinished] [--measured] RESULTS_DIR | panel --list [--panel FILE]",
 		desc: `Judges each patch of the panel (testdata/panel/panel.yaml: patches to the
 default tree with known effects, and how each expectation was established)
 from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
@@ -28,7 +28,9 @@ from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
 pipeline would have stopped it, and prints the table: expected and reported
 outcome, the primary metrics with their intervals, the rounds a side and
 why they stopped, and how many verdicts are right. scripts/panel.sh
-measures the panel. A patch without results is listed as missing. --list
+measures the panel. A patch without results is listed as missing, unless
+--measured leaves out the patches RESULTS_DIR has no results for (a table
+recorded before they joined the panel). --list
 prints each patch's name, suite and mbox path, one a line, for scripts;
 --unfinished, instead of the table, the same of each patch whose measured
 rounds ran out before the rule would have stopped (to measure more, with
@@ -43,6 +45,7 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), paired-log, welch or mann-whitney")
 			list := fs.Bool("list", false, "list the panel's patches: name, suite, mbox")
 			unfinished := fs.Bool("unfinished", false, "list the patches whose measured rounds ran out before the rule stopped: name, suite, mbox")
+			measured := fs.Bool("measured", false, "leave out the patches without results in RESULTS_DIR instead of listing them as missing")
 			return func(ctx context.Context, args []string) error {
 				if *list {
 					if len(args) != 0 {
@@ -68,13 +71,13 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				return runPanel(*file, args[0], r, judge.Options{Test: t}, *unfinished, stdout)
+				return runPanel(*file, args[0], r, judge.Options{Test: t}, *unfinished, *measured, stdout)
 			}
 		},
 	})
 }
 
-func runPanel(file, dir string, rule stats.Rule, opt judge.Options, unfinished bool, w io.Writer) error {
+func runPanel(file, dir string, rule stats.Rule, opt judge.Options, unfinished, measured bool, w io.Writer) error {
 	p, err := judge.LoadPanel(file)
 	if err != nil {
 		return err
@@ -88,7 +91,9 @@ func runPanel(file, dir string, rule stats.Rule, opt judge.Options, unfinished b
 		}
 		base, patched, err := reports.ReadPanelResults(path)
 		if errors.Is(err, os.ErrNotExist) {
-			missing = append(missing, pp.Name)
+			if !measured {
+				missing = append(missing, pp.Name)
+			}
 			continue
 		}
 		if err != nil {
