@@ -128,6 +128,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The outbox's owner is the coordinator's stable name: what the last
 	// run was sending before the final "." goes out at once.
 	if _, err := d.Outbox.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return err
 	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
