@@ -2,13 +2,14 @@
 // the whole series (or the range measured) changed a primary metric, it
 // measures prefixes of the series against the same A side, with the same
 // suite and fewer rounds, in a binary search for the first prefix that
-// carries the change. Whether a prefix carries it, and whether one patch
-// does, is the comparison's rule (reports: KeyChange, Bisection.StepOf,
-// Carries, Conclude); this package only searches.
+// carries the change. The metric it follows is the one the series changed
+// most (judge.KeyChange); whether a prefix carries the change, and whether
+// one patch does, is its own rule (result.go: Step.Carries, conclude).
 //
 // It is a stage of its own, as syzkaller's pkg/bisect is: a Config in, a
-// Run over what tests a pair of kernels, its own tests; the pipeline only
-// calls it.
+// Run over what tests a pair of kernels, the rule and its Result together,
+// its own tests; the pipeline only calls it. It sits after judging and
+// before the reply: the reply (package reports) presents its Result.
 package bisect
 
 import (
@@ -22,8 +23,8 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
@@ -36,7 +37,7 @@ type Config struct {
 	// Base and Patched are the whole series' (or range's) results, judged
 	// with Options: the change the search follows.
 	Base, Patched []suites.Result
-	Options       reports.Options
+	Options       judge.Options
 	// A is the A side; Prefixes[k] the build of patches 1..k (nil where it
 	// failed). First and Last are the patches measured (1-based).
 	A           *images.Build
@@ -68,12 +69,12 @@ func StepRuns(runs int) int {
 // series changed nothing to trace. A failure of a step ends the search,
 // not the run (Bisection.Stopped says why): the series' own result
 // stands. The error is the context's alone.
-func Run(ctx context.Context, cfg Config) (*reports.Bisection, error) {
-	c, err := reports.Compare(cfg.Base, cfg.Patched, cfg.Options)
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	c, err := judge.Compare(cfg.Base, cfg.Patched, cfg.Options)
 	if err != nil {
 		return nil, nil // the reply reports it
 	}
-	key, ok := reports.KeyChange(c)
+	key, ok := judge.KeyChange(c)
 	if !ok {
 		return nil, nil
 	}
@@ -81,8 +82,9 @@ func Run(ctx context.Context, cfg Config) (*reports.Bisection, error) {
 		return nil, nil
 	}
 	n := len(cfg.Titles)
-	bi := reports.NewBisection(key, cfg.Last, reports.Title(cfg.Titles, cfg.Last, ""))
+	bi := newResult(key, cfg.Last, title(cfg.Titles, cfg.Last))
 	runs := StepRuns(cfg.Runs)
+	plan := invm.FixedPlan(cfg.Profile, runs, cfg.Progress)
 	lo, hi := cfg.First-1, cfg.Last
 	for hi-lo > 1 {
 		m := (lo + hi) / 2
@@ -93,15 +95,14 @@ func Run(ctx context.Context, cfg Config) (*reports.Bisection, error) {
 		if cfg.OnStep != nil {
 			cfg.OnStep(fmt.Sprintf("bisect: %s with patches 1-%d", key.Suite, m))
 		}
-		out, err := cfg.Tester.Test(ctx, invm.Spec{Suite: key.Suite, Profile: cfg.Profile, Runs: runs,
-			Base: cfg.A, Patched: cfg.Prefixes[m], Progress: cfg.Progress})
+		out, err := cfg.Tester.Test(ctx, invm.Spec{Suite: key.Suite, Plan: plan, Base: cfg.A, Patched: cfg.Prefixes[m]})
 		bi.Measurements++
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			if err = invm.Reblame(err, cfg.A.Series > 0); blame.IsPatch(err) {
-				bi.Stopped = fmt.Sprintf("%d/%d fails: %s", m, n, reports.FailureOf(err).Detail)
+				bi.Stopped = fmt.Sprintf("%d/%d fails: %s", m, n, judge.FailureOf(err).Detail)
 			} else {
 				bi.Stopped = "an infrastructure failure (kept in the log)"
 				if cfg.Progress != nil {
@@ -117,22 +118,30 @@ func Run(ctx context.Context, cfg Config) (*reports.Bisection, error) {
 				}
 			}
 		}
-		sc, err := reports.Compare([]suites.Result{*out.Base}, []suites.Result{*out.Patched}, cfg.Options)
-		step, found := reports.BisectStep{}, false
+		sc, err := judge.Compare([]suites.Result{*out.Base}, []suites.Result{*out.Patched}, cfg.Options)
+		step, found := Step{}, false
 		if err == nil {
-			step, found = bi.StepOf(sc, m, reports.Title(cfg.Titles, m, ""), runs)
+			step, found = bi.stepOf(sc, m, title(cfg.Titles, m), runs)
 		}
 		if !found {
 			bi.Stopped = fmt.Sprintf("%d/%d did not measure %s", m, n, key.Metric)
 			break
 		}
-		bi.Add(step)
+		bi.add(step)
 		if step.Carries() {
 			hi = m
 		} else {
 			lo = m
 		}
 	}
-	bi.Conclude(lo, hi, cfg.First)
+	bi.conclude(lo, hi, cfg.First)
 	return bi, nil
+}
+
+// title is patch i's (1-based) title, "" when it has none.
+func title(titles []string, i int) string {
+	if i >= 1 && i <= len(titles) {
+		return titles[i-1]
+	}
+	return ""
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 	"github.com/patchbot/patchbot/vmrunner"
@@ -35,8 +35,8 @@ func (f *effectTester) Test(ctx context.Context, s invm.Spec) (*invm.Outcome, er
 	}
 	mk := func(label string, b *images.Build) *suites.Result {
 		wpr := 9.6 * math.Pow(1.1/9.6, f.effect(b.Series))
-		r := &suites.Result{Suite: s.Suite, Profile: s.Profile, Kernel: label}
-		for i := 0; i < s.Runs; i++ {
+		r := &suites.Result{Suite: s.Suite, Profile: s.Plan.Profile, Kernel: label}
+		for i := 0; i < runsOf(s); i++ {
 			noise := float64(i%3-1) * 0.02
 			r.Samples = append(r.Samples,
 				suites.Sample{Suite: s.Suite, Workload: "read-storm", Params: map[string]string{"threads": "64"},
@@ -71,13 +71,13 @@ func config(t *testing.T, te *effectTester, n int) Config {
 	for i := range titles {
 		titles[i] = fmt.Sprintf("squashfs: step %d", i+1)
 	}
-	whole, err := te.Test(context.Background(), invm.Spec{Suite: "cache-contention", Runs: 5, Base: prefixes[0], Patched: prefixes[n]})
+	whole, err := te.Test(context.Background(), invm.Spec{Suite: "cache-contention", Plan: invm.FixedPlan("", 5, nil), Base: prefixes[0], Patched: prefixes[n]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	te.tested = nil
 	return Config{Tester: te, Base: []suites.Result{*whole.Base}, Patched: []suites.Result{*whole.Patched},
-		Options: reports.Options{Test: stats.LogWelch}, A: prefixes[0], Prefixes: prefixes, First: 1, Last: n,
+		Options: judge.Options{Test: stats.LogWelch}, A: prefixes[0], Prefixes: prefixes, First: 1, Last: n,
 		Titles: titles, Profile: "quick", Runs: 5}
 }
 
@@ -172,4 +172,10 @@ func TestStepRuns(t *testing.T) {
 			t.Errorf("StepRuns(%d) = %d, want %d", tc.runs, got, tc.want)
 		}
 	}
+}
+
+// runsOf is the rounds a side a spec asks for.
+func runsOf(s invm.Spec) int {
+	n, _ := s.Plan.Stop.Bounds()
+	return n
 }

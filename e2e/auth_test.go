@@ -425,6 +425,51 @@ func TestMailAuthAttacks(t *testing.T) {
 	a.served = authorJob != nil && maintJob != nil && namedJob != nil && namedJob.req.Series.Author == "s@stranger.example"
 	table = append(table, a)
 
+	// 7 (before 4, whose strangers use up the unverified answers of the
+	// hour). A signature that does not cover the thread. The author's server
+	// signs without In-Reply-To and References (as a large provider does);
+	// a copy of the author's command is moved under the stranger's v2. Another signs without Message-ID, 20 days ago, and is
+	// replayed under a new one; another signs with l= and its key is gone
+	// by the time patchbot reads it, the list's server having vouched for
+	// it. Beside them the maintainer's command signed whole, today.
+	noThread := dkimtest.Options{Headers: []string{"From", "To", "Subject", "Date", "Message-ID"}}
+	movedCmd := cmd("moved-cmd@linux.dev", author, "#patchbot test cache-contention")
+	movedCmd.inReplyTo = "hijack-v2@stranger.example"
+	w.toList(t, w.keys["linux.dev"].SignWith(t, w.raw(movedCmd), noThread))
+	old := w.keys["example.org"].SignWith(t, w.raw(cmd("old-cmd@example.org", maint, "#patchbot test cache-contention")),
+		dkimtest.Options{Headers: []string{"From", "To", "Subject", "Date", "In-Reply-To", "References"},
+			Time: time.Now().Add(-20 * 24 * time.Hour)})
+	w.toList(t, bytes.Replace(old, []byte("<old-cmd@example.org>"), []byte("<replayed-cmd@example.org>"), 1))
+	rot := *w.keys["example.org"]
+	rot.Selector = "rotating"
+	rot.Publish(w.dns)
+	w.toList(t, rot.SignWith(t, w.raw(cmd("partial-cmd@example.org", maint, "#patchbot test cache-contention")),
+		dkimtest.Options{BodyLength: true}))
+	w.dns.SetTXT(rot.Name()) // rotated away once the list's server checked it
+	w.toList(t, w.signedBy(t, "example.org", w.raw(cmd("maint-cmd-5@example.org", maint, "#patchbot test cache-contention"))))
+	w.wait(t, "moved-cmd@linux.dev", "replayed-cmd@example.org", "partial-cmd@example.org", "maint-cmd-5@example.org")
+	a = attack{name: "a signature not covering the thread: In-Reply-To/References left out and the copy moved, Message-ID left out and replayed 20 days later, l= vouched for by the list's server",
+		mirror: "the maintainer's command signed whole, today, is queued"}
+	for _, id := range []string{"moved-cmd@linux.dev", "replayed-cmd@example.org", "partial-cmd@example.org"} {
+		if o := w.outcomes(t, id); contains(o, "accepted") || w.job(t, "command:"+id) != nil {
+			a.succeeded = true
+			a.detail += id + " ran; "
+		}
+	}
+	// The author (not yet answered today as unverified) is told why, in
+	// the fixed answer to an unverified address (found by its recipient:
+	// it threads under nothing the mail said).
+	said := false
+	for _, m := range w.outbox(t) {
+		if contains(m.Recipients, "usama.arif@linux.dev") &&
+			strings.Contains(strings.Join(strings.Fields(string(m.Raw)), " "), "signature does not cover In-Reply-To, References") {
+			said = true
+		}
+	}
+	a.served = said && w.job(t, "command:maint-cmd-5@example.org") != nil
+	a.detail += fmt.Sprintf("the answer names the fields left out: %v", said)
+	table = append(table, a)
+
 	// 4. Thirty forged senders ask for help, each in a new thread; then a
 	// maintainer's signed test.
 	var helpIDs []string

@@ -156,7 +156,7 @@ type fakeTester struct{}
 
 func (fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, error) {
 	mk := func(label string, wpr float64) *suites.Result {
-		r := &suites.Result{Suite: t.Suite, Profile: t.Profile, Kernel: label, Accel: "tcg", CPUs: 2, MemMiB: 1024}
+		r := &suites.Result{Suite: t.Suite, Profile: t.Plan.Profile, Kernel: label, Accel: "tcg", CPUs: 2, MemMiB: 1024}
 		for i := 0; i < 4; i++ {
 			r.Samples = append(r.Samples, suites.Sample{Suite: t.Suite, Workload: "read-storm", Metric: "wakeups_per_release",
 				Unit: "count", Round: i + 1, Value: wpr * (1 + float64(i%3-1)*0.02)})

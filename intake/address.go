@@ -330,7 +330,7 @@ func (t *turn) answer(ctx context.Context, a reports.Answer) (bool, string, erro
 // suites. A stop is confirmed, a refusal says the mail was not verified.
 func Stranger(a reports.Answer) reports.Answer {
 	out := reports.Answer{Kind: a.Kind, Stranger: true, MessageID: a.MessageID, Date: a.Date,
-		Thread: reports.Thread{Author: mailbox.AddrOf(a.Thread.Author)}}
+		Thread: reports.Thread{Author: mailbox.AddrOf(a.Thread.Author)}, Unproven: a.Unproven}
 	switch a.Kind {
 	case reports.AnswerStopped:
 		out.Reason = mailbox.AddrOf(a.Thread.Author)
@@ -387,4 +387,23 @@ func (d *Desk) Audience(req *Request, trigger, source string, f reports.Finding)
 		add(a.Hear, req.Thread.Author) // the asker
 	}
 	return a
+}
+
+// Narrow keeps in a reply's To and Cc only the addresses that hear it, so
+// that the mail names no one it is not sent to, and returns the bare
+// addresses it left out.
+func (a Audience) Narrow(h *reports.Header) (quiet []string) {
+	keep := func(list []string) []string {
+		var out []string
+		for _, s := range list {
+			if a.Hear[strings.ToLower(mailbox.AddrOf(s))] {
+				out = append(out, s)
+			} else {
+				quiet = append(quiet, strings.ToLower(mailbox.AddrOf(s)))
+			}
+		}
+		return out
+	}
+	h.To, h.Cc = keep(h.To), keep(h.Cc)
+	return quiet
 }

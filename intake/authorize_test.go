@@ -13,15 +13,17 @@ func TestAuthorize(t *testing.T) {
 		ok     bool
 		reason string
 	}{
-		{asker: Asker{"usama.arif@linux.dev", true}, ok: true},
-		{asker: Asker{"maint@example.org", true}, ok: true},
-		{asker: Asker{"x@trusted.org", true}, ok: true},
-		{asker: Asker{"stranger@evil.example", true}, reason: "neither the series' author"},
-		{asker: Asker{"x@untrusted.org", true}, reason: "neither"},
+		{asker: Asker{"usama.arif@linux.dev", true, ""}, ok: true},
+		{asker: Asker{"maint@example.org", true, ""}, ok: true},
+		{asker: Asker{"x@trusted.org", true, ""}, ok: true},
+		{asker: Asker{"stranger@evil.example", true, ""}, reason: "neither the series' author"},
+		{asker: Asker{"x@untrusted.org", true, ""}, reason: "neither"},
 		// From: is anyone's to write: without proof, the allow-list and
 		// the author's address count for nothing.
-		{asker: Asker{"maint@example.org", false}, reason: "no valid DKIM signature aligned with example.org"},
-		{asker: Asker{"usama.arif@linux.dev", false}, reason: "does not prove that it comes from usama.arif@linux.dev"},
+		{asker: Asker{"maint@example.org", false, ""}, reason: "no valid DKIM signature aligned with example.org"},
+		{asker: Asker{"usama.arif@linux.dev", false, ""}, reason: "does not prove that it comes from usama.arif@linux.dev"},
+		{asker: Asker{"maint@example.org", false, "its DKIM/example.org signature does not cover In-Reply-To"},
+			reason: "in this thread: its DKIM/example.org signature does not cover In-Reply-To"},
 	}
 	for _, tt := range tests {
 		ok, reason := Authorize(cfg, tt.asker, author)
@@ -31,7 +33,7 @@ func TestAuthorize(t *testing.T) {
 	}
 	// The author is not allowed when the config says so.
 	cfg.AllowAuthor = false
-	if ok, _ := Authorize(cfg, Asker{"usama.arif@linux.dev", true}, author); ok {
+	if ok, _ := Authorize(cfg, Asker{"usama.arif@linux.dev", true, ""}, author); ok {
 		t.Error("author allowed with allow_author: false")
 	}
 }

@@ -25,6 +25,9 @@ type Asker struct {
 	// server when the key is gone), or came from a source trusted as a
 	// whole. An unauthenticated asker draws from the unverified budget.
 	Authenticated bool
+	// Why says what a valid signature aligned with Address left out when
+	// it did not authenticate the asker (mailbox.Identity.Why).
+	Why string
 }
 
 // Authorize decides whether asker may have a series written by author
@@ -44,6 +47,9 @@ func Authorize(cfg CommandsConfig, asker Asker, author string) (bool, string) {
 		return false, fmt.Sprintf("%s is neither the series' author nor on this instance's allow-list", s)
 	}
 	if !asker.Authenticated {
+		if asker.Why != "" {
+			return false, fmt.Sprintf("this mail does not prove that it comes from %s in this thread: %s", s, asker.Why)
+		}
 		return false, fmt.Sprintf("this mail does not prove that it comes from %s: it carries no valid DKIM signature "+
 			"aligned with %s", s, mailbox.Domain(s))
 	}
@@ -94,7 +100,7 @@ func (t *turn) commands(ctx context.Context, all []mailbox.Command) error {
 		return err
 	}
 	id := m.Identity()
-	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender}
+	asker := Asker{Address: o.Sender, Authenticated: id.Verified() && id.Address == o.Sender, Why: id.Why}
 	owner := view.owner(m.Thread)
 	for i, c := range cmds {
 		cmd := &command{Command: c, n: i, asker: asker}
@@ -107,7 +113,7 @@ func (t *turn) commands(ctx context.Context, all []mailbox.Command) error {
 			cmd.noTarget = err.Error()
 		}
 		key := commandKey(m.MessageID, i)
-		cmd.answer = reports.Answer{Command: c.Line, Stranger: !asker.Authenticated,
+		cmd.answer = reports.Answer{Command: c.Line, Stranger: !asker.Authenticated, Unproven: asker.Why,
 			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			// A hash, not the command's Message-ID: two Message-IDs must not
 			// make one answer's, and a sender's text has no place in ours.

@@ -308,6 +308,35 @@ func TestDecide(t *testing.T) {
 
 // The check of an incomplete series, once its wait is over: an answer to
 // its author while parts are missing (fixed text for an unverified one),
+
+// A signature that does not cover the thread (here In-Reply-To and
+// References, as a large provider signs) does not make a command its
+// signer's: the fixed answer to the address says what it left out, as b4
+// says what it could not check, and nothing the mail said.
+func TestDecidePartlySigned(t *testing.T) {
+	d, f := testDesk(), &fakeKnown{}
+	f.apply(decide(t, d, f, in{"list", firstMail(t, "../testdata/mbox/squashfs-thundering-herd.mbox"), true}))
+	m := f.keep(t, "list", reply("moved@example.org", "Maintainer <maintainer@example.org>", "#patchbot test cache-contention\n"), false)
+	m.Message.Attestation.Signatures = []mailbox.Signature{{Domain: "example.org", Result: mailbox.Pass, Aligned: true,
+		Unsigned: []string{"In-Reply-To", "References"}}}
+	dec, err := d.Decide(context.Background(), f, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outcomes(dec) != "refused" || len(dec.Jobs) != 0 || len(dec.Answers) != 1 {
+		t.Fatalf("outcomes %q, %d jobs, %d answers", outcomes(dec), len(dec.Jobs), len(dec.Answers))
+	}
+	if why := fmt.Sprint(dec.Notes); !strings.Contains(why, "in this thread: its DKIM/example.org signature does not cover In-Reply-To, References") {
+		t.Errorf("the log does not say why: %s", why)
+	}
+	a := dec.Answers[0]
+	r := strings.Join(strings.Fields(raw(t, a)), " ")
+	if !strings.Contains(r, "its DKIM/example.org signature does not cover In-Reply-To, References.") ||
+		a.Budget != store.BudgetUnverified || strings.Contains(r, "cache-contention") || strings.Contains(r, "moved@") {
+		t.Errorf("the answer (budget %q) does not say what the signature left out, or repeats the mail:\n%s", a.Budget, r)
+	}
+}
+
 // nothing once the series is whole.
 func TestRecheck(t *testing.T) {
 	parts := mails(t, "../testdata/mailbox/missing-part.mbox")

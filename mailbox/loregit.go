@@ -43,6 +43,19 @@ const maxEpoch = 9999
 type gitCursor struct {
 	epochs map[int]string
 	legacy string
+	// skip are the mails (by blob) read before an epoch's history was
+	// rewritten, not to be delivered again; not part of the cursor.
+	skip map[string]bool
+}
+
+// empty says whether the cursor has read nothing in any epoch.
+func (c *gitCursor) empty() bool {
+	for _, h := range c.epochs {
+		if h != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func parseGitCursor(cur string) (*gitCursor, error) {
@@ -267,6 +280,13 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 		return "", err
 	}
 	remote := l.epochURL(e.n)
+	if last != "" && l.hasCommit(ctx, dir, last) {
+		// What was read stays in the mirror, whatever the archive does to
+		// its history: a rewrite is read on from the mail read last.
+		if _, err := l.gitOut(ctx, dir, nil, "update-ref", readRef, last); err != nil {
+			return "", err
+		}
+	}
 	if last != "" && !l.hasCommit(ctx, dir, last) {
 		// A mirror made anew (or lost): fetch the cursor's commit alone,
 		// so that the fetch of the branch stops there.
@@ -288,6 +308,19 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 	}
 	from := last
 	switch {
+	case last == "" && !c.empty():
+		// A new epoch after a cursor that has read some: read from its
+		// start, unless it holds mail read before (an archive imported
+		// anew into other epochs), after which it is read on.
+		read := l.recentlyRead(ctx, c, e.n)
+		if from, err = l.resumePoint(ctx, dir, tip, read); err != nil {
+			return "", err
+		}
+		c.skip = read
+		if from != "" {
+			logOr(l.Logger).Warn("a new epoch holds mail read before (the archive was imported anew?); reading it on after that mail",
+				"list", l.List.String(), "epoch", e.n, "from", from, "tip", tip)
+		}
 	case last == "" || tip == last:
 	case !l.hasCommit(ctx, dir, last):
 		logOr(l.Logger).Error("the archive's history was rewritten and the cursor's commit is gone; "+
@@ -295,18 +328,30 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 			"list", l.List.String(), "epoch", e.n, "commit", last, "tip", tip)
 		from = tip
 	case !l.isAncestor(ctx, dir, last, tip):
-		// public-inbox-purge and -edit rewrite an epoch's history. Read on
-		// from where the old and the new history part; mail read before
-		// that comes again (a store that keeps mail by Message-ID knows it).
-		if l.shallow(ctx, dir) {
-			if err := l.fetch(ctx, dir, "--unshallow", remote, masterSpec); err != nil {
-				return "", err
-			}
+		// public-inbox-purge and -edit rewrite an epoch's history from the
+		// mail they change on; a re-import makes a history with nothing in
+		// common. The mails keep their blobs: the new history is read on
+		// after the newest commit whose mail was read before, and no mail
+		// read before, nor any before the start point, comes again (what
+		// -edit changed is not new mail). When no mail of the new history
+		// was read, it is read on from its tip.
+		read, err := l.mailBlobs(ctx, dir, last, 0)
+		if err != nil {
+			return "", err
 		}
-		base, _ := l.gitOut(ctx, dir, nil, "merge-base", last, tip)
-		from = strings.TrimSpace(string(base))
-		logOr(l.Logger).Warn("the archive rewrote an epoch's history; reading it on from where the histories part",
-			"list", l.List.String(), "epoch", e.n, "cursor", last, "fork", from, "tip", tip)
+		if from, err = l.resumePoint(ctx, dir, tip, read); err != nil {
+			return "", err
+		}
+		if from == "" {
+			from = tip
+			logOr(l.Logger).Error("the archive rewrote an epoch's history and holds none of the mail read before; "+
+				"going on from its tip: mail imported since the last read may be missed",
+				"list", l.List.String(), "epoch", e.n, "cursor", last, "tip", tip)
+		} else {
+			logOr(l.Logger).Warn("the archive rewrote an epoch's history; reading it on after the mail read last",
+				"list", l.List.String(), "epoch", e.n, "cursor", last, "from", from, "tip", tip)
+		}
+		c.skip = read
 	}
 	c.epochs[e.n] = last
 	if tip == from {
@@ -314,10 +359,13 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 		return "", nil
 	}
 	delivered := ""
-	err = l.readCommits(ctx, dir, from, tip, func(commit string, ct int64, raw []byte) error {
+	err = l.readCommits(ctx, dir, from, tip, func(commit, blob string, ct int64, raw []byte) error {
 		c.epochs[e.n] = commit
-		if raw == nil {
-			return nil // a deletion ("d"), no mail
+		if len(raw) == 0 {
+			return nil // a deletion ("d") or a purged mail: no mail
+		}
+		if c.skip[blob] {
+			return nil // read before the history was rewritten
 		}
 		m, err := ParseBytes(raw)
 		if err != nil {
@@ -340,6 +388,31 @@ func (l *Lore) readEpoch(ctx context.Context, c *gitCursor, e epoch, legacySeen 
 	}
 	c.epochs[e.n] = tip
 	return delivered, nil
+}
+
+// recentlyRead are the mails (by blob) read last in each epoch the cursor
+// has read but epoch n: the newest 10,000 of each, enough to know an
+// archive imported anew (it holds the mail read last).
+func (l *Lore) recentlyRead(ctx context.Context, c *gitCursor, n int) map[string]bool {
+	out := map[string]bool{}
+	for e, last := range c.epochs {
+		if e == n || last == "" {
+			continue
+		}
+		dir := l.repoDir(e)
+		if !l.hasCommit(ctx, dir, last) {
+			continue
+		}
+		read, err := l.mailBlobs(ctx, dir, last, 10000)
+		if err != nil {
+			logOr(l.Logger).Warn("reading the mail read before in an epoch", "list", l.List.String(), "epoch", e, "err", err)
+			continue
+		}
+		for b := range read {
+			out[b] = true
+		}
+	}
+	return out
 }
 
 // startAt is where a source without a cursor starts: after the last

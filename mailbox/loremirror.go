@@ -81,9 +81,10 @@ func (l *Lore) lastBefore(ctx context.Context, dir string, since time.Time) (str
 }
 
 // readCommits reads the commits after from (all of them when from is "")
-// up to tip, oldest first, and gives each with its committer time and its
-// mail (nil for a commit without one, such as a deletion).
-func (l *Lore) readCommits(ctx context.Context, dir, from, tip string, fn func(commit string, ct int64, raw []byte) error) error {
+// up to tip, oldest first, and gives each with its mail's blob, its
+// committer time and its mail (nil for a commit without one, such as a
+// deletion).
+func (l *Lore) readCommits(ctx context.Context, dir, from, tip string, fn func(commit, blob string, ct int64, raw []byte) error) error {
 	rng := tip
 	if from != "" {
 		rng = from + ".." + tip
@@ -127,11 +128,11 @@ func (l *Lore) readCommits(ctx context.Context, dir, from, tip string, fn func(c
 		if _, err := io.WriteString(catIn, commit+":m\n"); err != nil {
 			return fmt.Errorf("git cat-file: %w", err)
 		}
-		raw, err := readBatchBlob(blobs)
+		blob, raw, err := readBatchBlob(blobs)
 		if err != nil {
 			return fmt.Errorf("reading commit %s: %w", commit, err)
 		}
-		if err := fn(commit, ct, raw); err != nil {
+		if err := fn(commit, blob, ct, raw); err != nil {
 			return err
 		}
 		n++
@@ -151,33 +152,125 @@ func (l *Lore) readCommits(ctx context.Context, dir, from, tip string, fn func(c
 // nil when the path is missing (a commit without "m") or the blob is over
 // DefaultLimits.MaxSize (logged by the parser's limit otherwise: skipped
 // here without being held in memory).
-func readBatchBlob(r *bufio.Reader) ([]byte, error) {
+func readBatchBlob(r *bufio.Reader) (blob string, raw []byte, err error) {
 	head, err := r.ReadString('\n')
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	f := strings.Fields(head)
 	if len(f) == 2 && f[1] == "missing" {
-		return nil, nil
+		return "", nil, nil
 	}
 	if len(f) != 3 {
-		return nil, fmt.Errorf("git cat-file said %q", strings.TrimSpace(head))
+		return "", nil, fmt.Errorf("git cat-file said %q", strings.TrimSpace(head))
 	}
 	size, err := strconv.ParseInt(f[2], 10, 64)
 	if err != nil || size < 0 {
-		return nil, fmt.Errorf("git cat-file said %q", strings.TrimSpace(head))
+		return "", nil, fmt.Errorf("git cat-file said %q", strings.TrimSpace(head))
 	}
 	if f[1] != "blob" || size > DefaultLimits.MaxSize {
 		if _, err := io.CopyN(io.Discard, r, size+1); err != nil {
-			return nil, err
+			return "", nil, err
 		}
-		return nil, nil
+		return f[0], nil, nil
 	}
 	buf := make([]byte, size+1)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	return buf[:size], nil
+	return f[0], buf[:size], nil
+}
+
+// readRef keeps, in each epoch's mirror, the commit read last: what was
+// read stays in the mirror when the archive rewrites its history, so that
+// the new history is read on after the same mail (loregit.go).
+const readRef = "refs/patchbot/read"
+
+// emptyBlob is the blob of a purged mail's commit (public-inbox-purge
+// keeps the commit, its "m" emptied): no mail, and nothing to match.
+const emptyBlob = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+
+// mailBlobs are the blobs of the mails on the first-parent history of
+// commit, as far back as the mirror holds it (a shallow mirror from its
+// start point on), the newest limit of them when limit > 0.
+func (l *Lore) mailBlobs(ctx context.Context, dir, commit string, limit int) (map[string]bool, error) {
+	out := map[string]bool{}
+	err := l.walkBlobs(ctx, dir, commit, func(_, blob string) bool {
+		if blob != "" && blob != emptyBlob {
+			out[blob] = true
+		}
+		return limit <= 0 || len(out) < limit
+	})
+	return out, err
+}
+
+// resumePoint is the newest commit on tip's first-parent history whose
+// mail is one of read, or "" when none is.
+func (l *Lore) resumePoint(ctx context.Context, dir, tip string, read map[string]bool) (string, error) {
+	if len(read) == 0 {
+		return "", nil
+	}
+	at := ""
+	err := l.walkBlobs(ctx, dir, tip, func(commit, blob string) bool {
+		if read[blob] {
+			at = commit
+			return false
+		}
+		return true
+	})
+	return at, err
+}
+
+// walkBlobs gives each commit of from's first-parent history, newest
+// first, with its mail's blob ("" for none), until fn says stop.
+func (l *Lore) walkBlobs(ctx context.Context, dir, from string, fn func(commit, blob string) bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	logCmd := l.gitCmd(ctx, dir, "log", "--first-parent", "--format=%H", from)
+	logOut, err := logCmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	check := l.gitCmd(ctx, dir, "cat-file", "--batch-check=%(objectname) %(objecttype)")
+	checkIn, err := check.StdinPipe()
+	if err != nil {
+		return err
+	}
+	checkOut, err := check.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := logCmd.Start(); err != nil {
+		return fmt.Errorf("git log: %w", err)
+	}
+	defer func() { logCmd.Process.Kill(); logCmd.Wait() }()
+	if err := check.Start(); err != nil {
+		return fmt.Errorf("git cat-file: %w", err)
+	}
+	defer func() { checkIn.Close(); check.Process.Kill(); check.Wait() }()
+	lines := bufio.NewScanner(logOut)
+	answers := bufio.NewReader(checkOut)
+	for lines.Scan() {
+		commit := strings.TrimSpace(lines.Text())
+		if !isCommitHash(commit) {
+			continue
+		}
+		if _, err := io.WriteString(checkIn, commit+":m\n"); err != nil {
+			return fmt.Errorf("git cat-file: %w", err)
+		}
+		ans, err := answers.ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("git cat-file: %w", err)
+		}
+		blob := ""
+		if f := strings.Fields(ans); len(f) == 2 && f[1] == "blob" {
+			blob = f[0]
+		}
+		if !fn(commit, blob) {
+			return nil
+		}
+	}
+	return lines.Err()
 }
 
 type limitedBuffer struct {

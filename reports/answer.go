@@ -62,6 +62,11 @@ type Answer struct {
 	// short, and given) to thread under. The daemon gives none of these
 	// (intake.Stranger): such an answer is fixed text.
 	Stranger bool
+	// Unproven says, for a stranger's answer, what a valid signature
+	// aligned with the asker's address left out (mailbox.Identity.Why:
+	// patchbot's words, the fields it did not cover or its time), as b4
+	// says what it could not check.
+	Unproven string
 }
 
 // StrangerEcho is how much of an unverified sender's text an answer

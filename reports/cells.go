@@ -1,6 +1,10 @@
 package reports
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/patchbot/patchbot/judge"
+)
 
 // The reply's formatting, for other views of the same run (the dashboard,
 // web): a page must show the numbers exactly as the mail does, so
@@ -16,9 +20,9 @@ type Cells struct {
 	PatchedSpread string `json:"patched_spread"` // patched stddev as the reply prints it
 }
 
-// Cells formats r as the reply's table does, showing the spread from
-// noiseShown (Comparison.Options.NoiseShown) of the mean.
-func (r Row) Cells(noiseShown float64) Cells {
+// CellsOf formats r as the reply's table does, showing the spread from
+// noiseShown (Options.Noise) of the mean.
+func CellsOf(r judge.Row, noiseShown float64) Cells {
 	change, mark := changeColumn(r)
 	return Cells{
 		Base:          side(r.Base),
@@ -37,11 +41,11 @@ func Short(v float64) string { return short3(v) }
 // RunVerdict is the reply's first sentence for run: the verdict of the
 // comparison of its results, or what failed. The comparison is nil for a
 // failed run.
-func RunVerdict(run *Run) (string, *Comparison, error) {
+func RunVerdict(run *Run) (string, *judge.Comparison, error) {
 	if run.Failure != nil {
 		return failureVerdict(run), nil, nil
 	}
-	c, err := Compare(run.Base, run.Patched, run.Options)
+	c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
 	if err != nil {
 		return "", nil, err
 	}
@@ -49,10 +53,10 @@ func RunVerdict(run *Run) (string, *Comparison, error) {
 }
 
 // Legend is the paragraph under the reply's table that says how changes
-// were judged, on one line.
-func Legend(c *Comparison) string {
+// were judged, on one line, the spreads shown from noise of the mean.
+func Legend(c *judge.Comparison, noise float64) string {
 	var b strings.Builder
 	tw := &lineWriter{w: &b}
-	tw.legend(c)
+	tw.legend(c, noise)
 	return strings.Join(strings.Fields(b.String()), " ")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -23,10 +24,10 @@ func result(kernel string, throughput, wakeups []float64) suites.Result {
 	return r
 }
 
-func ExampleCompare() {
+func Example() {
 	base := []suites.Result{result("base", []float64{210, 190, 205, 200, 195}, []float64{9.6, 9.8, 9.5, 9.7, 9.9})}
 	patched := []suites.Result{result("patched", []float64{300, 310, 290, 305, 295}, []float64{1.1, 1.0, 1.2, 1.1, 1.1})}
-	c, err := reports.Compare(base, patched, reports.Options{})
+	c, err := judge.Compare(base, patched, judge.Options{})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -36,7 +37,7 @@ func ExampleCompare() {
 	fmt.Println()
 	reports.WritePrimary(os.Stdout, c)
 	fmt.Println()
-	reports.WriteTable(os.Stdout, c, reports.Commits{})
+	reports.WriteTable(os.Stdout, c, reports.Commits{}, reports.DefaultNoiseShown)
 	// Output:
 	// Improvement: the patch improves read-storm throughput by 50.1% (95% interval 42.7% to 57.8%). Behind it: the patch cuts read-storm scheduler wake-ups per cache release from 9.7 to 1.1, by 88.7% (95% interval 87.7% to 89.5%).
 	// patchbot noticed a 50.1% improvement of cache-contention.read-storm.files_per_s

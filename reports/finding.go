@@ -1,5 +1,7 @@
 package reports
 
+import "github.com/patchbot/patchbot/judge"
+
 // Finding is what a finished run's reply tells, in the classes its
 // addressing reads (intake's Desk.Audience): a list hears what a run
 // found, not that it found nothing.
@@ -30,7 +32,7 @@ func FindingOf(run *Run) (Finding, error) {
 	if run.Failure != nil {
 		return findingOf(run, nil), nil
 	}
-	c, err := Compare(run.Base, run.Patched, run.Options)
+	c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
 	if err != nil {
 		return "", err
 	}
@@ -39,22 +41,22 @@ func FindingOf(run *Run) (Finding, error) {
 
 // findingOf is the finding of a run and, when it measured, its
 // comparison.
-func findingOf(run *Run, c *Comparison) Finding {
+func findingOf(run *Run, c *judge.Comparison) Finding {
 	if f := run.Failure; f != nil {
 		switch f.Stage {
-		case StageBuild, StageBoot, StageSuite:
+		case judge.StageBuild, judge.StageBoot, judge.StageSuite:
 			return FindingTrouble
 		}
 		return FindingNotTested
 	}
 	switch c.Outcome() {
-	case Improvement:
+	case judge.Improvement:
 		return FindingImprovement
-	case Regression:
+	case judge.Regression:
 		return FindingRegression
-	case Mixed:
+	case judge.Mixed:
 		return FindingMixed
-	case NotJudged:
+	case judge.NotJudged:
 		return FindingNotJudged
 	}
 	return FindingNoChange

@@ -11,7 +11,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -21,8 +22,8 @@ import (
 // -26.0% regression of cache-contention.read-storm.files_per_s". The top
 // change is the largest regression when there is one, else the largest
 // improvement; "" when no primary metric changed.
-func Headline(c *Comparison) string {
-	var better, worse []Row
+func Headline(c *judge.Comparison) string {
+	var better, worse []judge.Row
 	for _, r := range c.PrimaryRows() {
 		switch {
 		case !r.Called || !r.Interval.Defined:
@@ -68,7 +69,7 @@ func noticed(amount, what, name string) string {
 // Tags are the trailers a regression reply suggests for the fix, as the
 // kernel test robot's do: Reported-by: the bot, Closes: the report. None
 // when no primary metric regressed (or from is empty).
-func Tags(c *Comparison, from, report string) []string {
+func Tags(c *judge.Comparison, from, report string) []string {
 	if !c.Regressed() || from == "" {
 		return nil
 	}
@@ -82,7 +83,7 @@ func Tags(c *Comparison, from, report string) []string {
 // Notes are what a reader must know beside the numbers, one sentence each:
 // rounds measured on a busy host, kernels whose runs fell in two modes
 // (which a mean hides), and primary changes the guards did not call.
-func Notes(c *Comparison) []string {
+func Notes(c *judge.Comparison) []string {
 	var out []string
 	if k := c.Calibration; k != nil {
 		out = append(out, fmt.Sprintf("The host's calibration before the rounds (%s) took %.1f ms, the best of %d.", k.What, k.Seconds*1000, k.Repeats))
@@ -108,7 +109,7 @@ func Notes(c *Comparison) []string {
 			after = b.Round.After.Busy
 		}
 		out = append(out, fmt.Sprintf("%s round %d on %s ran while the host was busy (%s and %s of its CPU time before and after).",
-			b.Suite, b.Round.N, c.sideName(b.Kernel), pct(before), pct(after)))
+			b.Suite, b.Round.N, sideName(c, b.Kernel), pct(before), pct(after)))
 	}
 	for _, r := range c.Rows {
 		for _, side := range []struct {
@@ -120,7 +121,7 @@ func Notes(c *Comparison) []string {
 			}
 			lo, hi := side.s.Modes[0], side.s.Modes[1]
 			out = append(out, fmt.Sprintf("The %s kernel's %s fell in two modes: %s at %s and %s at %s; its mean describes neither.",
-				c.sideName(side.kernel), describe(r), plural(lo.N, "run"), span(lo, r.Unit), plural(hi.N, "run"), span(hi, r.Unit)))
+				sideName(c, side.kernel), describe(r), plural(lo.N, "run"), span(lo, r.Unit), plural(hi.N, "run"), span(hi, r.Unit)))
 		}
 	}
 	if n := modalDerived(c); n > 0 {
@@ -135,8 +136,17 @@ func Notes(c *Comparison) []string {
 	return out
 }
 
-func guardText(c *Comparison, r Row) string {
-	if r.Guard == GuardNoiseFloor {
+// sideName is how prose names a side's kernel: "base", "patched", or in
+// an A/A run "second base" for the second.
+func sideName(c *judge.Comparison, kernel string) string {
+	if c.AA && kernel == "patched" {
+		return "second base"
+	}
+	return kernel
+}
+
+func guardText(c *judge.Comparison, r judge.Row) string {
+	if r.Guard == judge.GuardNoiseFloor {
 		if j, ok := c.Judgement(r.Suite); ok {
 			return fmt.Sprintf("%s of %s", r.Guard, pct(j.NoiseFloor))
 		}
@@ -144,7 +154,7 @@ func guardText(c *Comparison, r Row) string {
 	return r.Guard
 }
 
-func modalDerived(c *Comparison) int {
+func modalDerived(c *judge.Comparison) int {
 	n := 0
 	for _, r := range c.DerivedRows() {
 		if len(r.Base.Modes) == 2 || len(r.Patched.Modes) == 2 {
@@ -168,7 +178,7 @@ func span(m stats.Mode, unit string) string {
 // RunsLine says how many runs each kernel had and why they stopped, for
 // the reply's setup: "6 per kernel, interleaved; the primary metrics were
 // settled after 6 (the rule allows 3 to 10)".
-func RunsLine(c *Comparison) string {
+func RunsLine(c *judge.Comparison) string {
 	var parts []string
 	for _, s := range c.Suites {
 		line := fmt.Sprintf("%d per kernel, interleaved", s.Runs)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/internal/testenv"
+	"github.com/patchbot/patchbot/judge"
 )
 
 // hostileExcerpt is compiler output a patch can make: #error and #warning
@@ -26,7 +27,7 @@ func hostileRun() *Run {
 			Author: "Alice Author <alice@example.org>"},
 		BaseCommit: "efb677222d3b74139a30cf8b67627fb3dbef3d89", PatchedCommit: "5a7c9e1b3d5f7a9c1e3b5d7f9a1c3e5b7d9f1a3c",
 		Compiler: "gcc", Finished: time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC), Series: 1,
-		Failure:  &Failure{Stage: StageBuild, Detail: "fs/squashfs/cache.c:12:2: error: #error", Excerpt: hostileExcerpt},
+		Failure:  &judge.Failure{Stage: judge.StageBuild, Detail: "fs/squashfs/cache.c:12:2: error: #error", Excerpt: hostileExcerpt},
 		Commands: []string{"patchbot run --msgid patch-1@example.org"},
 	}
 }
@@ -169,7 +170,7 @@ func worstRun() *Run {
 		}
 		run.Builds = append(run.Builds, pb)
 	}
-	run.Builds[49].Stage, run.Builds[49].Errors = StageBuild, strings.Split(strings.Repeat(long+"\n", 50), "\n")
+	run.Builds[49].Stage, run.Builds[49].Errors = judge.StageBuild, strings.Split(strings.Repeat(long+"\n", 50), "\n")
 	for w := 0; w < 50; w++ {
 		run.NewWarnings = append(run.NewWarnings, fmt.Sprintf("fs/squashfs/g.c:%d: warning: %s", w, long))
 	}

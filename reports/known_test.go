@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 )
 
 // Known answers, on results measured in VMs (reports/testdata/known/CASE/
@@ -47,7 +48,7 @@ func TestKnownAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := Replay(base, patched, stats.DefaultRule, Options{})
+			c, err := judge.Replay(base, patched, stats.DefaultRule, judge.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -55,15 +56,15 @@ func TestKnownAnswers(t *testing.T) {
 			t.Logf("%s after %d runs a side: %s", name, c.Suites[0].Runs, v)
 			switch {
 			case countersOnly[name]:
-				if c.Outcome() != NoChange || !strings.Contains(v, "No change in throughput or latency; the patch cuts read-storm scheduler wake-ups per cache release") {
+				if c.Outcome() != judge.NoChange || !strings.Contains(v, "No change in throughput or latency; the patch cuts read-storm scheduler wake-ups per cache release") {
 					t.Errorf("%s is judged %q, want no change in throughput or latency and the mechanism cited:\n%s", name, c.Outcome(), v)
 				}
 			case strings.HasPrefix(name, "seed-"):
-				if c.Outcome() != Improvement {
+				if c.Outcome() != judge.Improvement {
 					t.Errorf("the seed patch is judged %q, want an improvement:\n%s", c.Outcome(), v)
 				}
 			case strings.HasPrefix(name, "comment-only-"):
-				if c.Outcome() != NoChange {
+				if c.Outcome() != judge.NoChange {
 					t.Errorf("a comment-only patch is judged %q, want no change:\n%s", c.Outcome(), v)
 				}
 			case strings.HasPrefix(name, "aa-"):

@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 )
 
 // Pairing the base and patched rounds of a turn is the better estimator
@@ -37,7 +38,7 @@ func TestPairingOnKnownAA(t *testing.T) {
 		}
 		half := map[stats.Test]map[string]float64{}
 		for _, test := range []stats.Test{stats.LogWelch, stats.PairedLog} {
-			c, err := Compare(base, patched, Options{Test: test, Rule: &rule})
+			c, err := judge.Compare(base, patched, judge.Options{Test: test, Rule: &rule})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/judge"
 )
 
 // The parts of a reply that speak of the base and of each patch: which
@@ -99,7 +101,7 @@ func baseText(run *Run) string {
 // noBase reports whether the run found no base at all: the series applies
 // to none of the trees tried.
 func noBase(run *Run) bool {
-	return run.Failure != nil && run.Failure.Stage == StageApply && run.BaseCommit == "" &&
+	return run.Failure != nil && run.Failure.Stage == judge.StageApply && run.BaseCommit == "" &&
 		run.BaseChoice != nil && len(run.BaseChoice.Tried) > 0
 }
 
@@ -126,9 +128,9 @@ func buildsText(run *Run) string {
 		pb := &run.Builds[i]
 		status := "builds"
 		switch pb.Stage {
-		case StageApply:
+		case judge.StageApply:
 			status = "does not apply"
-		case StageBuild:
+		case judge.StageBuild:
 			status = "does not build"
 		}
 		if n := len(pb.NewWarnings); n > 0 && pb.Stage == "" {
@@ -145,7 +147,7 @@ func buildsText(run *Run) string {
 	}
 	if first != nil {
 		what := "breaks the build"
-		if first.Stage == StageApply {
+		if first.Stage == judge.StageApply {
 			what = "does not apply"
 		}
 		sentence := fmt.Sprintf("The first patch that %s is %d/%d (\"%s\")", what, first.Index, run.Series, first.Subject)
@@ -172,7 +174,7 @@ func bisectText(run *Run) string {
 	if bi == nil || len(bi.Steps) == 0 {
 		return ""
 	}
-	r := Row{Suite: bi.Suite, Workload: bi.Workload, Params: bi.Params, Metric: bi.Metric, Unit: bi.Unit}
+	r := judge.Row{MetricID: bi.MetricID}
 	var b strings.Builder
 	against := "the base"
 	if run.Range != nil && run.Range.First > 1 {
@@ -227,7 +229,7 @@ func previousText(run *Run) string {
 	if p == nil {
 		return ""
 	}
-	r := Row{Suite: p.Suite, Workload: p.Workload, Params: p.Params, Metric: p.Metric, Unit: p.Unit}
+	r := judge.Row{MetricID: p.MetricID}
 	s := fmt.Sprintf("v%d of this series, tested on %s, measured %s at %s (%s)", p.Version,
 		p.Tested.UTC().Format("2006-01-02"), describe(r), signed(p.Change), significance(p.Significant))
 	if p.NowMeasured {

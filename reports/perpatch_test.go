@@ -6,6 +6,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/patchbot/patchbot/bisect"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -31,14 +33,14 @@ func TestPerPatchPartsFit(t *testing.T) {
 				Patch: `2/3 ("` + long + `")`, Hunk: "error: while searching for:\n\t\t\t\t" + long + long + "\nerror: patch failed"},
 				{Tree: "mainline"}}},
 		Builds: []PatchBuild{{Index: 1, Subject: long, NewWarnings: []string{"fs/squashfs/cache.c:12: warning: " + long + " [-Wunused-variable]"}},
-			{Index: 2, Subject: long, Stage: StageBuild, Errors: []string{"fs/squashfs/cache.c:42:2: error: " + long}},
+			{Index: 2, Subject: long, Stage: judge.StageBuild, Errors: []string{"fs/squashfs/cache.c:42:2: error: " + long}},
 			{Index: 3, Subject: long}},
-		Bisection: &Bisection{Suite: "cache-contention", Workload: "read-storm", Params: map[string]string{"threads": "64"},
-			Metric: "wakeups_per_release", Unit: "wakeups/release", Cause: 3, Measurements: 1,
-			Steps: []BisectStep{{Prefix: 2, Subject: long, Change: 0.01, Fraction: 0.02, Runs: 3},
+		Bisection: &bisect.Result{MetricID: judge.MetricID{Suite: "cache-contention", Workload: "read-storm", Params: map[string]string{"threads": "64"},
+			Metric: "wakeups_per_release", Unit: "wakeups/release"}, Cause: 3, Measurements: 1,
+			Steps: []bisect.Step{{Prefix: 2, Subject: long, Change: 0.01, Fraction: 0.02, Runs: 3},
 				{Prefix: 3, Subject: long, Change: -0.885, Fraction: 1, Significant: true, Runs: 5, Whole: true}}},
-		Previous: &Previous{Version: 1, Tested: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), Suite: "cache-contention",
-			Workload: "read-storm", Params: map[string]string{"threads": "64"}, Metric: "wakeups_per_release",
+		Previous: &Previous{Version: 1, Tested: time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC), MetricID: judge.MetricID{Suite: "cache-contention",
+			Workload: "read-storm", Params: map[string]string{"threads": "64"}, Metric: "wakeups_per_release"},
 			Change: -0.5, Significant: true, Now: -0.885, NowSignificant: true, NowMeasured: true},
 	}
 	r, err := Render(run, ReplyOptions{From: "patchbot <p@example.org>"})

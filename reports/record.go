@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 )
 
 // Findings are what the stages before the report made of one test: the
@@ -49,7 +50,7 @@ func (run *Run) Record(f Findings) {
 	if sb != nil {
 		run.BaseChoice = BaseChoiceOf(sb.Choice, sb.Err, f.Titles)
 		if sb.Err != nil {
-			run.Failure = FailureOf(sb.Err)
+			run.Failure = judge.FailureOf(sb.Err)
 			if n > 1 && sb.Failed > 0 && sb.Failed <= len(f.Subjects) {
 				run.Failure.Patch = f.Subjects[sb.Failed-1]
 			}
@@ -76,7 +77,7 @@ func (run *Run) Record(f Findings) {
 		}
 	}
 	if f.Failed != nil && run.Failure == nil {
-		run.Failure = FailureOf(f.Failed)
+		run.Failure = judge.FailureOf(f.Failed)
 	}
 	run.Commands = f.Repro.Commands()
 	for i := range run.Base {
@@ -159,7 +160,7 @@ func Finish(ctx context.Context, runDir string, run *Run, f Findings, opt ReplyO
 // one the earlier version did; nil when there is none to set beside this
 // run.
 func previousOf(run *Run, earlier []Earlier) *Previous {
-	cur, err := Compare(run.Base, run.Patched, run.Options)
+	cur, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
 	if err != nil {
 		return nil
 	}
@@ -168,33 +169,23 @@ func previousOf(run *Run, earlier []Earlier) *Previous {
 		if err != nil || prev.Failure != nil || len(prev.Base) == 0 {
 			continue
 		}
-		pc, err := Compare(prev.Base, prev.Patched, prev.Options)
+		pc, err := judge.Compare(prev.Base, prev.Patched, prev.Options.Options)
 		if err != nil {
 			continue
 		}
-		key, ok := KeyChange(cur)
+		key, ok := judge.KeyChange(cur)
 		if !ok {
-			if key, ok = KeyChange(pc); !ok {
+			if key, ok = judge.KeyChange(pc); !ok {
 				continue // neither version changed anything: nothing to set side by side
 			}
 		}
-		var then, now *Row
-		for i := range pc.Rows {
-			if pc.Rows[i].SameMetric(key) {
-				then = &pc.Rows[i]
-			}
-		}
-		for i := range cur.Rows {
-			if cur.Rows[i].SameMetric(key) {
-				now = &cur.Rows[i]
-			}
-		}
-		if then == nil {
+		then, ok := pc.Find(key.MetricID)
+		if !ok {
 			continue
 		}
-		pv := &Previous{Version: e.Version, Tested: prev.Finished, Suite: key.Suite, Workload: key.Workload,
-			Params: key.Params, Metric: key.Metric, Unit: key.Unit, Change: then.Change, Significant: then.Changed()}
-		if now != nil {
+		pv := &Previous{Version: e.Version, Tested: prev.Finished, MetricID: key.MetricID,
+			Change: then.Change, Significant: then.Changed()}
+		if now, ok := cur.Find(key.MetricID); ok {
 			pv.Now, pv.NowSignificant, pv.NowMeasured = now.Change, now.Changed(), true
 		}
 		return pv

@@ -16,6 +16,7 @@ import (
 	gomail "github.com/emersion/go-message/mail"
 
 	"github.com/patchbot/patchbot/internal/inert"
+	"github.com/patchbot/patchbot/judge"
 )
 
 //go:embed templates/*.tmpl
@@ -107,7 +108,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run)}
 	var finding Finding
 	if run.Failure == nil {
-		c, err := Compare(run.Base, run.Patched, run.Options)
+		c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
 		if err != nil {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
@@ -131,7 +132,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		if c.AA {
 			commits.PatchedTitle = "the base again: an A/A run"
 		}
-		if err := WriteTable(&buf, c, commits); err != nil {
+		if err := WriteTable(&buf, c, commits, run.Options.Noise()); err != nil {
 			return nil, err
 		}
 		data.Table = buf.String()
@@ -284,15 +285,15 @@ func failureVerdict(run *Run) string {
 		detail = ": " + d + "."
 	}
 	switch f.Stage {
-	case StageBase:
+	case judge.StageBase:
 		return "The series was not tested: the base asked for is unknown" + detail
-	case StageSeries:
+	case judge.StageSeries:
 		return "The series was not tested" + detail
-	case StageApply:
+	case judge.StageApply:
 		return fmt.Sprintf("The patch%s does not apply to %s%s", patch, base, detail)
-	case StageBuild:
+	case judge.StageBuild:
 		return fmt.Sprintf("The kernel does not build with the patch%s applied to %s%s", patch, base, detail)
-	case StageBoot:
+	case judge.StageBoot:
 		return fmt.Sprintf("The kernel with the patch%s applied does not boot%s", patch, detail)
 	default:
 		return fmt.Sprintf("A test suite crashed in the kernel with the patch%s applied%s", patch, detail)
@@ -301,7 +302,7 @@ func failureVerdict(run *Run) string {
 
 // modelLines sets the reference model's predicted wake-ups per release
 // beside the measured ones, per workload that measured them.
-func modelLines(m *Model, c *Comparison) string {
+func modelLines(m *Model, c *judge.Comparison) string {
 	if m == nil {
 		return ""
 	}

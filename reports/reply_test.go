@@ -4,13 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"github.com/patchbot/patchbot/reports/stats"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 
 	"github.com/emersion/go-message/mail"
 )
@@ -323,7 +325,7 @@ func TestBuildFailureHasNoVMLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run.Failure.Stage, run.Failure.Detail, run.Failure.Excerpt = StageBuild, "error: x", "error: x"
+	run.Failure.Stage, run.Failure.Detail, run.Failure.Excerpt = judge.StageBuild, "error: x", "error: x"
 	run.CPUs, run.MemMiB, run.Accel = 0, 0, ""
 	reply, err := Render(run, testOptions)
 	if err != nil {

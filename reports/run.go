@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/patchbot/patchbot/bisect"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -23,48 +25,6 @@ type Thread struct {
 	Cc         []string `json:"cc,omitempty"`         // people Cc'd on the series
 	Lists      []string `json:"lists,omitempty"`      // mailing lists the series went to
 }
-
-// Failure says why a run produced no comparison. Every failure described
-// here is the patch's: infrastructure failures are retried, never mailed.
-type Failure struct {
-	Stage Stage  `json:"stage"`
-	Patch string `json:"patch,omitempty"` // which patch, e.g. "[PATCH 2/3] fuse: ..."
-	// Detail is one line: the failing hunk, the first compiler error, the
-	// panic message.
-	Detail string `json:"detail"`
-	// Excerpt is the evidence quoted verbatim: the rejected hunk, the
-	// compiler's error lines, the console around the panic.
-	Excerpt string `json:"excerpt,omitempty"`
-	// Kernel is the kernel that failed ("patched" unless said otherwise).
-	Kernel string `json:"kernel,omitempty"`
-
-	// The evidence in the stage's own terms, for a caller that shows more
-	// than the reply (patchbot build --json, the per-patch list); the run
-	// directory keeps the rest.
-	Index int      `json:"-"` // the patch that does not apply, 1-based
-	Hunk  string   `json:"-"` // the hunk git could not place
-	Lines []string `json:"-"` // the compiler's error lines
-	Log   string   `json:"-"` // the build log
-}
-
-// Stage is where a run stopped.
-type Stage string
-
-const (
-	StageApply Stage = "apply"
-	StageBuild Stage = "build"
-	StageBoot  Stage = "boot"
-	StageSuite Stage = "suite"
-	// StageBase: the base asked for (base=, --base) is no tree and no
-	// commit any tree has.
-	StageBase Stage = "base"
-	// StageConfig: the kernel config did not survive olddefconfig (the
-	// infrastructure's: never a reply's).
-	StageConfig Stage = "config"
-	// StageSeries: the series itself is refused before any build (longer
-	// than the configured number of patches).
-	StageSeries Stage = "series"
-)
 
 // Model is the reference cache model's view of the run (suites/refcache):
 // its predicted wake-ups per release for the policy on each side, and what
@@ -114,7 +74,7 @@ func (r ModelRow) PredictedText() string {
 // Rows sets the model beside every row of c that measured its metric: a
 // row for the base and one for the patched kernel. The reply and the
 // dashboard both show these.
-func (m *Model) Rows(c *Comparison) []ModelRow {
+func (m *Model) Rows(c *judge.Comparison) []ModelRow {
 	var out []ModelRow
 	for _, r := range c.Rows {
 		if r.Metric != m.MetricName() {
@@ -154,10 +114,10 @@ type Run struct {
 	Accel      string `json:"accel"` // "kvm" or "tcg"
 	Runs       int    `json:"runs"`  // runs per kernel, interleaved
 	// Commands reproduce the run with patchbot, one shell line each.
-	Commands    []string `json:"commands"`
-	NewWarnings []string `json:"new_warnings,omitempty"`
-	Failure     *Failure `json:"failure,omitempty"`
-	Model       *Model   `json:"model,omitempty"`
+	Commands    []string       `json:"commands"`
+	NewWarnings []string       `json:"new_warnings,omitempty"`
+	Failure     *judge.Failure `json:"failure,omitempty"`
+	Model       *Model         `json:"model,omitempty"`
 	// ResultsURL is where the run's artifacts can be read: the dashboard's
 	// page of the run, or a published copy.
 	ResultsURL string `json:"results_url,omitempty"`
@@ -185,7 +145,7 @@ type Run struct {
 	// Bisection traces the series' change to its patches: each prefix
 	// measured against the base, when the whole series changed a primary
 	// metric.
-	Bisection *Bisection `json:"bisection,omitempty"`
+	Bisection *bisect.Result `json:"bisection,omitempty"`
 	// Previous is what the series' earlier version measured on the same
 	// metric, when it was tested.
 	Previous *Previous `json:"previous,omitempty"`
@@ -255,7 +215,7 @@ type PatchBuild struct {
 	Subject string `json:"subject"`
 	// Stage is where it failed: StageApply or StageBuild; empty when it
 	// built.
-	Stage Stage `json:"stage,omitempty"`
+	Stage judge.Stage `json:"stage,omitempty"`
 	// Errors are the compiler's error lines (or the failing hunk).
 	Errors []string `json:"errors,omitempty"`
 	// NewWarnings are the warnings this patch added to the prefix before
@@ -263,58 +223,14 @@ type PatchBuild struct {
 	NewWarnings []string `json:"new_warnings,omitempty"`
 }
 
-// Bisection is the series' change traced over its prefixes, on one
-// primary metric.
-type Bisection struct {
-	Suite          string            `json:"suite"`
-	Workload       string            `json:"workload"`
-	Params         map[string]string `json:"params,omitempty"`
-	Metric         string            `json:"metric"`
-	Unit           string            `json:"unit"`
-	HigherIsBetter bool              `json:"higher_is_better"`
-	// Steps are the prefixes measured, ascending; the last is the whole
-	// series' (or range's) own measurement.
-	Steps []BisectStep `json:"steps"`
-	// Cause is the patch the change comes from (1-based); 0 when no single
-	// patch carries it (Spread) or the bisection stopped.
-	Cause  int  `json:"cause,omitempty"`
-	Spread bool `json:"spread,omitempty"`
-	// Stopped says why the bisection ended before a conclusion.
-	Stopped string `json:"stopped,omitempty"`
-	// Measurements is the number of A/B measurements the bisection added.
-	Measurements int `json:"measurements"`
-
-	whole float64 // the whole change on the log scale, while it is searched
-}
-
-// BisectStep is one prefix (patches 1..Prefix) measured against the A
-// side.
-type BisectStep struct {
-	Prefix  int    `json:"prefix"`
-	Subject string `json:"subject"`
-	// Change is the relative change of the metric's mean; Fraction the
-	// share of the whole series' change (on the log scale) the prefix
-	// already has: about 0 before the cause, about 1 from it on.
-	Change      float64 `json:"change"`
-	Fraction    float64 `json:"fraction"`
-	Significant bool    `json:"significant"`
-	Runs        int     `json:"runs"`
-	// Whole marks the series' own measurement, not an extra one.
-	Whole bool `json:"whole,omitempty"`
-}
-
 // Previous is an earlier version of the series, measured on the same
 // metric.
 type Previous struct {
-	Version     int               `json:"version"`
-	Tested      time.Time         `json:"tested"`
-	Suite       string            `json:"suite"`
-	Workload    string            `json:"workload"`
-	Params      map[string]string `json:"params,omitempty"`
-	Metric      string            `json:"metric"`
-	Unit        string            `json:"unit"`
-	Change      float64           `json:"change"`
-	Significant bool              `json:"significant"`
+	Version int       `json:"version"`
+	Tested  time.Time `json:"tested"`
+	judge.MetricID
+	Change      float64 `json:"change"`
+	Significant bool    `json:"significant"`
 	// Now is this version's change of the same metric; NowMeasured is
 	// false when this version did not measure it.
 	Now            float64 `json:"now"`

@@ -9,7 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 )
 
 // MaxColumns is the widest line a reply may have: mail clients and the
@@ -36,8 +37,8 @@ const (
 //
 // the suites' primary metrics first, then the derived counters, each
 // grouped by suite and workload, and a legend saying how changes were
-// judged.
-func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
+// judged. A spread is shown from noise of the mean (Options.Noise).
+func WriteTable(w io.Writer, c *judge.Comparison, commits Commits, noise float64) error {
 	tw := &lineWriter{w: w}
 	if commits.Base != "" || commits.Patched != "" {
 		tw.line("commit:")
@@ -51,7 +52,7 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 	tw.line("             \\          |                \\")
 	for _, sec := range []struct {
 		title string
-		rows  []Row
+		rows  []judge.Row
 	}{{"primary metrics:", c.PrimaryRows()}, {"derived counters:", c.DerivedRows()}} {
 		if len(sec.rows) == 0 {
 			continue
@@ -63,17 +64,17 @@ func WriteTable(w io.Writer, c *Comparison, commits Commits) error {
 				tw.text(g)
 				group = g
 			}
-			tw.row(r, c.Options.NoiseShown)
+			tw.row(r, noise)
 		}
 	}
 	tw.line("")
-	tw.legend(c)
+	tw.legend(c, noise)
 	tw.missing(c)
 	return tw.err
 }
 
 // groupName is a row's heading: "cache-contention / mixed (threads=64)".
-func groupName(r Row) string {
+func groupName(r judge.Row) string {
 	g := r.Suite + " / " + r.Workload
 	if cell := r.Cell(); cell != "" {
 		g += " (" + cell + ")"
@@ -90,7 +91,7 @@ func groupName(r Row) string {
 //	open           not settled: neither significant nor excluded
 //	guard          significant, but not called (noise floor, overlapping runs)
 //	?              fewer than 3 runs a side
-func WritePrimary(w io.Writer, c *Comparison) error {
+func WritePrimary(w io.Writer, c *judge.Comparison) error {
 	tw := &lineWriter{w: w}
 	rows := c.PrimaryRows()
 	if len(rows) == 0 {
@@ -127,7 +128,7 @@ func WritePrimary(w io.Writer, c *Comparison) error {
 }
 
 // judgement is a primary row's verdict in one word (see WritePrimary).
-func judgement(r Row) string {
+func judgement(r judge.Row) string {
 	switch {
 	case !r.Judged:
 		return markNotJudged
@@ -160,7 +161,7 @@ func intervalText(iv stats.Interval) (change, bounds string) {
 
 // missing lists the counters a kernel could not provide: they are absent
 // from the table, and a reader must not take their absence for zero.
-func (t *lineWriter) missing(c *Comparison) {
+func (t *lineWriter) missing(c *judge.Comparison) {
 	seen := map[string]bool{}
 	first := true
 	for _, m := range c.Missing {
@@ -200,7 +201,7 @@ func (t *lineWriter) text(s string) {
 	}
 }
 
-func (t *lineWriter) row(r Row, noise float64) {
+func (t *lineWriter) row(r judge.Row, noise float64) {
 	name := r.Metric
 	if r.Unit != "" {
 		name += " (" + r.Unit + ")"
@@ -225,7 +226,7 @@ func (t *lineWriter) row(r Row, noise float64) {
 	t.line("%s%s", prefix, name)
 }
 
-func (t *lineWriter) legend(c *Comparison) {
+func (t *lineWriter) legend(c *judge.Comparison, noise float64) {
 	primary, derived := 0, 0
 	for _, s := range c.Suites {
 		primary += s.Primary
@@ -244,13 +245,13 @@ func (t *lineWriter) legend(c *Comparison) {
 		"overlapping, so not called a change. \"%s\": fewer than %d runs a side, not judged. "+
 		"±N%%: stddev, shown from %g%% of the mean.",
 		c.Test, strings.Join(fams, "; "), levelText(c),
-		markNotSignificant, markGuarded, markNotJudged, stats.MinSamples, c.Options.NoiseShown*100), MaxColumns))
+		markNotSignificant, markGuarded, markNotJudged, stats.MinSamples, noise*100), MaxColumns))
 }
 
 // levelText says the level the families were judged at: "alpha 0.05", or
 // for a sequential run "alpha 0.043, the sequential rule's level after 10
 // runs a side (3 to 10, alpha 0.05 in all)".
-func levelText(c *Comparison) string {
+func levelText(c *judge.Comparison) string {
 	var parts []string
 	for _, s := range c.Suites {
 		p := "alpha " + strconv.FormatFloat(s.Level, 'g', 3, 64)
@@ -277,7 +278,7 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-func changeColumn(r Row) (change, mark string) {
+func changeColumn(r judge.Row) (change, mark string) {
 	switch {
 	case r.Base.N == 0 || r.Patched.N == 0:
 		change = ""
@@ -403,12 +404,12 @@ func wrap(text string, width int) string {
 // readers) or a curve (locks: contenders).
 type grid struct {
 	suite, workload, metric, unit string
-	rows                          []Row
+	rows                          []judge.Row
 }
 
 // grids collects, per suite, workload and metric, the rows that carry all
 // of keys among their params.
-func grids(c *Comparison, keys ...string) []*grid {
+func grids(c *judge.Comparison, keys ...string) []*grid {
 	var out []*grid
 	index := map[string]*grid{}
 	for _, r := range c.Rows {
@@ -436,7 +437,7 @@ func grids(c *Comparison, keys ...string) []*grid {
 // ParamValues returns the values of param key in first-seen order, or in
 // numeric order when they are all numbers: the axes of the reply's grids
 // and curves, and of the dashboard's.
-func ParamValues(rows []Row, key string) []string {
+func ParamValues(rows []judge.Row, key string) []string {
 	var vals []string
 	seen := map[string]bool{}
 	numeric := true
@@ -462,12 +463,12 @@ func ParamValues(rows []Row, key string) []string {
 
 // WriteGrids writes every readahead-style workload (params "bucket" and
 // "readers") as a file-size bucket × reader threads table of %change.
-func WriteGrids(w io.Writer, c *Comparison) error {
+func WriteGrids(w io.Writer, c *judge.Comparison) error {
 	tw := &lineWriter{w: w}
 	for _, g := range grids(c, "bucket", "readers") {
 		readers := ParamValues(g.rows, "readers")
 		buckets := ParamValues(g.rows, "bucket")
-		cells := map[[2]string]Row{}
+		cells := map[[2]string]judge.Row{}
 		for _, r := range g.rows {
 			cells[[2]string{r.Params["bucket"], r.Params["readers"]}] = r
 		}
@@ -503,7 +504,7 @@ func WriteGrids(w io.Writer, c *Comparison) error {
 // WriteCurves writes every locks-style workload (param "contenders") as the
 // metric by contender count, with a bar per kernel: '#' is patched, '|'
 // marks base.
-func WriteCurves(w io.Writer, c *Comparison) error {
+func WriteCurves(w io.Writer, c *judge.Comparison) error {
 	tw := &lineWriter{w: w}
 	for _, g := range grids(c, "contenders") {
 		sort.SliceStable(g.rows, func(i, j int) bool {

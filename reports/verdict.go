@@ -7,61 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
-
-// Outcome is what the patch did to the primary metrics, in the words the
-// verdict opens with.
-type Outcome string
-
-const (
-	Improvement Outcome = "improvement" // some primary metrics improved, none regressed
-	Regression  Outcome = "regression"  // some regressed, none improved
-	Mixed       Outcome = "mixed"       // some of each
-	NoChange    Outcome = "no change"   // none changed
-	NotJudged   Outcome = "not judged"  // too few runs to judge any
-	// Unknown is no outcome: a panel patch whose expected outcome no
-	// independent measurement has established (reports.PanelPatch).
-	Unknown Outcome = "unknown"
-)
-
-// Outcome judges the comparison by its primary metrics alone: only changes
-// called as such (significant within their family, past the guards) count.
-func (c *Comparison) Outcome() Outcome {
-	judged, better, worse := 0, 0, 0
-	for _, r := range c.PrimaryRows() {
-		if !r.Judged {
-			continue
-		}
-		judged++
-		switch {
-		case !r.Called:
-		case r.Better():
-			better++
-		case r.Worse():
-			worse++
-		}
-	}
-	switch {
-	case judged == 0:
-		return NotJudged
-	case better > 0 && worse > 0:
-		return Mixed
-	case worse > 0:
-		return Regression
-	case better > 0:
-		return Improvement
-	}
-	return NoChange
-}
-
-// Regressed reports whether any primary metric regressed: a reply then
-// suggests the Reported-by: and Closes: tags (Tags).
-func (c *Comparison) Regressed() bool {
-	o := c.Outcome()
-	return o == Regression || o == Mixed
-}
 
 // phrases turn metric names into words for the verdict sentence. A metric
 // not listed here reads as its name with spaces.
@@ -89,13 +38,13 @@ var phrases = map[string]string{
 
 // describe names a row for a reader: "read-storm throughput", or for a
 // cell "bucket-read time (bucket=lt256K readers=4)".
-func describe(r Row) string {
+func describe(r judge.Row) string {
 	p, ok := phrases[r.Metric]
 	if !ok {
 		p = strings.ReplaceAll(r.Metric, "_", " ")
 	}
 	s := r.Workload + " " + p
-	if cell := r.Cell(); cell != "" && !r.oneCell {
+	if cell := r.NamedCell(); cell != "" {
 		s += " (" + cell + ")"
 	}
 	return s
@@ -103,7 +52,7 @@ func describe(r Row) string {
 
 // centres are the two kernels' values a claim cites: the geometric means
 // when the change is a ratio of geometric means, else the means.
-func centres(r Row) (base, patched float64) {
+func centres(r judge.Row) (base, patched float64) {
 	if r.Interval.Log && r.Base.GeoMean > 0 && r.Patched.GeoMean > 0 {
 		return r.Base.GeoMean, r.Patched.GeoMean
 	}
@@ -114,7 +63,7 @@ func centres(r Row) (base, patched float64) {
 // interval: "improves read-storm throughput by 90% (95% interval 61% to
 // 125%)" or "cuts read-storm scheduler wake-ups per cache release from 19.1
 // to 0.97, by 94.9% (94.1% to 95.6%)".
-func claim(r Row, first bool) string {
+func claim(r judge.Row, first bool) string {
 	name := describe(r)
 	b, p := centres(r)
 	from, to := short3(b), short3(p)
@@ -189,12 +138,12 @@ func short3(v float64) string {
 }
 
 // bySize orders rows by the size of their change, largest first.
-func bySize(rs []Row) {
+func bySize(rs []judge.Row) {
 	sort.SliceStable(rs, func(i, j int) bool { return rs[i].Ratio() > rs[j].Ratio() })
 }
 
 // byRank orders primary rows as their suite lists them.
-func byRank(rs []Row) {
+func byRank(rs []judge.Row) {
 	sort.SliceStable(rs, func(i, j int) bool {
 		if rs[i].Suite != rs[j].Suite {
 			return rs[i].Suite < rs[j].Suite
@@ -212,9 +161,9 @@ const maxClaims = 2
 // its 95% interval. The sentences after it say what the rest of the
 // primary metrics did (no change of a size that matters, or not settled
 // by the maximum of runs) and how many derived counters changed.
-func Verdict(c *Comparison) string {
+func Verdict(c *judge.Comparison) string {
 	o := c.Outcome()
-	if o == NotJudged {
+	if o == judge.NotJudged {
 		if c.Judged() == 0 {
 			return fmt.Sprintf("Too few runs to judge any change: every metric needs at least %d runs "+
 				"on each kernel.", stats.MinSamples)
@@ -225,7 +174,7 @@ func Verdict(c *Comparison) string {
 		}
 		return s
 	}
-	var better, worse, rest []Row
+	var better, worse, rest []judge.Row
 	judged := 0
 	for _, r := range c.PrimaryRows() {
 		if !r.Judged {
@@ -248,27 +197,27 @@ func Verdict(c *Comparison) string {
 	if len(c.Suites) == 1 {
 		of += " of " + c.Suites[0].Suite
 	}
-	cite := func(rs []Row, first bool) string {
+	cite := func(rs []judge.Row, first bool) string {
 		var cs []string
 		for i, r := range rs[:min(maxClaims, len(rs))] {
 			cs = append(cs, claim(r, first && i == 0))
 		}
 		return joinAnd(cs)
 	}
-	more := func(rs []Row, verb string) string {
+	more := func(rs []judge.Row, verb string) string {
 		if n := len(rs) - maxClaims; n > 0 {
 			return fmt.Sprintf("; %d more primary %s %s (below)", n, map[bool]string{true: "metric", false: "metrics"}[n == 1], verb)
 		}
 		return ""
 	}
 	switch o {
-	case Improvement:
+	case judge.Improvement:
 		s = "Improvement: the patch " + cite(better, true) + more(better, "improved") + "."
-	case Regression:
+	case judge.Regression:
 		s = "Regression: the patch " + cite(worse, true) + more(worse, "regressed") + "."
-	case Mixed:
+	case judge.Mixed:
 		s = "Mixed: the patch " + cite(better, true) + more(better, "improved") + ", but " + cite(worse, false) + more(worse, "regressed") + "."
-	case NoChange:
+	case judge.NoChange:
 		s = fmt.Sprintf("No change: none of the %s changed significantly.", of)
 		if t := mechanismSentence(c, true); t != "" {
 			s = "No change in throughput or latency; " + t + fmt.Sprintf(" None of the %s changed significantly.", of)
@@ -277,18 +226,18 @@ func Verdict(c *Comparison) string {
 				called, judgedDerived(c), of)
 		}
 	}
-	if o != NoChange {
+	if o != judge.NoChange {
 		if t := mechanismSentence(c, false); t != "" {
 			s += " " + t
 		}
 	}
-	if t := restSentence(c, rest, o == NoChange); t != "" {
+	if t := restSentence(c, rest, o == judge.NoChange); t != "" {
 		s += " " + t
 	}
-	if t := detectableSentence(c, rest, o == NoChange); t != "" {
+	if t := detectableSentence(c, rest, o == judge.NoChange); t != "" {
 		s += " " + t
 	}
-	if t := derivedSentence(c); t != "" && !(o == NoChange && strings.HasPrefix(s, "No change in throughput or latency; ") && mechanismSentence(c, true) == "") {
+	if t := derivedSentence(c); t != "" && !(o == judge.NoChange && strings.HasPrefix(s, "No change in throughput or latency; ") && mechanismSentence(c, true) == "") {
 		s += " " + t
 	}
 	return s
@@ -298,8 +247,8 @@ func Verdict(c *Comparison) string {
 // that changed, with their intervals, and says when a ratio's denominator
 // changed too (ratioNote). lead: the sentence follows "No change in
 // throughput or latency; " and starts in lower case. "" when none changed.
-func mechanismSentence(c *Comparison, lead bool) string {
-	var rows []Row
+func mechanismSentence(c *judge.Comparison, lead bool) string {
+	var rows []judge.Row
 	for _, r := range c.Rows {
 		if r.Mechanism && r.Called {
 			rows = append(rows, r)
@@ -335,7 +284,7 @@ func mechanismSentence(c *Comparison, lead bool) string {
 // release is release wake-ups over release wake calls, and the calls
 // changed too: release wake-ups 18730 to 679, release wake calls 936 to
 // 1290 (+37.8%)." "" otherwise.
-func ratioNote(c *Comparison, r Row) string {
+func ratioNote(c *judge.Comparison, r judge.Row) string {
 	def, err := suites.Lookup(r.Suite)
 	if err != nil {
 		return ""
@@ -344,7 +293,7 @@ func ratioNote(c *Comparison, r Row) string {
 	if !ok {
 		return ""
 	}
-	var num, den *Row
+	var num, den *judge.Row
 	for i := range c.Rows {
 		o := &c.Rows[i]
 		if o.Suite != r.Suite || o.Workload != r.Workload || o.Cell() != r.Cell() {
@@ -360,7 +309,7 @@ func ratioNote(c *Comparison, r Row) string {
 	if num == nil || den == nil || !den.Significant || !den.Interval.Defined {
 		return ""
 	}
-	total := func(x *Row) string {
+	total := func(x *judge.Row) string {
 		b, p := centres(*x)
 		return fmt.Sprintf("%s %s to %s", phraseOf(x.Metric), short3(b), short3(p))
 	}
@@ -381,7 +330,7 @@ func phraseOf(metric string) string {
 // effect (stats.Judgement.Detectable) at the last look, so that "no
 // change" is a statement of reach. all: every primary metric (a no-change
 // verdict); otherwise only those not settled. "" when there are none.
-func detectableSentence(c *Comparison, rest []Row, all bool) string {
+func detectableSentence(c *judge.Comparison, rest []judge.Row, all bool) string {
 	var parts []string
 	byRank(rest)
 	for _, r := range rest {
@@ -397,7 +346,7 @@ func detectableSentence(c *Comparison, rest []Row, all bool) string {
 		100*stats.DetectablePower, strings.Join(parts, ", "))
 }
 
-func calledDerived(c *Comparison) int {
+func calledDerived(c *judge.Comparison) int {
 	n := 0
 	for _, r := range c.DerivedRows() {
 		if r.Judged && r.Called && !r.Mechanism {
@@ -407,7 +356,7 @@ func calledDerived(c *Comparison) int {
 	return n
 }
 
-func judgedDerived(c *Comparison) int {
+func judgedDerived(c *judge.Comparison) int {
 	n := 0
 	for _, r := range c.DerivedRows() {
 		if r.Judged && !r.Mechanism {
@@ -421,11 +370,11 @@ func judgedDerived(c *Comparison) int {
 // smallest effect of interest, not settled, or significant but stopped by a
 // guard. none: no primary metric changed (the sentence follows "No
 // change: ...").
-func restSentence(c *Comparison, rest []Row, none bool) string {
+func restSentence(c *judge.Comparison, rest []judge.Row, none bool) string {
 	if len(rest) == 0 {
 		return ""
 	}
-	var within, open, guarded []Row
+	var within, open, guarded []judge.Row
 	for _, r := range rest {
 		switch {
 		case r.Significant:
@@ -488,15 +437,15 @@ func restSentence(c *Comparison, rest []Row, none bool) string {
 	return "Of the other primary metrics, " + joinAnd(ws) + "."
 }
 
-func smallestOf(c *Comparison, rows []Row) string {
+func smallestOf(c *judge.Comparison, rows []judge.Row) string {
 	if j, ok := c.Judgement(rows[0].Suite); ok {
 		return pct(j.SmallestEffect)
 	}
-	return pct(DefaultSmallestEffect)
+	return pct(judge.DefaultSmallestEffect)
 }
 
 // runsOf is "10 runs a side", from the suites' judgements.
-func runsOf(c *Comparison) string {
+func runsOf(c *judge.Comparison) string {
 	n := 0
 	for _, s := range c.Suites {
 		n = max(n, s.Runs)
@@ -504,7 +453,7 @@ func runsOf(c *Comparison) string {
 	return fmt.Sprintf("%d runs a side", n)
 }
 
-func derivedSentence(c *Comparison) string {
+func derivedSentence(c *judge.Comparison) string {
 	judged, called := 0, 0
 	for _, r := range c.DerivedRows() {
 		if r.Judged && !r.Mechanism {

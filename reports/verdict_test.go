@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -127,11 +128,11 @@ func TestRegressionLeadsWhenPrimaryMetricsRegress(t *testing.T) {
 	}
 
 	base, patched := results(ms)
-	c, err := Compare(base, patched, Options{})
+	c, err := judge.Compare(base, patched, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := c.Outcome(); o != Regression {
+	if o := c.Outcome(); o != judge.Regression {
 		t.Errorf("outcome %q, want regression", o)
 	}
 	v := Verdict(c)
@@ -152,7 +153,7 @@ func TestRegressionLeadsWhenPrimaryMetricsRegress(t *testing.T) {
 		tags[0] != "Reported-by: patchbot <patchbot@example.org>" || tags[1] != "Closes: https://lore.example.org/r/1" {
 		t.Errorf("tags %q", tags)
 	}
-	var through Row
+	var through judge.Row
 	for _, r := range c.Rows {
 		if r.Workload == "read-storm" && r.Metric == "files_per_s" {
 			through = r
@@ -190,7 +191,7 @@ func TestVerdictOutcomes(t *testing.T) {
 	tests := []struct {
 		name    string
 		ms      []metric
-		outcome Outcome
+		outcome judge.Outcome
 		opens   string
 		has     []string
 	}{
@@ -198,36 +199,36 @@ func TestVerdictOutcomes(t *testing.T) {
 			metric{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(19.1, 0.04), runs(0.97, 0.02)},
 			metric{"read-storm", "files_per_s", "files/s", true, runs(21, 0.1), runs(40, 0.06)},
 			same("mixed", "ops_per_s", "ops/s", true, 180, 0.01)),
-			Improvement, "Improvement: the patch improves read-storm throughput by 90.5% (95% interval",
+			judge.Improvement, "Improvement: the patch improves read-storm throughput by 90.5% (95% interval",
 			[]string{"Behind it: the patch cuts read-storm scheduler wake-ups per cache release from 19.1 to 0.97, by 94.9%", "The other 5 primary metrics are within ±10%"}},
 		{"regression", with(
 			metric{"read-storm", "files_per_s", "files/s", true, runs(100, 0.02), runs(74, 0.02)},
 			same("read-storm", "wakeups_per_release", "wakeups/release", false, 19, 0.01),
 			same("mixed", "ops_per_s", "ops/s", true, 180, 0.01)),
-			Regression, "Regression: the patch lowers read-storm throughput by 26% (95% interval 2", nil},
+			judge.Regression, "Regression: the patch lowers read-storm throughput by 26% (95% interval 2", nil},
 		{"mixed", with(
 			metric{"read-storm", "files_per_s", "files/s", true, runs(100, 0.02), runs(190, 0.02)},
 			metric{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.02), runs(120, 0.02)},
 			same("read-storm", "wakeups_per_release", "wakeups/release", false, 19, 0.01)),
-			Mixed, "Mixed: the patch improves read-storm throughput by 90% (95% interval", []string{", but lowers mixed throughput by 33.3%"}},
+			judge.Mixed, "Mixed: the patch improves read-storm throughput by 90% (95% interval", []string{", but lowers mixed throughput by 33.3%"}},
 		{"no change", with(
 			same("read-storm", "files_per_s", "files/s", true, 100, 0.01),
 			same("read-storm", "wakeups_per_release", "wakeups/release", false, 19, 0.01),
 			same("mixed", "ops_per_s", "ops/s", true, 180, 0.3)),
-			NoChange, "No change: none of the 6 primary metrics of cache-contention changed significantly.",
+			judge.NoChange, "No change: none of the 6 primary metrics of cache-contention changed significantly.",
 			[]string{"5 are within ±10% (the smallest effect of interest)", "1 is not settled after 5 runs a side",
 				"The smallest changes this run could have detected (80% power): read-storm throughput 2.8%, read-storm 99th percentile latency 2.8%, mixed throughput 129%"}},
 		{"counters only", with(
 			same("read-storm", "files_per_s", "files/s", true, 100, 0.01),
 			same("mixed", "ops_per_s", "ops/s", true, 180, 0.01),
 			metric{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(19, 0.02), runs(3, 0.02)}),
-			NoChange, "No change in throughput or latency; the patch cuts read-storm scheduler wake-ups per cache release from 19 to 3, by 84.2% (95% interval",
+			judge.NoChange, "No change in throughput or latency; the patch cuts read-storm scheduler wake-ups per cache release from 19 to 3, by 84.2% (95% interval",
 			[]string{"None of the 6 primary metrics of cache-contention changed significantly.", "All 6 are within ±10%"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base, patched := results(tt.ms)
-			c, err := Compare(base, patched, Options{})
+			c, err := judge.Compare(base, patched, judge.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -240,10 +241,10 @@ func TestVerdictOutcomes(t *testing.T) {
 					t.Errorf("verdict lacks %q:\n%s", h, v)
 				}
 			}
-			if (Headline(c) == "") != (tt.outcome == NoChange) {
+			if (Headline(c) == "") != (tt.outcome == judge.NoChange) {
 				t.Errorf("headline %q for %s", Headline(c), tt.outcome)
 			}
-			if (Tags(c, "bot <b@x>", "") != nil) != (tt.outcome == Regression || tt.outcome == Mixed) {
+			if (Tags(c, "bot <b@x>", "") != nil) != (tt.outcome == judge.Regression || tt.outcome == judge.Mixed) {
 				t.Errorf("tags %q for %s", Tags(c, "bot <b@x>", ""), tt.outcome)
 			}
 		})
@@ -256,7 +257,7 @@ func TestHeadlineWords(t *testing.T) {
 		{"read-storm", "files_per_s", "files/s", true, runs(21, 0.1), runs(40, 0.06)},
 	}
 	base, patched := results(ms)
-	c, err := Compare(base, patched, Options{})
+	c, err := judge.Compare(base, patched, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,12 +266,12 @@ func TestHeadlineWords(t *testing.T) {
 		t.Errorf("headline %q", h)
 	}
 	base, patched = results(ms[:1])
-	c, _ = Compare(base, patched, Options{})
+	c, _ = judge.Compare(base, patched, judge.Options{})
 	if h := Headline(c); h != "" {
 		t.Errorf("a mechanism counter alone made the headline %q", h)
 	}
 	base, patched = results(ms[1:])
-	c, _ = Compare(base, patched, Options{})
+	c, _ = judge.Compare(base, patched, judge.Options{})
 	if h := Headline(c); h != "patchbot noticed a 90.5% improvement of cache-contention.read-storm.files_per_s" {
 		t.Errorf("headline %q", h)
 	}
@@ -286,19 +287,19 @@ func TestGuards(t *testing.T) {
 		guard   string
 	}{
 		// 3% apart with 0.5% noise: significant, under the 5% floor.
-		{"below the noise floor", runs(100, 0.005), runs(103, 0.005), GuardNoiseFloor},
+		{"below the noise floor", runs(100, 0.005), runs(103, 0.005), judge.GuardNoiseFloor},
 		// A mean moved by one far run: the medians lie in each other's
 		// middle half.
 		// Two values in both kernels, in other proportions: the means
 		// differ by 5.7%, significantly over 20 runs, but each median lies
 		// in the other kernel's middle half.
-		{"overlapping runs", repeat(100, 14, 115, 6), repeat(100, 6, 115, 14), GuardOverlap},
+		{"overlapping runs", repeat(100, 14, 115, 6), repeat(100, 6, 115, 14), judge.GuardOverlap},
 		{"a change", runs(100, 0.02), runs(120, 0.02), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			base, patched := results([]metric{{"read-storm", "files_per_s", "files/s", true, tt.base, tt.patched}})
-			c, err := Compare(base, patched, Options{Test: stats.Welch})
+			c, err := judge.Compare(base, patched, judge.Options{Test: stats.Welch})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,7 +309,7 @@ func TestGuards(t *testing.T) {
 					r.Significant, r.AdjustedP, r.Guard, r.Called, tt.guard)
 			}
 			if tt.guard != "" {
-				if c.Outcome() != NoChange || !strings.Contains(strings.Join(Notes(c), " "), "not called a change: "+tt.guard) {
+				if c.Outcome() != judge.NoChange || !strings.Contains(strings.Join(Notes(c), " "), "not called a change: "+tt.guard) {
 					t.Errorf("outcome %q, notes %q", c.Outcome(), Notes(c))
 				}
 			}
@@ -339,7 +340,7 @@ func TestBimodalBaseIsFlagged(t *testing.T) {
 		patched = append(patched, 4000/s)
 	}
 	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, base, patched}})
-	c, err := Compare(b, p, Options{})
+	c, err := judge.Compare(b, p, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +350,7 @@ func TestBimodalBaseIsFlagged(t *testing.T) {
 	}
 	// In an A/A run the second side is the base again: no "patched
 	// kernel" in prose about a run that has none.
-	c, err = Compare(p, b, Options{})
+	c, err = judge.Compare(p, b, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,71 +358,6 @@ func TestBimodalBaseIsFlagged(t *testing.T) {
 	notes = strings.Join(Notes(c), "\n")
 	if !strings.Contains(notes, "The second base kernel's read-storm throughput fell in two modes") || strings.Contains(notes, "patched") {
 		t.Errorf("A/A notes:\n%s", notes)
-	}
-}
-
-// The sequential rule recorded in the results decides the level: the
-// default rule's look at 5 runs a side judges at 0.005, its last at 0.035;
-// a rule recorded before each look had its own level at 0.001 and 0.043; a
-// fixed design at 0.05.
-func TestCompareUsesTheRecordedRule(t *testing.T) {
-	mk := func(n int, plan string) (b, p []suites.Result) {
-		vals := func(gm float64) []float64 {
-			var out []float64
-			for i := 0; i < n; i++ {
-				out = append(out, gm*(1+0.02*float64(i%3-1)))
-			}
-			return out
-		}
-		b, p = results([]metric{{"read-storm", "files_per_s", "files/s", true, vals(100), vals(103)}})
-		b[0].Plan, p[0].Plan = plan, plan
-		return b, p
-	}
-	rule := stats.DefaultRule.String()
-	const old = "min=3 max=10 alpha=0.05 interim=0.001"
-	for _, tt := range []struct {
-		n     int
-		plan  string
-		level float64
-	}{{5, rule, 0.005}, {10, rule, 0.035}, {5, old, 0.001}, {10, old, 0.043}, {5, "", 0.05}} {
-		b, p := mk(tt.n, tt.plan)
-		c, err := Compare(b, p, Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if j := c.Suites[0]; !near(j.Level, tt.level, 1e-12) || j.Runs != tt.n || c.Rows[0].Level != j.Level {
-			t.Errorf("%d runs, plan %q: level %v with %d runs, want %v", tt.n, tt.plan, j.Level, j.Runs, tt.level)
-		}
-	}
-	b, p := mk(5, "min=1")
-	if _, err := Compare(b, p, Options{}); err == nil {
-		t.Error("a bad recorded rule was accepted")
-	}
-}
-
-// reports.Plan stops the rounds once the primary metrics are settled.
-func TestPlanSettles(t *testing.T) {
-	plan := Plan(stats.DefaultRule, Options{})
-	if plan.Min != 3 || plan.Max != 10 || plan.Rule != stats.DefaultRule.String() {
-		t.Fatalf("plan %+v", plan)
-	}
-	settled := func(ms []metric) bool {
-		b, p := results(ms)
-		return plan.Settled([]*suites.Result{&b[0], &p[0]})
-	}
-	clear := []metric{
-		{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(19.1, 0.04), runs(0.97, 0.02)},
-		{"read-storm", "files_per_s", "files/s", true, runs(100, 0.01), runs(101, 0.01)},
-	}
-	if !settled(clear) {
-		t.Error("a huge change and a metric within ±1% are not settled")
-	}
-	noisy := append(clear, metric{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.3), runs(170, 0.3)})
-	if settled(noisy) {
-		t.Error("a metric with ±30% noise and no clear change is settled after 5 runs")
-	}
-	if plan.Settled(nil) {
-		t.Error("no results are settled")
 	}
 }
 
@@ -437,7 +373,7 @@ func TestVerdictPrefersPrimaryMetrics(t *testing.T) {
 		{"read-storm", "sched_wakeup", "count", false, runs(15550, 0.02), runs(8803, 0.02)},
 	}
 	b, p := results(ms)
-	c, err := Compare(b, p, Options{})
+	c, err := judge.Compare(b, p, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,35 +397,6 @@ func TestLayoutNote(t *testing.T) {
 	}
 	if n := LayoutNote([]byte("# CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B is not set\n")); n != "" {
 		t.Errorf("note %q for a config without the option", n)
-	}
-}
-
-// Replay gives the sequential rule's answer on results of a fixed number
-// of rounds: a clear change stops at the first look, noise runs to the
-// last, which is judged at the last look's level.
-func TestReplay(t *testing.T) {
-	ten := func(gm, s float64) []float64 { return append(runs(gm, s), runs(gm*1.001, s)...) }
-	rule := stats.Rule{Min: 3, Max: 8, Alpha: 0.05, Levels: []float64{0.001, 0.001, 0.001, 0.001, 0.001}}
-	tests := []struct {
-		name  string
-		ms    []metric
-		runs  int
-		level float64
-	}{
-		{"clear", []metric{{"read-storm", "files_per_s", "files/s", true, ten(19, 0.02), ten(37, 0.02)}}, 3, 0.001},
-		{"noisy", []metric{{"read-storm", "files_per_s", "files/s", true, ten(100, 0.3), ten(100, 0.3)}}, 8, 0.045},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, p := results(tt.ms)
-			c, err := Replay(b, p, rule, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if j := c.Suites[0]; j.Runs != tt.runs || !near(j.Level, tt.level, 1e-12) || c.Rows[0].Base.N != tt.runs {
-				t.Errorf("stopped after %d runs at level %v, want %d at %v", j.Runs, j.Level, tt.runs, tt.level)
-			}
-		})
 	}
 }
 
@@ -517,7 +424,7 @@ func TestRatioDenominatorShown(t *testing.T) {
 		{"read-storm", "wakeups_per_release", "wakeups/release", false, runs(20, 0.02), runs(3.33, 0.02)},
 	}
 	b, p := results(ms)
-	c, err := Compare(b, p, Options{})
+	c, err := judge.Compare(b, p, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -530,7 +437,7 @@ func TestRatioDenominatorShown(t *testing.T) {
 			t.Errorf("verdict lacks %q:\n%s", want, v)
 		}
 	}
-	if c.Outcome() != NoChange || Headline(c) != "" {
+	if c.Outcome() != judge.NoChange || Headline(c) != "" {
 		t.Errorf("outcome %q, headline %q: want no change and none", c.Outcome(), Headline(c))
 	}
 }

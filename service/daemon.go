@@ -128,6 +128,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	// The outbox's owner is the coordinator's stable name: what the last
 	// run was sending before the final "." goes out at once.
 	if _, err := d.Outbox.Recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: a clean stop
+		}
 		return err
 	}
 	if un, err := d.Outbox.Uncertain(ctx); err == nil && len(un) > 0 {
@@ -312,19 +315,29 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	if p := d.sources[name].Poll; p > 0 {
 		every = p
 	}
-	fn := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
+	ingest := func(m *mailbox.Message, cur string) error { return d.Ingest(ctx, name, m, cur) }
 	for ctx.Err() == nil {
 		again := false
+		// The mail is acted on in order behind the reader, which looks up
+		// the keys of the mails ahead meanwhile (readahead.go).
+		ra := newReadAhead(ctx, d.Verifier, ingest)
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
+			ra.wait()
 			if ctx.Err() == nil { // not a stop
 				log.Error("reading cursor", "err", err)
 			}
 		} else if w, ok := src.(mailbox.Watcher); ok {
-			err = w.Watch(ctx, cur, fn)
+			err = w.Watch(ra.ctx, cur, ra.take)
+			if werr := ra.wait(); werr != nil {
+				err = werr
+			}
 		} else {
 			var next string
-			next, err = src.Poll(ctx, cur, fn)
+			next, err = src.Poll(ra.ctx, cur, ra.take)
+			if werr := ra.wait(); werr != nil {
+				err = werr
+			}
 			// A whole Poll's cursor is past only what was stored: kept
 			// too when it moved without a mail (a first start's point,
 			// mail skipped at the end).

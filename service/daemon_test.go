@@ -74,7 +74,7 @@ func (f *fakeTester) Test(ctx context.Context, t invm.Spec) (*invm.Outcome, erro
 		return nil, f.err
 	}
 	mk := func(label string, wpr, fps float64) *suites.Result {
-		r := &suites.Result{Suite: t.Suite, Profile: t.Profile, Kernel: label, Accel: "tcg", CPUs: 4, MemMiB: 1024}
+		r := &suites.Result{Suite: t.Suite, Profile: t.Plan.Profile, Kernel: label, Accel: "tcg", CPUs: 4, MemMiB: 1024}
 		for i := 0; i < 4; i++ {
 			noise := float64(i%3-1) * 0.02
 			r.Samples = append(r.Samples,
@@ -510,6 +510,10 @@ func TestNoChangeIsNotMailedToTheList(t *testing.T) {
 	if len(out) != 1 || strings.Join(out[0].Recipients, " ") != "maintainer@example.org" ||
 		!strings.Contains(string(out[0].Raw), "In-Reply-To: <ask@example.org>") {
 		t.Fatalf("the asked-for No change went to %d mails, %v; want the maintainer alone", len(out), out)
+	}
+	// The mail names no one it is not sent to.
+	if raw := string(out[0].Raw); strings.Contains(raw, "vger.kernel.org") || strings.Contains(raw, "\r\nCc:") {
+		t.Errorf("the maintainer's No change names the thread's lists:\n%s", raw[:strings.Index(raw, "\r\n\r\n")])
 	}
 
 	// The list of a source that hears everything hears the No change.

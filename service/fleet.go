@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 
@@ -69,14 +71,19 @@ func jobRow(cfg config.Config, j intake.Job) (store.Job, error) {
 
 // CollectRuns writes the runs that workers stored into the state
 // directory's runs/, where the dashboard and `patchbot reply` read them,
-// puts each run's reply in the outbox (ob: the coordinator's; workers
-// never write the outbox), and forgets the stored copies. A run is
-// written beside its place and renamed into it, so that a reader never
-// sees half of one; the reply's queueing and the forgetting are one
-// transaction, so a crash between any two steps repeats the collection
-// and queues nothing twice. A file whose name is not a plain relative
-// path is left out, and logged. A reply is checked against its job
-// (queueWorkerReply). It returns how many runs it wrote.
+// renders each run's reply itself and puts it in the outbox (ob: the
+// coordinator's; workers never write the outbox), and forgets the stored
+// copies. A run is written beside its place and renamed into it, so that a
+// reader never sees half of one; the reply's queueing and the forgetting
+// are one transaction, so a crash between any two steps repeats the
+// collection and queues nothing twice. A file whose name is not a plain
+// relative path is left out, and logged. It returns how many runs it
+// wrote.
+//
+// A worker is a stranger here: it reports results, never mail. The reply
+// is rendered by the coordinator (workerReply), from the run's results
+// and its own record of the job, so that no header, address or subject of
+// it is a worker's choice.
 func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *outbox.Outbox, m *Metrics, log *slog.Logger) (int, error) {
 	runs := filepath.Join(cfg.StateDir, "runs")
 	if err := os.MkdirAll(runs, 0o700); err != nil {
@@ -94,27 +101,35 @@ func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *ou
 			if err != nil {
 				return n, err
 			}
-			reply, err := st.JobReply(ctx, id)
-			if err != nil {
-				return n, err
-			}
 			j, err := st.Job(ctx, id)
 			if err != nil {
 				return n, err
 			}
-			skipped, err := writeRun(runs, fmt.Sprintf("job-%d", id), files)
+			name := fmt.Sprintf("job-%d", id)
+			skipped, err := writeRun(runs, name, files)
 			if err != nil {
 				return n, fmt.Errorf("writing the run of job %d: %w", id, err)
 			}
+			dir := filepath.Join(runs, name)
+			jlog := log.With("job", id, "worker", j.Owner)
 			if len(skipped) > 0 {
-				log.Error("files of a run left out: their names are not plain relative paths", "job", id, "names", skipped)
+				jlog.Error("files of a run left out: their names are not plain relative paths", "names", skipped)
 			}
-			finding := findingOf(filepath.Join(runs, fmt.Sprintf("job-%d", id)), log)
+			reply, thread, err := workerReply(cfg, j, dir, len(files) > 0, m, jlog)
+			if err != nil {
+				jlog.Error("a worker's run is not answered: the coordinator cannot render its reply", "err", err)
+				m.Dropped.WithLabelValues("render").Inc()
+			}
 			err = st.Update(ctx, func(tx *store.Tx) error {
 				if reply != nil {
-					if err := queueWorkerReply(ctx, tx, cfg, ob, m, log, j, reply, finding); err != nil {
-						return err
+					q, err := queueReply(ctx, tx, ob, cfg.Reply.From, reply, thread, "")
+					if err != nil {
+						return fmt.Errorf("job %d: %w", id, err)
 					}
+					q.record(ctx, m, jlog.With("message_id", reply.Header.MessageID))
+				}
+				if err := tx.SetRunDir(ctx, id, dir); err != nil {
+					return err
 				}
 				return tx.DeleteRun(ctx, id)
 			})
@@ -130,65 +145,98 @@ func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *ou
 	return n, ctx.Err()
 }
 
-// queueWorkerReply puts a worker's reply to job j in the outbox, within tx,
-// after checking it against the job as the coordinator queued it: its
-// Message-ID is the job's own (every config of a fleet has the same
-// reply.from), and it goes only to addresses the job's thread named (the
-// author, the Cc, the lists) or the config adds (reply.extra_cc); any
-// other is dropped and logged. Of those, it goes to whom the front desk's
-// rule says the run's finding goes (intake.Desk.Audience: a "No change"
-// to whoever asked alone). A worker is the operator's host, but what
-// it sends back is checked where it lands, as a run's file names are.
-func queueWorkerReply(ctx context.Context, tx *store.Tx, cfg config.Config, ob *outbox.Outbox, m *Metrics, log *slog.Logger,
-	j *store.Job, r *store.JobReply, finding reports.Finding) error {
-	log = log.With("job", j.ID, "message_id", r.MessageID)
-	if want := jobReplyID(cfg, j); r.MessageID != want {
-		log.Error("a worker's reply is not its job's: not sent (is reply.from the same in the worker's config?)",
-			"want", want, "worker", j.Owner)
-		m.Dropped.WithLabelValues("mismatch").Inc()
-		return nil
+// workerReply renders the reply to job j from the run a worker reported,
+// written out in dir: the coordinator's own reply, with its config's
+// reply options, from its own record of the job (the thread it answers
+// and its subject, author, Cc and lists, the command, the series'
+// attestation, the Message-ID) and the run's results. What a worker
+// wrote is results, bounded by the run's size caps (store.MaxRunFile …):
+// the numbers and the patch's failure, never a header. A link to the
+// results is the dashboard's (dashboard.base_url), or one a worker's
+// publishing gave when it lies under the configured repository. The
+// reply, kept in dir as the thread's, is mailed to those the front desk's
+// rule says hear what the run found (intake.Desk.Audience: a "No change"
+// to whoever asked alone). It returns nil for a job that sends no mail (a
+// dashboard run, a job not done, one whose run holds nothing, a No change
+// nobody asked for) and the reply's thread.
+func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metrics, log *slog.Logger) (*reports.Reply, string, error) {
+	if j.State != store.JobDone || j.Kind != store.KindTest || !ran {
+		return nil, "", nil
 	}
 	var req intake.Request
 	if err := json.Unmarshal(j.Request, &req); err != nil {
-		log.Error("a worker's reply to an undecodable request: not sent", "err", err)
-		m.Dropped.WithLabelValues("mismatch").Inc()
-		return nil
+		return nil, "", fmt.Errorf("the job's request: %w", err)
 	}
-	aud := deskOf(cfg).Audience(&req, j.Trigger, j.Source, finding)
-	var to, refused, quiet []string
-	for _, a := range r.Recipients {
-		switch a := strings.ToLower(a); {
-		case !aud.Named[a]:
-			refused = append(refused, a)
-		case !aud.Hear[a]:
-			quiet = append(quiet, a)
-		default:
-			to = append(to, a)
-		}
+	if req.NoMail {
+		return nil, "", nil
 	}
-	if len(refused) > 0 {
-		log.Error("a worker's reply asked for recipients its job's thread does not name: left out", "refused", refused,
-			"worker", j.Owner)
-	}
-	if len(quiet) > 0 {
-		log.Info("the run found no change: its reply goes to whoever asked for it, the thread and its lists hear nothing",
-			"not_mailed", quiet, "finding", finding)
-	}
-	if len(to) == 0 {
-		if len(quiet) > 0 {
-			m.Dropped.WithLabelValues("no-change").Inc()
-		} else {
-			m.Dropped.WithLabelValues("unaddressable").Inc()
-		}
-		return nil
-	}
-	q, err := queueMail(ctx, tx, ob, outbox.Message{MessageID: r.MessageID, From: mailbox.AddrOf(cfg.Reply.From), To: to,
-		Raw: r.Raw, ThreadID: threadRoot(req.Thread)})
+	run, err := reports.LoadRun(dir)
 	if err != nil {
-		return fmt.Errorf("job %d: %w", j.ID, err)
+		return nil, "", err
 	}
-	q.record(ctx, m, log.With("worker", j.Owner))
-	return nil
+	run.Thread = req.Thread
+	run.ReplyID = jobReplyID(cfg, j)
+	run.Command = req.Command
+	run.Attestation = req.Attestation
+	run.Series, run.Range = len(req.Series.Patches), nil
+	if req.First > 0 {
+		first, last, err := req.Span()
+		if err != nil {
+			return nil, "", err
+		}
+		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Series.Patches)}
+	}
+	run.ResultsURL = resultsURL(cfg, dir, run.ResultsURL)
+	// The commands that reproduce it, as the pipeline writes them, from
+	// the coordinator's request and config; the base only when it is a
+	// commit.
+	repro := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile, Runs: req.Runs,
+		CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree, AA: req.AA, Base: req.BaseOverride}
+	if run.Range != nil {
+		repro.Patches = fmt.Sprintf("%d-%d", run.Range.First, run.Range.Last)
+	}
+	if repro.Base == "" && run.BaseChoice != nil && run.BaseChoice.How != reports.ByDefault && commitHash.MatchString(run.BaseCommit) {
+		repro.Base = run.BaseCommit
+	}
+	run.Commands = repro.Commands()
+	reply, _, err := reports.WriteReply(dir, run, cfg.Reply)
+	if err != nil {
+		return nil, "", err
+	}
+	aud := deskOf(cfg).Audience(&req, j.Trigger, j.Source, reply.Finding)
+	if quiet := aud.Narrow(&reply.Header); len(quiet) > 0 {
+		log.Info("the run found no change: its reply goes to whoever asked for it, the thread and its lists hear nothing",
+			"not_mailed", quiet, "finding", reply.Finding)
+		if len(reply.Header.To) == 0 {
+			m.Dropped.WithLabelValues("no-change").Inc()
+			return nil, "", nil
+		}
+	}
+	return reply, threadRoot(req.Thread), nil
+}
+
+var commitHash = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+
+// resultsURL is the link a collected run's reply gives: the dashboard's
+// page of it, else the worker's published copy when it is one of the
+// configured repository's pages (on github.com, or on the host of
+// publish.api_url), else none.
+func resultsURL(cfg config.Config, dir, worker string) string {
+	if base := cfg.Dashboard.BaseURL; base != "" {
+		return reports.RunURL(base, filepath.Base(dir))
+	}
+	if p := cfg.Publish; p != nil && p.Owner != "" && p.Repo != "" {
+		host := "github.com"
+		if api, err := url.Parse(p.APIURL); err == nil && p.APIURL != "" && api.Host != "" {
+			host = api.Host // GitHub Enterprise serves its pages on its API's host
+		}
+		prefix := "https://" + host + "/" + p.Owner + "/" + p.Repo + "/"
+		if u, err := url.Parse(worker); err == nil && strings.HasPrefix(worker, prefix) &&
+			u.User == nil && !strings.Contains(u.Path, "..") && !strings.ContainsAny(worker, " \t\r\n\\") {
+			return worker
+		}
+	}
+	return ""
 }
 
 // deskOf is the front desk of a config.
@@ -198,19 +246,4 @@ func deskOf(cfg config.Config) *intake.Desk {
 		srcs[config.SourceName(i, s)] = s
 	}
 	return &intake.Desk{Config: cfg.Config, Sources: srcs, Reply: cfg.Reply}
-}
-
-// findingOf is what the run collected into dir found, read from its
-// results by the coordinator itself; "" (the reply goes where it did
-// before: to the whole thread) when they cannot be read.
-func findingOf(dir string, log *slog.Logger) reports.Finding {
-	run, err := reports.LoadRun(dir)
-	if err == nil {
-		var f reports.Finding
-		if f, err = reports.FindingOf(run); err == nil {
-			return f
-		}
-	}
-	log.Error("reading what a collected run found", "run_dir", dir, "err", err)
-	return ""
 }

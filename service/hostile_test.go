@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/intake"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -45,7 +46,7 @@ func TestLongSeriesOneAnswerNoBuild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := out.Run.Failure; f == nil || f.Stage != reports.StageSeries {
+	if f := out.Run.Failure; f == nil || f.Stage != judge.StageSeries {
 		t.Fatalf("failure %+v, want the series refused", out.Run.Failure)
 	}
 	for _, want := range []string{"The series was not tested", "60 patches", "at most 50"} {

@@ -38,27 +38,19 @@ func (l *lease) deadline() time.Time {
 
 func (l *lease) lost() bool { return errors.Is(context.Cause(l.held), store.ErrLeaseLost) }
 
-// finish records the job's end (j as it stands, with more in the same
-// transaction when more is given), and says whether it was recorded. A
+// finish records the job's end (j as it stands, with its run's files when
+// it is done), and says whether it was recorded. A
 // failure of the database is retried for as long as the lease may hold:
 // the worker does not throw away a finished run because PostgreSQL
 // restarted. A lease found lost, or run out, or a shutdown, ends the
 // tries; the job is then another worker's, or this worker's next start's
 // (RecoverJobs).
-func (l *lease) finish(ctx context.Context, j *store.Job, log *slog.Logger, more func(*store.Tx) error) bool {
+func (l *lease) finish(ctx context.Context, j *store.Job, log *slog.Logger, files []store.RunFile) bool {
 	bg := context.WithoutCancel(ctx)
 	wait := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		tctx, cancel := context.WithTimeout(bg, 2*l.timeout)
-		err := l.store.UpdateHeld(tctx, func(tx *store.Tx) error {
-			if err := tx.FinishJob(tctx, j); err != nil {
-				return err
-			}
-			if more != nil {
-				return more(tx)
-			}
-			return nil
-		})
+		err := l.store.EndJob(tctx, j, files)
 		cancel()
 		switch {
 		case err == nil:

@@ -6,15 +6,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/patchbot/patchbot/bisect"
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/intake"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
@@ -83,9 +83,9 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
 	// Counters and times are positive with multiplicative noise: judge
-	// them on the log scale (see reports/stats.LogWelch).
-	opts := reports.Options{Test: stats.LogWelch}
-	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: opts,
+	// them on the log scale (see judge/stats.LogWelch).
+	opts := judge.Options{Test: stats.LogWelch}
+	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Options: opts},
 		ReplyID: req.ReplyID, Command: req.Command, Series: len(series.Patches), Attestation: req.Attestation}
 	if req.First > 0 {
 		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(series.Patches)}
@@ -100,15 +100,11 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 		repro.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
 	}
 	// Runs 0: as many rounds as the evidence needs, by the sequential rule
-	// (reports/stats.DefaultRule), on a host checked to be quiet around
+	// (judge/stats.DefaultRule), on a host checked to be quiet around
 	// each round; otherwise the number asked for.
-	var plan *suites.Plan
+	plan := invm.FixedPlan(req.Profile, req.Runs, p.Progress)
 	if req.Runs == 0 {
-		pl := reports.Plan(stats.DefaultRule, opts)
-		pl.Host = suites.ReadHostLoad(250 * time.Millisecond)
-		pl.QuietWait = time.Minute
-		pl.Repeats, pl.Calibrate = suites.BusyRepeats, suites.Calibrate
-		plan = &pl
+		plan.Stop, plan.Quiet = judge.Rounds{Rule: stats.DefaultRule, Options: opts}, suites.HostQuiet()
 	}
 	// choose, build base, apply and build (one build a patch when there
 	// are several), the suites, report; a bisection adds its steps.
@@ -137,9 +133,8 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 	// The suites, A against B.
 	var failed error
 	if kernels.Err == nil {
-		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: series.Files, Profile: req.Profile,
-			Runs: req.Runs, Plan: plan, Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1,
-			Progress: p.Progress, OnSuite: st.suite})
+		m, err := invm.Measure(ctx, p.Tester, invm.Job{Suites: req.Suites, Files: series.Files, Plan: plan,
+			Base: kernels.A, Patched: kernels.B, BaseIsPrefix: first > 1, OnSuite: st.suite})
 		if err != nil && !blame.IsPatch(err) {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/intake"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
@@ -73,8 +74,9 @@ func (f *effectTester) Test(ctx context.Context, s invm.Spec) (*invm.Outcome, er
 		// 9.6 on the base, 1.1 with the whole change: interpolated on the
 		// log scale by the share of the change the kernel carries.
 		wpr := 9.6 * math.Pow(1.1/9.6, f.effect(b.Series))
-		r := &suites.Result{Suite: s.Suite, Profile: s.Profile, Kernel: label, Accel: "tcg", CPUs: 2, MemMiB: 1024}
-		for i := 0; i < s.Runs; i++ {
+		r := &suites.Result{Suite: s.Suite, Profile: s.Plan.Profile, Kernel: label, Accel: "tcg", CPUs: 2, MemMiB: 1024}
+		runs, _ := s.Plan.Stop.Bounds()
+		for i := 0; i < runs; i++ {
 			noise := float64(i%3-1) * 0.02
 			r.Samples = append(r.Samples,
 				suites.Sample{Suite: s.Suite, Workload: "read-storm", Params: map[string]string{"threads": "64"},
@@ -151,7 +153,7 @@ func TestBisectionNamesTheCause(t *testing.T) {
 					t.Errorf("%d extra measurements (recorded %d), want at most %d", extra, bi.Measurements, bound)
 				}
 				for _, s := range te.specs[1:] {
-					if s.Runs != 3 || s.Suite != "cache-contention" || s.Base.Series != 0 {
+					if runs, _ := s.Plan.Stop.Bounds(); runs != 3 || s.Suite != "cache-contention" || s.Base.Series != 0 {
 						t.Errorf("step %+v: want the same suite, 3 runs, against the base", s)
 					}
 				}
@@ -201,7 +203,7 @@ func TestSecondPatchBreaksTheBuild(t *testing.T) {
 		t.Errorf("measured %d times a series that does not build", len(te.specs))
 	}
 	f := out.Run.Failure
-	if f == nil || f.Stage != reports.StageBuild || f.Patch != "[PATCH 2/3] squashfs: step 2" {
+	if f == nil || f.Stage != judge.StageBuild || f.Patch != "[PATCH 2/3] squashfs: step 2" {
 		t.Fatalf("failure %+v, want patch 2's build failure", f)
 	}
 	body := out.Reply.Body

@@ -19,11 +19,12 @@ import (
 // and neither end trusts them: they are bounded where they are read, and
 // their names checked where they are written.
 
-// The bounds of a run directory's files, before they are stored.
+// The bounds of a run directory's files, before they are stored: the
+// store's, which PostgreSQL enforces on a worker too.
 const (
-	maxRunFile  = 16 << 20
-	maxRunTotal = 64 << 20
-	maxRunFiles = 1000
+	maxRunFile  = store.MaxRunFile
+	maxRunTotal = store.MaxRunTotal
+	maxRunFiles = store.MaxRunFiles
 )
 
 // readRun reads the regular files of a run directory, by slash-separated
@@ -50,8 +51,12 @@ func readRun(dir string) ([]store.RunFile, error) {
 		if err != nil {
 			return err
 		}
+		if len(rel) > store.MaxRunName {
+			return nil // no such name is written out (runFileName)
+		}
 		if len(data) > maxRunFile {
-			data = append([]byte(fmt.Sprintf("[patchbot: the first %d bytes were cut]\n", len(data)-maxRunFile)), data[len(data)-maxRunFile:]...)
+			cut := len(data) - (maxRunFile - 64) // room for the mark
+			data = append([]byte(fmt.Sprintf("[patchbot: the first %d bytes were cut]\n", cut)), data[cut:]...)
 		}
 		if total += len(data); total > maxRunTotal {
 			return fmt.Errorf("the run directory holds more than %d MiB", maxRunTotal>>20)

@@ -15,22 +15,20 @@ import (
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
-	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
 
 // Worker runs test jobs from the store's queue, one at a time: it claims
 // the job that fits it best, holds it by a lease that it renews while the
-// job runs, and ends it in one transaction with its run's files and its
-// reply (the coordinator writes the files into the run directory and
-// sends the reply). It runs inside `patchbot watch` on a single host, or
+// job runs, and ends it with its run's files, at once (the coordinator
+// writes the files into the run directory, and renders and sends the
+// reply). It runs inside `patchbot watch` on a single host, or
 // alone on each test host of a fleet (`patchbot worker`).
 //
 // A worker that dies mid-job (kill -9, its host gone) loses the lease; the
 // job is then claimable by another worker and counts a crash. Whatever the
 // dead worker's job did is thrown away: a late end is refused
-// (store.ErrLeaseLost), and its reply, were it to come, has the job's
-// Message-ID, which the outbox holds once. A worker cut off from the
+// (store.ErrLeaseLost), and its run is never answered. A worker cut off from the
 // database stops the job itself once its lease may have run out (by its
 // own monotonic clock, from the last renewal it saw succeed), so that it
 // does not go on with work another worker now holds.
@@ -379,33 +377,15 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 			w.retry(j, err, log)
 			break
 		}
-		var reply *store.JobReply
-		if !req.NoMail {
-			if reply, err = reportOf(j, out.Reply); err != nil {
-				log.Error("reply not sent: it cannot be encoded or addressed", "message_id", out.Reply.Header.MessageID, "err", err)
-				w.Metrics.Dropped.WithLabelValues("unaddressable").Inc()
-			}
-		}
 		j.State, j.Stage = store.JobDone, "done"
-		// The job's end, its results and its reply, in one transaction:
-		// none of them is kept without the others. The coordinator puts
-		// the reply in the outbox when it collects the run; the reply is
-		// not held to the quotas: the job was accepted under them, and
-		// its recipients were capped when it was queued.
-		if !l.finish(ctx, j, log, func(tx *store.Tx) error {
-			if err := tx.PutRunFiles(context.WithoutCancel(ctx), j.ID, files); err != nil {
-				return err
-			}
-			if reply != nil {
-				return tx.PutJobReply(context.WithoutCancel(ctx), *reply)
-			}
-			return nil
-		}) {
+		// The job's end and its results, in one call: neither is kept
+		// without the other. The worker reports results, never mail: the
+		// coordinator renders the reply from them and its own record of
+		// the job when it collects the run (CollectRuns).
+		if !l.finish(ctx, j, log, files) {
 			return
 		}
-		if reply != nil {
-			w.Metrics.Replies.Inc()
-		} else if req.NoMail {
+		if req.NoMail {
 			log.Info("reply kept with the run, not mailed (a dashboard run)", "run_dir", j.RunDir)
 		}
 		w.step(StepJobReplied)
@@ -417,20 +397,6 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 		return
 	}
 	end()
-}
-
-// reportOf is the reply a worker reports with a job's run: the mail and
-// the envelope it asks for.
-func reportOf(j *store.Job, r *reports.Reply) (*store.JobReply, error) {
-	raw, err := r.Bytes()
-	if err != nil {
-		return nil, err
-	}
-	rcpt, err := r.Recipients()
-	if err != nil {
-		return nil, err
-	}
-	return &store.JobReply{JobID: j.ID, MessageID: r.Header.MessageID, Recipients: rcpt, Raw: raw}, nil
 }
 
 // retry queues a job again after an infrastructure failure, with a

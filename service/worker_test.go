@@ -40,19 +40,13 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			id, _, _ := st.AddJob(ctx, store.Job{Dedupe: "a", Request: []byte("{}")})
+			st.AddJob(ctx, store.Job{Dedupe: "a", Request: []byte("{}")})
 			j, err := st.ClaimJob(ctx, store.Claim{Worker: "w", Lease: time.Hour, At: time.Now()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = st.Update(ctx, func(tx *store.Tx) error {
-				j.State = store.JobDone
-				if err := tx.FinishJob(ctx, j); err != nil {
-					return err
-				}
-				return tx.PutRunFiles(ctx, id, []store.RunFile{{Name: "reply.eml", Data: []byte("mail")}, {Name: tc.name, Data: []byte("x")}})
-			})
-			if err != nil {
+			j.State = store.JobDone
+			if err := st.EndJob(ctx, j, []store.RunFile{{Name: "reply.eml", Data: []byte("mail")}, {Name: tc.name, Data: []byte("x")}}); err != nil {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
@@ -131,7 +125,7 @@ func TestReadRunIsBounded(t *testing.T) {
 		t.Fatalf("read %d files: %v", len(got), len(files))
 	}
 	log := got["logs/build.log"]
-	if len(log) > maxRunFile+100 || !strings.HasPrefix(string(log), "[patchbot: the first 10 bytes were cut]") ||
+	if len(log) > maxRunFile || !strings.HasPrefix(string(log), "[patchbot: the first 74 bytes were cut]") ||
 		!strings.HasSuffix(string(log), "LAST") {
 		t.Errorf("the big log was kept as %d bytes starting %q", len(log), log[:min(60, len(log))])
 	}

@@ -8,12 +8,26 @@ import (
 	"time"
 )
 
+// Base kernels' rounds are kept by who saved them: on PostgreSQL the
+// database role of the worker (or coordinator) that measured them, so
+// that no worker reads or replaces another host's; on SQLite, one host's,
+// by nobody in particular ("").
+
 // PutBaseRounds keeps a base kernel's rounds (a suites.Result as JSON)
 // under key (suites/invm.BaseKey), replacing what was kept before.
 func (s *Store) PutBaseRounds(ctx context.Context, key string, result []byte, saved time.Time) error {
-	_, err := s.r.ExecContext(ctx, `INSERT INTO base_rounds (key, result, saved) VALUES (?, ?, ?)
-		ON CONFLICT(key) DO UPDATE SET result = excluded.result, saved = excluded.saved`,
-		key, result, saved.UTC().Format(time.RFC3339Nano))
+	if len(key) > MaxBaseKey || len(result) > MaxBaseRounds {
+		return fmt.Errorf("keeping base rounds %.128s: %d bytes under a key of %d (at most %d and %d)",
+			key, len(result), len(key), MaxBaseRounds, MaxBaseKey)
+	}
+	at := saved.UTC().Format(time.RFC3339Nano)
+	var err error
+	if s.r.d.postgres() {
+		_, err = s.r.ExecContext(ctx, `SELECT patchbot_put_base_rounds(?, ?, ?)`, key, result, at)
+	} else {
+		_, err = s.r.ExecContext(ctx, `INSERT INTO base_rounds (owner, key, result, saved) VALUES ('', ?, ?, ?)
+			ON CONFLICT(owner, key) DO UPDATE SET result = excluded.result, saved = excluded.saved`, key, result, at)
+	}
 	if err != nil {
 		return fmt.Errorf("keeping base rounds %s: %w", key, err)
 	}
@@ -24,7 +38,11 @@ func (s *Store) PutBaseRounds(ctx context.Context, key string, result []byte, sa
 // kept; ok is false when none are.
 func (s *Store) BaseRounds(ctx context.Context, key string) (result []byte, saved time.Time, ok bool, err error) {
 	var at string
-	err = s.r.QueryRowContext(ctx, `SELECT result, saved FROM base_rounds WHERE key = ?`, key).Scan(&result, &at)
+	q := `SELECT result, saved FROM base_rounds WHERE owner = '' AND key = ?`
+	if s.r.d.postgres() {
+		q = `SELECT result, saved FROM patchbot_base_rounds(?)`
+	}
+	err = s.r.QueryRowContext(ctx, q, key).Scan(&result, &at)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, time.Time{}, false, nil
 	}

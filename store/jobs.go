@@ -314,6 +314,9 @@ func (s *Store) ClaimJob(ctx context.Context, c Claim) (*Job, error) {
 		return nil, errors.New("claiming a job: no lease")
 	}
 	d := s.r.d
+	if d.postgres() {
+		return s.claimJobPG(ctx, c)
+	}
 	atSQL, atArg := d.at(c.At, 0)
 	leaseSQL, leaseArg := d.at(c.At, c.Lease)
 	nowSQL, nowArg := d.at(time.Time{}, 0)
@@ -428,6 +431,18 @@ func (s *Store) FailSpentJobs(ctx context.Context, maxAttempts int) (int, error)
 // lease on that job until at+lease (a zero at: the database's clock). It
 // fails with ErrLeaseLost when the worker no longer holds the job.
 func (s *Store) Heartbeat(ctx context.Context, worker string, jobID int64, lease time.Duration, at time.Time) error {
+	if s.r.d.postgres() {
+		var held bool
+		atArg, untilArg := pgTimes(at, lease)
+		if err := s.r.QueryRowContext(ctx, `SELECT patchbot_heartbeat(?, ?, ?, ?, ?)`,
+			worker, jobID, lease.Seconds(), atArg, untilArg).Scan(&held); err != nil {
+			return fmt.Errorf("heartbeat of %s: %w", worker, err)
+		}
+		if !held {
+			return fmt.Errorf("renewing the lease of job %d: %w", jobID, ErrLeaseLost)
+		}
+		return nil
+	}
 	t, ta := s.r.d.at(at, 0)
 	if _, err := s.r.ExecContext(ctx, `UPDATE workers SET heartbeat = `+t+`, stopped = '',
 		since = CASE WHEN job_id = ? THEN since ELSE `+t+` END, job_id = ? WHERE name = ?`,
@@ -452,6 +467,11 @@ func (s *Store) Heartbeat(ctx context.Context, worker string, jobID int64, lease
 // SetStage records the stage of a job its worker holds, for the
 // dashboard.
 func (s *Store) SetStage(ctx context.Context, jobID int64, worker, stage string) error {
+	stage = clip(stage, MaxStage)
+	if s.r.d.postgres() {
+		_, err := s.r.ExecContext(ctx, `SELECT patchbot_set_stage(?, ?, ?)`, worker, jobID, stage)
+		return err
+	}
 	t, ta := s.r.d.at(time.Time{}, 0)
 	_, err := s.r.ExecContext(ctx, `UPDATE jobs SET stage = ?, updated = `+t+` WHERE id = ? AND owner = ? AND state = ?`,
 		stage, ta, jobID, worker, JobRunning)
@@ -464,16 +484,50 @@ func (s *Store) SetStage(ctx context.Context, jobID int64, worker, stage string)
 // time before which it must not run again, and its run directory. It
 // fails with ErrLeaseLost, changing nothing, when j.Owner no longer holds
 // the job.
-func (s *Store) FinishJob(ctx context.Context, j *Job) error { return finishJob(ctx, s.r, j) }
+func (s *Store) FinishJob(ctx context.Context, j *Job) error { return s.EndJob(ctx, j, nil) }
 
-// FinishJob is Store.FinishJob inside the transaction: with the run's
-// files and its reply, so that the three are kept together or not at all.
-func (t *Tx) FinishJob(ctx context.Context, j *Job) error { return finishJob(ctx, t.r, j) }
-
-func finishJob(ctx context.Context, r runner, j *Job) error {
+// EndJob is FinishJob with the run's files, kept together or not at all:
+// a job is never done without its results, and nothing is added to a run
+// once its job has ended. Only a job done has files. Each field is cut to
+// its size (MaxStage, MaxJobError); files over theirs (MaxRunFile,
+// MaxRunTotal, MaxRunFiles, MaxRunName) are refused.
+func (s *Store) EndJob(ctx context.Context, j *Job, files []RunFile) error {
+	j.Stage, j.Error = clip(j.Stage, MaxStage), clip(j.Error, MaxJobError)
+	if err := checkRun(files); err != nil {
+		return fmt.Errorf("ending job %d: %w", j.ID, err)
+	}
+	if len(files) > 0 && j.State != JobDone {
+		return fmt.Errorf("ending job %d: only a job done keeps a run", j.ID)
+	}
 	owner := j.Owner
+	var err error
+	if s.r.d.postgres() {
+		err = endJobPG(ctx, s.r, s.worker, j, files)
+	} else {
+		err = s.UpdateHeld(ctx, func(tx *Tx) error {
+			if err := finishJob(ctx, tx.r, j); err != nil {
+				return err
+			}
+			return putRunFiles(ctx, tx.r, j.ID, files)
+		})
+	}
+	if err != nil {
+		j.Owner = owner
+		if errors.Is(err, ErrLeaseLost) {
+			return err
+		}
+		return fmt.Errorf("ending job %d: %w", j.ID, err)
+	}
 	if j.State == JobQueued {
 		j.Owner = "" // nobody holds a queued job
+	}
+	return nil
+}
+
+func finishJob(ctx context.Context, r runner, j *Job) error {
+	owner, next := j.Owner, j.Owner
+	if j.State == JobQueued {
+		next = ""
 	}
 	nbSQL, nbArg := "?", any(fmtTime(j.NotBefore))
 	if j.RetryAfter > 0 {
@@ -483,17 +537,26 @@ func finishJob(ctx context.Context, r runner, j *Job) error {
 	res, err := r.ExecContext(ctx, `UPDATE jobs SET state = ?, stage = ?, blame = ?, error = ?, attempts = ?,
 		not_before = `+nbSQL+`, run_dir = ?, owner = ?, lease_until = '', updated = `+t+`
 		WHERE id = ? AND owner = ? AND state = ?`,
-		j.State, j.Stage, j.Blame, j.Error, j.Attempts, nbArg, j.RunDir, j.Owner, ta,
+		j.State, j.Stage, j.Blame, j.Error, j.Attempts, nbArg, j.RunDir, next, ta,
 		j.ID, owner, JobRunning)
 	if err != nil {
-		j.Owner = owner
-		return fmt.Errorf("ending job %d: %w", j.ID, err)
+		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
-		j.Owner = owner
 		return fmt.Errorf("ending job %d: %w", j.ID, ErrLeaseLost)
 	}
 	return nil
+}
+
+// clip cuts s to at most n bytes, at a rune's start.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // UpdateJob records a job's state, stage, blame, error, attempts,
@@ -516,7 +579,19 @@ func (s *Store) UpdateJob(ctx context.Context, j *Job) error {
 // job that kills its worker must not keep killing workers at the head of
 // the queue. It returns the jobs requeued and parked.
 func (s *Store) RecoverJobs(ctx context.Context, owner string, maxCrashes int) (requeued, parked []*Job, err error) {
-	requeued, parked, err = s.loseJobs(ctx, maxCrashes, `owner = ?`, owner)
+	if s.r.d.postgres() {
+		var jobs []*Job
+		jobs, err = queryJobs(ctx, s.r, `SELECT `+jobColumns+` FROM patchbot_recover(?, ?)`, owner, maxCrashes)
+		for _, j := range jobs {
+			if j.State == JobParked {
+				parked = append(parked, j)
+			} else {
+				requeued = append(requeued, j)
+			}
+		}
+	} else {
+		requeued, parked, err = s.loseJobs(ctx, maxCrashes, `owner = ?`, owner)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("recovering interrupted jobs: %w", err)
 	}

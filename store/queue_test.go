@@ -313,29 +313,25 @@ func TestRunFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		boom := errors.New("boom")
 		files := []RunFile{{"run.json", []byte(`{"a":1}`)}, {"logs/build.log", []byte{0, 1, 2, 255}}}
-		err = s.Update(ctx, func(tx *Tx) error {
-			if err := tx.PutRunFiles(ctx, id, files); err != nil {
-				return err
-			}
-			return boom
-		})
-		if !errors.Is(err, boom) {
-			t.Fatal(err)
+		// A run over its size is refused, and the job's end with it.
+		j.State = JobDone
+		big := []RunFile{{"a", make([]byte, MaxRunFile+1)}}
+		if err := s.EndJob(ctx, j, big); err == nil {
+			t.Fatal("a run file over MaxRunFile was kept")
 		}
 		if p, _ := s.PendingRuns(ctx, 10); len(p) != 0 {
-			t.Fatalf("a rolled-back run is pending: %v", p)
+			t.Fatalf("a refused run is pending: %v", p)
 		}
-		err = s.Update(ctx, func(tx *Tx) error {
-			j.State = JobDone
-			if err := tx.FinishJob(ctx, j); err != nil {
-				return err
-			}
-			return tx.PutRunFiles(ctx, id, files)
-		})
-		if err != nil {
+		if got, _ := s.Job(ctx, id); got.State != JobRunning {
+			t.Fatalf("the job ended without its run: %s", got.State)
+		}
+		if err := s.EndJob(ctx, j, files); err != nil {
 			t.Fatal(err)
+		}
+		// Nothing is added to a run once its job has ended.
+		if err := s.EndJob(ctx, j, files[:1]); !errors.Is(err, ErrLeaseLost) {
+			t.Fatalf("a second end of the job: %v, want ErrLeaseLost", err)
 		}
 		if p, _ := s.PendingRuns(ctx, 10); fmt.Sprint(p) != fmt.Sprint([]int64{id}) {
 			t.Fatalf("PendingRuns = %v", p)

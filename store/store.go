@@ -190,7 +190,13 @@ var migrations = []step{
 	// workers read and write them (each worker's key holds its host).
 	{sql: baseRoundsStep, postgres: translate(baseRoundsStep) + `
 	GRANT SELECT, INSERT, UPDATE ON base_rounds TO patchbot_worker;`},
-	// 10: mail whose ingest failed. A try that ended in an error (not a
+	// 10: a worker is a stranger to the coordinator. Base kernels' rounds
+	// are kept by who saved them; on PostgreSQL a worker's role loses
+	// every table grant and row policy, and does what a worker does
+	// through functions that check its name, its hold on the job and the
+	// sizes of what it writes (holder.go).
+	{sql: ownedBaseRoundsStep, postgres: translate(ownedBaseRoundsStep) + holderStep},
+	// 11: mail whose ingest failed. A try that ended in an error (not a
 	// death) is counted apart with its error, so that a mail that fails
 	// every time is set aside with the reason, and its source reads on.
 	{sql: `
@@ -314,6 +320,9 @@ var uriPath = strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23")
 type Store struct {
 	db *sql.DB
 	r  runner
+	// worker: the connection's role is one of a fleet's workers
+	// (OpenWorker), which act on the database's clock alone.
+	worker bool
 }
 
 // IsPostgres says whether a database name is a PostgreSQL URL
@@ -360,6 +369,10 @@ func OpenWorker(name string) (*Store, error) {
 		}
 		return nil, fmt.Errorf("opening store %s: schema version %d is newer than this worker knows (%d): upgrade the worker: %w",
 			where, v, len(migrations), ErrSchema)
+	}
+	if _, s.worker, err = s.Role(context.Background()); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("opening store %s: %w", where, err)
 	}
 	return s, nil
 }

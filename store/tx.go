@@ -31,8 +31,8 @@ func (s *Store) Update(ctx context.Context, fn func(*Tx) error) error {
 }
 
 // UpdateHeld runs fn in one transaction as Update does, but without the
-// write lock: for a worker's writes to the rows it holds (its job's end,
-// its run's files and reply), which depend on no read another writer
+// write lock: for a worker's writes to the rows it holds (its job's end
+// and its run's files, EndJob on SQLite), which depend on no read another writer
 // could change before the commit, only on the job's row itself, which
 // PostgreSQL locks. Ending a job does not wait, then, for every other
 // write of the fleet; a fleet's workers end jobs side by side.

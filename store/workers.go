@@ -33,6 +33,15 @@ func (s *Store) RegisterWorker(ctx context.Context, w WorkerInfo) error {
 	if err != nil {
 		return err
 	}
+	if len(caps) > MaxCaps || len(w.Host) > MaxHost || len(w.Name) > MaxWorkerName {
+		return fmt.Errorf("registering worker %.128s: its name, host or capabilities are over their size", w.Name)
+	}
+	if s.r.d.postgres() {
+		if _, err := s.r.ExecContext(ctx, `SELECT patchbot_register(?, ?, ?)`, w.Name, w.Host, string(caps)); err != nil {
+			return fmt.Errorf("registering worker %s: %w", w.Name, err)
+		}
+		return nil
+	}
 	t, ta := s.r.d.at(time.Time{}, 0)
 	if _, err := s.r.ExecContext(ctx, `INSERT INTO workers (name, host, caps, job_id, started, since, heartbeat, stopped)
 		VALUES (?, ?, ?, 0, `+t+`, `+t+`, `+t+`, '')
@@ -46,6 +55,10 @@ func (s *Store) RegisterWorker(ctx context.Context, w WorkerInfo) error {
 
 // StopWorker records a worker's clean stop.
 func (s *Store) StopWorker(ctx context.Context, name string) error {
+	if s.r.d.postgres() {
+		_, err := s.r.ExecContext(ctx, `SELECT patchbot_stop_worker(?)`, name)
+		return err
+	}
 	t, ta := s.r.d.at(time.Time{}, 0)
 	_, err := s.r.ExecContext(ctx, `UPDATE workers SET stopped = `+t+`, heartbeat = `+t+`, since = `+t+`, job_id = 0
 		WHERE name = ?`, ta, ta, ta, name)

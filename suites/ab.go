@@ -39,61 +39,86 @@ type Side struct {
 	Accel  string // from the boot, for the Result
 	// Params are extra request parameters, e.g. ParamImage = "/dev/vda".
 	Params map[string]string
+	// Done are the side's rounds measured before, when the run goes on
+	// from them (RunAB); nil for a fresh run.
+	Done *Result
 }
 
-// Plan says how many rounds RunAB runs: Min on every side, then one more
-// on every side at a time until Settled says the evidence is enough, or
-// Max. The statistics behind Settled live in reports/ (reports.Plan makes
-// one from a stats.Rule); a Plan without Settled runs Max rounds.
-type Plan struct {
-	Min, Max int
-	// Settled is asked after every round from the Min-th on, with one
-	// Result per side so far (in the order of the sides); true stops.
-	Settled func(sides []*Result) bool
-	// Futile is asked when Settled says no: true stops the rounds for
-	// futility (StopFutile), more could not settle them.
-	Futile func(sides []*Result) bool
-	// Rule names the rule behind Settled. It is recorded in every Result
-	// (Result.Plan), so that judging the results again applies it.
-	Rule string
+// Stopping says when the rounds of an A/B run stop: the fewest and the
+// most rounds a side, and, between them, after each round, whether the
+// evidence is enough. The statistics behind it are package judge's
+// (judge.Rounds); Fixed is a number of rounds set in advance.
+type Stopping interface {
+	// Bounds are the fewest and the most rounds a side (round numbers,
+	// for a run that goes on from earlier rounds).
+	Bounds() (min, max int)
+	// Stop is asked after every round from the fewest on while the most
+	// is not reached, with one Result per side so far (in the order of
+	// the sides): why the rounds stop (StopSettled, StopFutile), or "" to
+	// go on.
+	Stop(sides []*Result) string
+	// Plan names the rule, as every Result records it (Result.Plan), so
+	// that judging the results again applies it; "" for none.
+	Plan() string
+}
+
+// Fixed runs exactly that many rounds on every side.
+type Fixed int
+
+// Bounds are n and n.
+func (n Fixed) Bounds() (int, int) { return int(n), int(n) }
+
+// Stop never stops early.
+func (Fixed) Stop([]*Result) string { return "" }
+
+// Plan is "": a fixed number of rounds records no rule.
+func (Fixed) Plan() string { return "" }
+
+// Quiet is how RunAB keeps the host quiet around the rounds and records
+// its load: the readings, what counts as busy, how often a busy round is
+// run again, how long to wait for a busy host, and the host's calibration.
+// The zero value reads nothing and repeats nothing.
+type Quiet struct {
 	// Host reads the load of the host that drives the rounds, before and
 	// after every round; nil records none.
 	Host func() (HostLoad, error)
 	// Busy says whether a reading shows the host too busy for a round to
 	// count (nil: DefaultBusy). A round is busy when the reading before or
 	// after it is. A busy round is run again, up to Repeats times in all
-	// (0: Max, negative: never); one beyond that is kept and flagged
-	// (Round.Busy), and the results are marked noisy (Result.Noisy).
+	// (0: the most rounds a side, negative: never); one beyond that is
+	// kept and flagged (Round.Busy), and the results are marked noisy
+	// (Result.Noisy).
 	Busy    func(HostLoad) bool
 	Repeats int
 	// Calibrate, when set, times the host before the first round; its
 	// reading is recorded in every Result (Result.Calibration).
 	Calibrate func() (Calibration, error)
-	// First is the number of the first round (0: 1), for rounds that go
-	// on from earlier ones of the same run, whose guests are prepared
-	// already (no prepare-suite again); Min and Max are round numbers as
-	// well.
-	First int
-	// QuietWait is how long to wait, before a round, for a busy host to
-	// become quiet (reading it every quietPoll) before running the round
-	// anyway; 0 does not wait.
-	QuietWait time.Duration
+	// Wait is how long to wait, before a round, for a busy host to become
+	// quiet (reading it every quietPoll) before running the round anyway;
+	// 0 does not wait.
+	Wait time.Duration
+}
+
+// HostQuiet is the pipeline's quiet on this machine: the host's load read
+// around every round (ReadHostLoad over a quarter of a second), a busy
+// round run again up to BusyRepeats times, up to a minute's wait for a
+// busy host, and the host calibrated before the rounds.
+func HostQuiet() Quiet {
+	return Quiet{Host: ReadHostLoad(250 * time.Millisecond), Repeats: BusyRepeats, Calibrate: Calibrate, Wait: time.Minute}
 }
 
 // quietPoll is how often a busy host is read again while waiting for it.
 var quietPoll = 2 * time.Second
 
-// FixedPlan runs exactly rounds rounds on every side.
-func FixedPlan(rounds int) Plan { return Plan{Min: rounds, Max: rounds} }
-
-func (p Plan) check() error {
-	if p.Min < 1 {
-		return fmt.Errorf("plan: min %d rounds: want at least 1", p.Min)
+func checkBounds(stop Stopping) (min, max int, err error) {
+	min, max = stop.Bounds()
+	if min < 1 {
+		return 0, 0, fmt.Errorf("plan: min %d rounds: want at least 1", min)
 	}
-	if p.Max < p.Min {
-		return fmt.Errorf("plan: max %d rounds is below min %d", p.Max, p.Min)
+	if max < min {
+		return 0, 0, fmt.Errorf("plan: max %d rounds is below min %d", max, min)
 	}
-	return nil
+	return min, max, nil
 }
 
 // Why the rounds of a run ended (Result.Stop).
@@ -136,10 +161,10 @@ type Round struct {
 	N       int       `json:"n"`
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
-	// Before and After are the host's load around the round (Plan.Host).
+	// Before and After are the host's load around the round (Quiet.Host).
 	Before *HostLoad `json:"before,omitempty"`
 	After  *HostLoad `json:"after,omitempty"`
-	// Busy: the host was busy around the round (Plan.Busy).
+	// Busy: the host was busy around the round (Quiet.Busy).
 	Busy bool `json:"busy,omitempty"`
 	// Repeated: the round was busy and run again; its samples are not in
 	// the Result.
@@ -147,45 +172,52 @@ type Round struct {
 }
 
 // RunAB runs rounds of cfg on every side, interleaved (A B A B …, so that
-// drift hits both sides alike), for as many rounds as plan asks, and
-// returns one Result per side with the samples of all rounds, the record
-// of every round and why the rounds stopped. Progress gets a line per
-// round and side.
-func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress io.Writer) ([]*Result, error) {
+// drift hits both sides alike), for as many rounds as stop says, keeping
+// the host as quiet says, and returns one Result per side with the samples
+// of all rounds, the record of every round and why the rounds stopped.
+// Progress gets a line per round and side.
+//
+// A side with Done goes on from those rounds: the new ones are numbered on
+// from the last round of any side, judged with them and added to them, and
+// no guest is prepared again. A side without a Guest is not run: its Done
+// stands for it (base rounds kept from an earlier run).
+func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet Quiet, progress io.Writer) ([]*Result, error) {
 	if len(sides) == 0 {
 		return nil, errors.New("no kernels to run")
 	}
-	if err := plan.check(); err != nil {
+	lo, hi, err := checkBounds(stop)
+	if err != nil {
 		return nil, err
 	}
 	if progress == nil {
 		progress = io.Discard
 	}
-	busy := plan.Busy
+	busy := quiet.Busy
 	if busy == nil {
 		busy = DefaultBusy
 	}
-	repeats := plan.Repeats
+	repeats := quiet.Repeats
 	if repeats == 0 {
-		repeats = plan.Max
+		repeats = hi
 	}
 	repeats = max(0, repeats)
-	of := strconv.Itoa(plan.Max)
-	if plan.Settled != nil && plan.Max > plan.Min {
+	sequential := hi > lo
+	of := strconv.Itoa(hi)
+	if sequential {
 		of = "≤" + of
 	}
-	out := make([]*Result, len(sides))
+	fresh := make([]*Result, len(sides))
 	records := make([][]Round, len(sides))
 	start := time.Now()
-	stop := StopFixed
-	if plan.Settled != nil && plan.Max > plan.Min {
-		stop = StopMax
+	why := StopFixed
+	if sequential {
+		why = StopMax
 	}
 	read := func() *HostLoad {
-		if plan.Host == nil {
+		if quiet.Host == nil {
 			return nil
 		}
-		l, err := plan.Host()
+		l, err := quiet.Host()
 		if err != nil {
 			fmt.Fprintf(progress, "reading the host's load: %v\n", err)
 			return nil
@@ -200,7 +232,7 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 			return last, nil
 		}
 		l := read()
-		for waited := time.Duration(0); l != nil && busy(*l) && waited < plan.QuietWait; waited += quietPoll {
+		for waited := time.Duration(0); l != nil && busy(*l) && waited < quiet.Wait; waited += quietPoll {
 			select {
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -210,9 +242,10 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 		}
 		return l, nil
 	}
+	n := lastRound(sides)
 	var calib *Calibration
-	if plan.Calibrate != nil {
-		k, err := plan.Calibrate()
+	if quiet.Calibrate != nil && n == 0 {
+		k, err := quiet.Calibrate()
 		if err != nil {
 			fmt.Fprintf(progress, "calibrating the host: %v\n", err)
 		} else {
@@ -221,7 +254,7 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 		}
 	}
 	prepared := make([]Prepared, len(sides))
-	if plan.First <= 1 {
+	if n == 0 {
 		var err error
 		if prepared, err = prepare(ctx, cfg, sides); err != nil {
 			return nil, err
@@ -229,20 +262,22 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 		fmt.Fprintf(progress, "%s prepared %s in %s\n",
 			cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
 	}
-	n := max(plan.First, 1) - 1
-	for n < plan.Max {
+	for n < hi {
 		n++
 		for i, s := range sides {
+			if s.Guest == nil {
+				continue
+			}
 			for {
 				b, err := before()
 				if err != nil {
-					return out, err
+					return fresh, err
 				}
 				rec := Round{N: n, Started: time.Now().UTC(), Before: b}
 				res, err := runOne(ctx, cfg, s, n)
 				rec.Seconds = time.Since(rec.Started).Seconds()
 				if err != nil {
-					return out, err
+					return fresh, err
 				}
 				rec.After = read()
 				last = rec.After
@@ -262,20 +297,22 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 					repeats--
 					continue
 				}
-				out[i] = merge(out[i], res)
+				fresh[i] = merge(fresh[i], res)
 				break
 			}
 		}
-		if stop != StopFixed && n >= plan.Min && plan.Settled(out) {
-			stop = StopSettled
-			break
+		if !sequential || n < lo {
+			continue
 		}
-		if stop != StopFixed && n >= plan.Min && n < plan.Max && plan.Futile != nil && plan.Futile(out) {
-			stop = StopFutile
+		if w := stop.Stop(soFar(sides, fresh)); w == StopSettled || w == StopFutile && n < hi {
+			why = w
 			break
 		}
 	}
-	for i, r := range out {
+	for i, r := range fresh {
+		if r == nil {
+			continue
+		}
 		for k, v := range prepared[i].Phases {
 			if r.Phases == nil {
 				r.Phases = map[string]float64{}
@@ -283,8 +320,8 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 			r.Phases[k] += v
 		}
 		r.Notes["rounds"] = strconv.Itoa(n)
-		r.Plan = plan.Rule
-		r.Stop = stop
+		r.Plan = stop.Plan()
+		r.Stop = why
 		r.Rounds = records[i]
 		r.Calibration = calib
 		for _, rd := range records {
@@ -293,7 +330,67 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, plan Plan, progress i
 			}
 		}
 	}
+	out := soFar(sides, fresh)
+	for _, r := range out {
+		r.Plan, r.Stop = stop.Plan(), why
+	}
 	return out, nil
+}
+
+// lastRound is the last round any side has done, 0 for a fresh run.
+func lastRound(sides []Side) int {
+	n := 0
+	for _, s := range sides {
+		if s.Done != nil {
+			for _, rd := range s.Done.Rounds {
+				n = max(n, rd.N)
+			}
+		}
+	}
+	return n
+}
+
+// soFar is each side's rounds so far: those done before and the fresh
+// ones, joined.
+func soFar(sides []Side, fresh []*Result) []*Result {
+	out := make([]*Result, len(sides))
+	for i, s := range sides {
+		switch {
+		case s.Guest == nil:
+			held := *s.Done
+			out[i] = &held
+		case s.Done != nil && fresh[i] != nil:
+			out[i] = join(s.Done, fresh[i])
+		case s.Done != nil:
+			out[i] = s.Done
+		default:
+			out[i] = fresh[i]
+		}
+	}
+	return out
+}
+
+// join appends the rounds of b (a continuation of the same run) to a.
+func join(a, b *Result) *Result {
+	out := *a
+	out.Samples = append(append([]Sample{}, a.Samples...), b.Samples...)
+	out.Rounds = append(append([]Round{}, a.Rounds...), b.Rounds...)
+	out.Finished, out.Plan, out.Stop = b.Finished, b.Plan, b.Stop
+	out.Noisy = a.Noisy || b.Noisy
+	out.Phases = map[string]float64{}
+	for _, m := range []map[string]float64{a.Phases, b.Phases} {
+		for k, v := range m {
+			out.Phases[k] += v
+		}
+	}
+	out.Notes = map[string]string{}
+	for k, v := range a.Notes {
+		out.Notes[k] = v
+	}
+	for k, v := range b.Notes {
+		out.Notes[k] = v
+	}
+	return &out
 }
 
 // prepare has every side's guest prepare cfg's rounds (Prepare), all at
@@ -304,6 +401,9 @@ func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error)
 	errs := make([]error, len(sides))
 	var wg sync.WaitGroup
 	for i, s := range sides {
+		if s.Guest == nil {
+			continue // not run: its rounds are done
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -453,7 +553,7 @@ func Calibrate() (Calibration, error) {
 	return Calibration{What: "gunzip of 8 MiB on the host", Seconds: best, Repeats: CalibrationRepeats}, nil
 }
 
-// ReadHostLoad returns a Plan.Host for this machine: /proc/loadavg, and the
+// ReadHostLoad returns a Quiet.Host for this machine: /proc/loadavg, and the
 // CPU time /proc/stat counts as busy over window (a quarter of a second is
 // enough to see a build or a git gc).
 func ReadHostLoad(window time.Duration) func() (HostLoad, error) {

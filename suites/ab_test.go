@@ -61,7 +61,7 @@ func abFixture(t *testing.T) (*Config, []Side, *[]string) {
 func TestRunABInterleaves(t *testing.T) {
 	cfg, sides, log := abFixture(t)
 	var progress strings.Builder
-	res, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), &progress)
+	res, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,15 +83,15 @@ func TestRunABInterleaves(t *testing.T) {
 	*log = nil
 	fails := append([]Side(nil), sides...)
 	fails[1].Guest, fails[1].Kernel = fakeGuest{"B:", log, -1}, blame.Patched
-	_, err = RunAB(context.Background(), cfg, fails, FixedPlan(3), nil)
+	_, err = RunAB(context.Background(), cfg, fails, Fixed(3), Quiet{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "preparing patched") || !strings.Contains(err.Error(), "no kprobes here") || blame.KernelOf(err) != blame.Patched || len(*log) != 0 {
 		t.Errorf("failing prepare: %v (blamed on %q), %d rounds run; want the patch blamed before any round", err, blame.KernelOf(err), len(*log))
 	}
 	sides[1].Guest = fakeGuest{"B:", log, 2}
-	if _, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {
+	if _, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {
 		t.Errorf("failing guest: %v, want an error naming round 2 on patched", err)
 	}
-	if _, err := RunAB(context.Background(), cfg, sides, Plan{Min: 4, Max: 3}, nil); err == nil {
+	if _, err := RunAB(context.Background(), cfg, sides, bounds{4, 3}, Quiet{}, nil); err == nil {
 		t.Error("a plan with max below min was accepted")
 	}
 }
@@ -99,6 +99,23 @@ func TestRunABInterleaves(t *testing.T) {
 // The plan's rule is asked after every round from Min on, sees every
 // side's results so far, and stops the rounds; without an answer of yes
 // they stop at Max.
+// bounds are a rule's fewest and most rounds; stopping a rule that asks
+// stop after each look.
+type bounds [2]int
+
+func (b bounds) Bounds() (int, int)  { return b[0], b[1] }
+func (bounds) Stop([]*Result) string { return "" }
+func (bounds) Plan() string          { return "" }
+
+type stopping struct {
+	bounds
+	rule string
+	stop func([]*Result) string
+}
+
+func (s stopping) Stop(rs []*Result) string { return s.stop(rs) }
+func (s stopping) Plan() string             { return s.rule }
+
 func TestRunABStopsWhenSettled(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -115,18 +132,21 @@ func TestRunABStopsWhenSettled(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg, sides, log := abFixture(t)
 			var asked []int
-			plan := Plan{Min: 3, Max: 6, Rule: "min=3 max=6 alpha=0.05 interim=0.001", Settled: func(rs []*Result) bool {
+			plan := stopping{bounds{3, 6}, "min=3 max=6 alpha=0.05 interim=0.001", func(rs []*Result) string {
 				if len(rs) != 2 || len(rs[0].Samples) != len(rs[1].Samples) {
-					t.Fatalf("Settled saw %d sides, unequal rounds", len(rs))
+					t.Fatalf("Stop saw %d sides, unequal rounds", len(rs))
 				}
 				asked = append(asked, len(rs[0].Samples))
-				return len(rs[0].Samples) == tt.settleAt
+				if len(rs[0].Samples) == tt.settleAt {
+					return StopSettled
+				}
+				return ""
 			}}
-			res, err := RunAB(context.Background(), cfg, sides, plan, nil)
+			res, err := RunAB(context.Background(), cfg, sides, plan, Quiet{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(*log) != 2*tt.want || len(res[0].Samples) != tt.want || res[0].Stop != tt.stop || res[1].Plan != plan.Rule {
+			if len(*log) != 2*tt.want || len(res[0].Samples) != tt.want || res[0].Stop != tt.stop || res[1].Plan != plan.rule {
 				t.Errorf("%d calls, %d samples, stop %q, plan %q; want %d rounds a side, stop %q",
 					len(*log), len(res[0].Samples), res[0].Stop, res[1].Plan, tt.want, tt.stop)
 			}
@@ -168,7 +188,7 @@ func TestRunABRepeatsBusyRounds(t *testing.T) {
 				return l, nil
 			}
 			var progress strings.Builder
-			res, err := RunAB(context.Background(), cfg, sides, Plan{Min: 2, Max: 2, Host: host, Repeats: tt.repeats}, &progress)
+			res, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{Host: host, Repeats: tt.repeats}, &progress)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +219,7 @@ func TestRunABRepeatsBusyRounds(t *testing.T) {
 	}
 }
 
-// With QuietWait, a round waits for a busy host to calm down instead of
+// With Quiet.Wait, a round waits for a busy host to calm down instead of
 // running beside the other job.
 func TestRunABWaitsForQuiet(t *testing.T) {
 	defer func(p time.Duration) { quietPoll = p }(quietPoll)
@@ -213,7 +233,7 @@ func TestRunABWaitsForQuiet(t *testing.T) {
 		}
 		return HostLoad{Busy: 0.01}, nil
 	}
-	res, err := RunAB(context.Background(), cfg, sides, Plan{Min: 1, Max: 1, Host: host, QuietWait: time.Second}, nil)
+	res, err := RunAB(context.Background(), cfg, sides, Fixed(1), Quiet{Host: host, Wait: time.Second}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +284,7 @@ func TestRunABBoundsRepeatsAndCalibrates(t *testing.T) {
 		return Calibration{What: "test", Seconds: 0.05, Repeats: 3}, nil
 	}
 	res, err := RunAB(context.Background(), cfg, sides,
-		Plan{Min: 2, Max: 2, Host: busy, Repeats: BusyRepeats, Calibrate: calibrate}, io.Discard)
+		Fixed(2), Quiet{Host: busy, Repeats: BusyRepeats, Calibrate: calibrate}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,11 +311,11 @@ func TestRunABBoundsRepeatsAndCalibrates(t *testing.T) {
 // is refused.
 func TestContinue(t *testing.T) {
 	cfg, sides, _ := abFixture(t)
-	first, err := RunAB(context.Background(), cfg, sides, FixedPlan(3), nil)
+	first, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := RunAB(context.Background(), cfg, sides, FixedPlan(2), nil)
+	second, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,5 +349,49 @@ func TestContinue(t *testing.T) {
 	other.Profile = "full"
 	if _, err := Continue(first[0], &other); err == nil {
 		t.Error("a quick run continued with a full one")
+	}
+}
+
+// A run goes on from rounds done before: the new rounds are numbered on,
+// no guest is prepared again, each look sees the rounds before and after
+// together, and a side without a guest is not run, its rounds standing
+// for it.
+func TestRunABGoesOnFromDone(t *testing.T) {
+	cfg, sides, log := abFixture(t)
+	first, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	*log = nil
+	rest := []Side{sides[0], sides[1]}
+	rest[0].Done, rest[0].Guest = first[0], nil // held: not run
+	rest[1].Done = first[1]
+	var seen []string
+	stop := stopping{bounds{3, 5}, "rule", func(rs []*Result) string {
+		seen = append(seen, fmt.Sprintf("%d/%d", len(rs[0].Samples), len(rs[1].Samples)))
+		if len(rs[1].Samples) == 4 {
+			return StopSettled
+		}
+		return ""
+	}}
+	out, err := RunAB(context.Background(), cfg, rest, stop, Quiet{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(*log, " "); got != "B:patched B:patched" {
+		t.Errorf("rounds run %q, want the patched kernel's rounds 3 and 4 alone", got)
+	}
+	if got := strings.Join(seen, " "); got != "2/3 2/4" {
+		t.Errorf("looks saw %q, want the held base's 2 rounds beside 3, then 4, patched rounds", got)
+	}
+	if n := len(out[1].Samples); n != 4 || out[1].Samples[3].Round != 4 || len(out[1].Rounds) != 4 {
+		t.Errorf("patched: %d samples, last round %d, %d round records; want 4 numbered on", n, out[1].Samples[n-1].Round, len(out[1].Rounds))
+	}
+	if len(out[0].Samples) != 2 || out[0].Plan != "rule" || out[0].Stop != StopSettled || out[1].Stop != StopSettled {
+		t.Errorf("base %d samples, plan %q, stop %q/%q: want its 2 rounds, recorded under the rule, settled",
+			len(out[0].Samples), out[0].Plan, out[0].Stop, out[1].Stop)
+	}
+	if first[0].Plan != "" || first[0].Stop != StopFixed {
+		t.Error("going on changed the results it went on from")
 	}
 }

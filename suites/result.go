@@ -48,9 +48,9 @@ type Result struct {
 	// Model is the reference model's prediction for the run's shape
 	// (cache-contention only).
 	Model *Prediction `json:"model,omitempty"`
-	// Plan is the rule that decided the number of rounds (Plan.Rule, e.g.
-	// reports/stats.Rule's text), empty for a fixed number; Stop says why
-	// the rounds ended (StopFixed, StopSettled, StopMax).
+	// Plan is the rule that decided the number of rounds (Stopping.Plan,
+	// e.g. judge/stats.Rule's text), empty for a fixed number; Stop says
+	// why the rounds ended (StopFixed, StopSettled, StopFutile, StopMax).
 	Plan string `json:"plan,omitempty"`
 	Stop string `json:"stop,omitempty"`
 	// Rounds records every round run on this kernel, repeated ones too,
@@ -60,7 +60,7 @@ type Result struct {
 	// over the rounds (PhaseStage, PhaseWorkload, ...).
 	Phases map[string]float64 `json:"phases,omitempty"`
 	// Calibration is the host's speed, measured before the first round
-	// (Plan.Calibrate).
+	// (Quiet.Calibrate).
 	Calibration *Calibration `json:"calibration,omitempty"`
 	// Noisy: a round kept although the host was busy around it (its
 	// repeats ran out).

@@ -26,7 +26,7 @@ import (
 const seedRun = "squashfs-seed"
 
 // BenchmarkRunPageCold makes the page of the seed run from its files every
-// time: reading them, reports.Compare, every plot, the template.
+// time: reading them, judge.Compare, every plot, the template.
 func BenchmarkRunPageCold(b *testing.B) {
 	state := stateWith(b, seedRun)
 	s, err := newServer(Options{StateDir: state})

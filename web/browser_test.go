@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/patchbot/patchbot/internal/testenv"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
@@ -247,7 +248,7 @@ func TestBrowser(t *testing.T) {
 		for side, results := range [][]suites.Result{run.Base, run.Patched} {
 			for _, res := range results {
 				for _, smp := range res.Samples {
-					k := smp.Suite + "/" + smp.Workload + "/" + (reports.Row{Params: smp.Params}).Cell() + "/" + smp.Metric
+					k := smp.Suite + "/" + smp.Workload + "/" + judge.CellName(smp.Params) + "/" + smp.Metric
 					if stored[k] == nil {
 						stored[k] = &[2]int{}
 					}
@@ -255,7 +256,7 @@ func TestBrowser(t *testing.T) {
 				}
 			}
 		}
-		keyOfRow := func(r reports.Row) string { return r.Suite + "/" + r.Workload + "/" + r.Cell() + "/" + r.Metric }
+		keyOfRow := func(r judge.Row) string { return r.Suite + "/" + r.Workload + "/" + r.Cell() + "/" + r.Metric }
 		strips := 0
 		for _, f := range figs {
 			if !f.SVG || f.Width < 100 {

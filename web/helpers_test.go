@@ -15,8 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -67,7 +68,7 @@ func synthRun(t testing.TB, state, name, subject string, finished time.Time, see
 		PatchedCommit: "8e2d6f0a4c1b3e5d7f9a2c4e6b8d0f1a3c5e7b9d", ConfigHash: "9b1e", Compiler: "gcc 12",
 		CPUs: 2, MemMiB: 1024, Accel: "tcg", Runs: 5, Finished: finished,
 		Commands: []string{"patchbot run --mbox series.mbox --profile quick --runs 5"},
-		Options:  reports.Options{Test: stats.LogWelch},
+		Options:  reports.Options{Options: judge.Options{Test: stats.LogWelch}},
 		Model: &reports.Model{BasePolicy: "wake-all", PatchedPolicy: "keyed",
 			Predicted: map[string]float64{"wake-all": 9.6, "keyed": 1.0}},
 	}

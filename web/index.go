@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 )
@@ -49,7 +50,7 @@ type entry struct {
 	size      int64
 	finished  time.Time
 	thread    reports.Thread
-	failure   *reports.Failure
+	failure   *judge.Failure
 	seriesKey string
 	title     string
 	version   int
@@ -162,9 +163,9 @@ func (e *entry) stale() bool {
 
 // runHeader is the part of run.json the lists need.
 type runHeader struct {
-	Thread   reports.Thread   `json:"thread"`
-	Finished time.Time        `json:"finished"`
-	Failure  *reports.Failure `json:"failure"`
+	Thread   reports.Thread `json:"thread"`
+	Finished time.Time      `json:"finished"`
+	Failure  *judge.Failure `json:"failure"`
 }
 
 // load reads e's run.json and reports whether e changed.

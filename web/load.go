@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -29,14 +30,14 @@ type runData struct {
 	strictErr error
 	headline  string
 	outcome   string
-	cmp       *reports.Comparison
+	cmp       *judge.Comparison
 	cmpErr    error
 }
 
 // loadRun reads a run directory the way the reply does (reports.LoadRun);
 // when that refuses a file, it reads it leniently instead and says so, so
 // that a run written by another version of patchbot can still be looked
-// at. The numbers come from reports.Compare either way.
+// at. The numbers come from judge.Compare either way.
 func loadRun(dir string) (*runData, error) {
 	rd := &runData{}
 	run, err := reports.LoadRun(dir)
@@ -62,7 +63,7 @@ func loadRun(dir string) (*runData, error) {
 
 // outcomeOf classes a comparison by its significant rows, as the verdict
 // does: which way each significant change went.
-func outcomeOf(c *reports.Comparison) string {
+func outcomeOf(c *judge.Comparison) string {
 	better, worse := 0, 0
 	for _, r := range c.SignificantRows() {
 		switch {

@@ -17,6 +17,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgsvg"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 )
@@ -97,14 +98,14 @@ func (plainTicks) Ticks(min, max float64) []plot.Tick {
 // the comparison's row key, so that every run can be drawn.
 type rowKey struct{ suite, workload, cell, metric string }
 
-func keyOf(r reports.Row) rowKey { return rowKey{r.Suite, r.Workload, r.Cell(), r.Metric} }
+func keyOf(r judge.Row) rowKey { return rowKey{r.Suite, r.Workload, r.Cell(), r.Metric} }
 
 func samplesOf(base, patched []suites.Result) map[rowKey]*[2][]suites.Sample {
 	out := map[rowKey]*[2][]suites.Sample{}
 	for side, results := range [][]suites.Result{base, patched} {
 		for _, res := range results {
 			for _, s := range res.Samples {
-				r := reports.Row{Suite: s.Suite, Workload: s.Workload, Params: s.Params, Metric: s.Metric}
+				r := judge.Row{MetricID: judge.MetricID{Suite: s.Suite, Workload: s.Workload, Params: s.Params, Metric: s.Metric}}
 				k := keyOf(r)
 				if out[k] == nil {
 					out[k] = &[2][]suites.Sample{}
@@ -132,7 +133,7 @@ func values(ss []suites.Sample) []float64 {
 // stripPlot draws every run's value of one metric on both kernels, in
 // round order left to right, with the mean and mean ± stddev (the spread
 // the reply prints as ±N%).
-func stripPlot(r reports.Row, vals [2][]float64) ([]byte, int, error) {
+func stripPlot(r judge.Row, vals [2][]float64) ([]byte, int, error) {
 	p := newPlot(r.Metric)
 	p.Y.Label.Text = r.Unit
 	marks := 0
@@ -224,7 +225,7 @@ type errPoints struct {
 
 // gridPlot draws a bucket × readers workload as cells coloured by the
 // change, each labelled with the reply's %change and mark.
-func gridPlot(suite, workload, metric, unit string, rows []reports.Row, noise float64) ([]byte, int, error) {
+func gridPlot(suite, workload, metric, unit string, rows []judge.Row, noise float64) ([]byte, int, error) {
 	readers := reports.ParamValues(rows, "readers")
 	buckets := reports.ParamValues(rows, "bucket")
 	p := newPlot(fmt.Sprintf("%s %s: %%change by file size and readers", workload, metricName(metric, unit)))
@@ -248,7 +249,7 @@ func gridPlot(suite, workload, metric, unit string, rows []reports.Row, noise fl
 		cell.Color = cellColour(r)
 		cell.LineStyle.Width = 0
 		p.Add(cell)
-		c := r.Cells(noise)
+		c := reports.CellsOf(r, noise)
 		text := c.Change
 		if c.Mark != "" {
 			text += " " + c.Mark
@@ -282,7 +283,7 @@ func gridPlot(suite, workload, metric, unit string, rows []reports.Row, noise fl
 	return svg, len(rows), err
 }
 
-func cellColour(r reports.Row) color.Color {
+func cellColour(r judge.Row) color.Color {
 	switch {
 	case !r.Judged || !r.HasChange():
 		return cellNotJ
@@ -304,7 +305,7 @@ func cellColour(r reports.Row) color.Color {
 // curvePlot draws a contenders workload: every run's value on both
 // kernels against the number of contenders, the means joined, with mean ±
 // stddev.
-func curvePlot(suite, workload, metric, unit string, rows []reports.Row, samples map[rowKey]*[2][]suites.Sample) ([]byte, int, error) {
+func curvePlot(suite, workload, metric, unit string, rows []judge.Row, samples map[rowKey]*[2][]suites.Sample) ([]byte, int, error) {
 	sort.SliceStable(rows, func(i, j int) bool {
 		a, _ := strconv.ParseFloat(rows[i].Params["contenders"], 64)
 		b, _ := strconv.ParseFloat(rows[j].Params["contenders"], 64)
@@ -398,7 +399,7 @@ func curvePlot(suite, workload, metric, unit string, rows []reports.Row, samples
 
 // modelPlot sets the reference model's predicted wake-ups per release
 // beside every run's measured value, per workload that measured them.
-func modelPlot(m *reports.Model, metric string, rows []reports.Row, samples map[rowKey]*[2][]suites.Sample) ([]byte, int, error) {
+func modelPlot(m *reports.Model, metric string, rows []judge.Row, samples map[rowKey]*[2][]suites.Sample) ([]byte, int, error) {
 	p := newPlot("wake-ups per release: measured and predicted")
 	p.Y.Label.Text = "wake-ups per release"
 	var names []string

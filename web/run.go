@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -28,18 +29,18 @@ type RunView struct {
 	// Run is run.json as stored (its results are in Comparison).
 	Run *reports.Run `json:"run"`
 	// Warning says why the run had to be read leniently, if it had.
-	Warning   string           `json:"warning,omitempty"`
-	Title     string           `json:"title"` // the series' title without tags
-	SeriesURL string           `json:"series_url"`
-	LoreURL   string           `json:"lore_url"` // the thread on lore
-	Patches   []PatchView      `json:"patches"`
-	Table     *TableView       `json:"comparison,omitempty"`
-	Model     *ModelView       `json:"model,omitempty"`
-	Artifacts []Artifact       `json:"artifacts"`
-	Plots     []Plot           `json:"plots"`
-	Job       *JobView         `json:"job,omitempty"`
-	Reply     *ReplyView       `json:"reply,omitempty"`
-	Failure   *reports.Failure `json:"failure,omitempty"`
+	Warning   string         `json:"warning,omitempty"`
+	Title     string         `json:"title"` // the series' title without tags
+	SeriesURL string         `json:"series_url"`
+	LoreURL   string         `json:"lore_url"` // the thread on lore
+	Patches   []PatchView    `json:"patches"`
+	Table     *TableView     `json:"comparison,omitempty"`
+	Model     *ModelView     `json:"model,omitempty"`
+	Artifacts []Artifact     `json:"artifacts"`
+	Plots     []Plot         `json:"plots"`
+	Job       *JobView       `json:"job,omitempty"`
+	Reply     *ReplyView     `json:"reply,omitempty"`
+	Failure   *judge.Failure `json:"failure,omitempty"`
 }
 
 // PlotGroup is the figures under one heading of the page.
@@ -89,10 +90,10 @@ type TableView struct {
 	Missing    []suites.Missing `json:"missing,omitempty"`
 }
 
-// RowView is a row of the comparison (every field of reports.Row) with
+// RowView is a row of the comparison (every field of judge.Row) with
 // the reply's formatting of it.
 type RowView struct {
-	reports.Row
+	judge.Row
 	Group    string        `json:"group"` // "suite / workload (cell)", as the reply heads it
 	Cells    reports.Cells `json:"cells"`
 	Plot     string        `json:"plot,omitempty"` // the figure that draws it
@@ -141,7 +142,7 @@ func (s *server) runView(ctx context.Context, e *entry) (*RunView, error) {
 }
 
 // buildRunView reads a run directory and makes its page's data: the
-// comparison (reports.Compare, as the reply), the plots, the artifacts.
+// comparison (judge.Compare, as the reply), the plots, the artifacts.
 func (s *server) buildRunView(name, dir string) (*RunView, error) {
 	rd, err := loadRun(dir)
 	if err != nil {
@@ -193,9 +194,9 @@ func (s *server) loreLink(messageID string) string {
 
 // tableAndPlots lays the comparison out as the reply's table does and
 // draws its figures.
-func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Comparison) (*TableView, []Plot, error) {
-	t := &TableView{Test: c.Test, Alpha: c.Alpha, Judged: c.Judged(), NoiseShown: c.Options.NoiseShown,
-		Legend: reports.Legend(c), Missing: c.Missing}
+func (s *server) tableAndPlots(name string, run *reports.Run, c *judge.Comparison) (*TableView, []Plot, error) {
+	t := &TableView{Test: c.Test, Alpha: c.Alpha, Judged: c.Judged(), NoiseShown: run.Options.Noise(),
+		Legend: reports.Legend(c, run.Options.Noise()), Missing: c.Missing}
 	samples := samplesOf(run.Base, run.Patched)
 	var plots []Plot
 	plotURL := func(id string) string { return s.link(s.runPath(name) + "plots/" + id + ".svg") }
@@ -216,7 +217,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 	figure := map[string]string{}
 	type group struct {
 		suite, workload, metric, unit, kind string
-		rows                                []reports.Row
+		rows                                []judge.Row
 	}
 	var groups []*group
 	byID := map[string]*group{}
@@ -250,7 +251,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 		if cell := r.Cell(); cell != "" {
 			g += " (" + cell + ")"
 		}
-		rv := RowView{Row: r, Group: g, Cells: r.Cells(c.Options.NoiseShown), NewGroup: g != prev}
+		rv := RowView{Row: r, Group: g, Cells: reports.CellsOf(r, run.Options.Noise()), NewGroup: g != prev}
 		prev = g
 		if id, ok := figure[r.Suite+"\x00"+r.Workload+"\x00"+r.Cell()+"\x00"+r.Metric]; ok {
 			rv.Plot = id
@@ -276,7 +277,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 		var err error
 		title := g.suite + " / " + g.workload + ": " + metricName(g.metric, g.unit)
 		if g.kind == "grid" {
-			svg, marks, err = gridPlot(g.suite, g.workload, g.metric, g.unit, g.rows, c.Options.NoiseShown)
+			svg, marks, err = gridPlot(g.suite, g.workload, g.metric, g.unit, g.rows, run.Options.Noise())
 		} else {
 			svg, marks, err = curvePlot(g.suite, g.workload, g.metric, g.unit, g.rows, samples)
 		}
@@ -287,7 +288,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 	}
 	if m := run.Model; m != nil {
 		metric := m.MetricName()
-		var rows []reports.Row
+		var rows []judge.Row
 		for _, r := range c.Rows {
 			if r.Metric == metric {
 				rows = append(rows, r)
@@ -305,7 +306,7 @@ func (s *server) tableAndPlots(name string, run *reports.Run, c *reports.Compari
 
 // modelView sets the model's predictions beside the measured means, row
 // by row, as the reply's model lines do.
-func modelView(m *reports.Model, c *reports.Comparison) *ModelView {
+func modelView(m *reports.Model, c *judge.Comparison) *ModelView {
 	if m == nil {
 		return nil
 	}

@@ -4,8 +4,8 @@
 // JSON API beside each page and an Atom feed of results.
 //
 // Every number a page shows is computed by the code the reply uses
-// (reports.Compare on the stored results with the run's options, and the
-// reply's formatting through reports.Row.Cells), so a page and the mail
+// (judge.Compare on the stored results with the run's options, and the
+// reply's formatting through reports.CellsOf), so a page and the mail
 // never disagree.
 package web
 

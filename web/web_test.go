@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/suites"
@@ -525,7 +526,7 @@ func toResults(rs []suites.Result) []reportsResult {
 	var out []reportsResult
 	for _, r := range rs {
 		for _, s := range r.Samples {
-			row := reports.Row{Params: s.Params}
+			row := judge.MetricID{Params: s.Params}
 			out = append(out, reportsResult{key: s.Suite + "/" + s.Workload + "/" + row.Cell() + "/" + s.Metric, value: s.Value})
 		}
 	}

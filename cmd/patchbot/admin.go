@@ -5,8 +5,10 @@ import (
 	"flag"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 )
@@ -52,7 +54,7 @@ parked: the daemon died while running it twice, and it is not run again until
 					tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "ID\tSTATE\tTRIGGER\tATTEMPTS\tTITLE\tERROR")
 					for _, j := range out {
-						fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.State, j.Trigger, j.Attempts, clip(j.Title, 50), clip(j.Error, 60))
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", j.ID, j.State, cell(j.Trigger), j.Attempts, cell(clip(j.Title, 50)), cell(clip(j.Error, 60)))
 					}
 					return tw.Flush()
 				})
@@ -122,7 +124,7 @@ the list's archive, then 'patchbot outbox requeue ID' if it never arrived.`,
 					tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, "ID\tSTATE\tATTEMPTS\tRECIPIENTS\tMESSAGE-ID\tLAST ERROR")
 					for _, r := range rows {
-						fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.State, r.Attempts, len(r.Recipients), r.MessageID, clip(r.LastError, 60))
+						fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.State, r.Attempts, len(r.Recipients), cell(r.MessageID), cell(clip(r.LastError, 60)))
 					}
 					return tw.Flush()
 				})
@@ -198,3 +200,9 @@ func clip(s string, n int) string {
 	}
 	return string(r[:n-1]) + "…"
 }
+
+// cell is a stranger's text (a subject, a Message-ID, an error quoting
+// either) as one cell of a table: its controls escaped (stdout's inert
+// writer would too), and a newline or a tab, which would start a row or a
+// column of its own, as well.
+func cell(s string) string { return strings.ReplaceAll(inert.Line(s), "\t", `\t`) }

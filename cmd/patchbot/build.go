@@ -10,6 +10,7 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 )
@@ -138,16 +139,16 @@ type buildFailure struct {
 }
 
 // failure is a failure as build --json prints it: the evidence is
-// reports.FailureOf's, the one reading of a stage's error.
+// judge.FailureOf's, the one reading of a stage's error.
 func failure(err error) *buildFailure {
-	f := reports.FailureOf(err)
+	f := judge.FailureOf(err)
 	out := &buildFailure{Blame: blame.Of(err), Kernel: blame.Kernel(f.Kernel), Kind: "other", Message: err.Error(),
 		Patch: f.Index, Hunk: f.Hunk, Lines: f.Lines, Log: f.Log}
 	switch f.Stage {
-	case reports.StageApply, reports.StageBuild, reports.StageConfig:
+	case judge.StageApply, judge.StageBuild, judge.StageConfig:
 		out.Kind = string(f.Stage)
 	}
-	if f.Stage == reports.StageApply {
+	if f.Stage == judge.StageApply {
 		out.Subject = f.Patch
 	}
 	return out

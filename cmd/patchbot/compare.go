@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 )
 
 func init() {
@@ -36,13 +37,13 @@ run's files gives the reply's answer.`,
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				return runCompare(args[0], args[1], reports.Options{Alpha: *alpha, Test: t}, *asJSON, stdout)
+				return runCompare(args[0], args[1], judge.Options{Alpha: *alpha, Test: t}, *asJSON, stdout)
 			}
 		},
 	})
 }
 
-func runCompare(basePath, patchedPath string, opt reports.Options, asJSON bool, w io.Writer) error {
+func runCompare(basePath, patchedPath string, opt judge.Options, asJSON bool, w io.Writer) error {
 	base, err := reports.ReadResults(basePath)
 	if err != nil {
 		return err
@@ -51,19 +52,19 @@ func runCompare(basePath, patchedPath string, opt reports.Options, asJSON bool, 
 	if err != nil {
 		return err
 	}
-	c, err := reports.Compare(base, patched, opt)
+	c, err := judge.Compare(base, patched, opt)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		return writeJSON(w, struct {
-			Schema     int                 `json:"schema"`
-			Comparison *reports.Comparison `json:"comparison"`
+			Schema     int               `json:"schema"`
+			Comparison *judge.Comparison `json:"comparison"`
 		}{schemaVersion, c})
 	}
 	fmt.Fprintln(w, reports.Wrap(reports.Verdict(c), 72))
 	fmt.Fprintln(w)
-	if err := reports.WriteTable(w, c, reports.Commits{Base: c.Base, Patched: c.Patched}); err != nil {
+	if err := reports.WriteTable(w, c, reports.Commits{Base: c.Base, Patched: c.Patched}, reports.DefaultNoiseShown); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)

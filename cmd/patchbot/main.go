@@ -108,22 +108,26 @@ func main() {
 }
 
 // stdout and stderr are where commands write; tests replace them (through
-// runMain).
-var stdout, stderr io.Writer = os.Stdout, os.Stderr
+// runMain). dataOut is stdout for data that must stay byte for byte (an
+// mbox for git am): raw into a pipe or a file, escaped on a terminal.
+var stdout, stderr, dataOut io.Writer = os.Stdout, os.Stderr, os.Stdout
 
 // runMain is main without the process: tests call it.
 func runMain(ctx context.Context, args []string, out, errOut io.Writer) int {
 	// Everything a person reads is escaped (inert): progress, logs,
-	// errors, and stdout when it is a terminal, since subjects, file
-	// names and compiler lines come from strangers. Stdout into a pipe or
-	// a file is data (an mbox, JSON, a reply) and stays byte for byte.
+	// errors and stdout, into a terminal or not (a listing piped to less
+	// -R, or kept in a file and read later, reaches a terminal too), since
+	// subjects, file names, addresses and compiler lines come from
+	// strangers. JSON is escaped so that it stays JSON (writeJSON). Only
+	// an mbox written to stdout for git am (dataOut) is data, byte for
+	// byte, when it goes into a pipe or a file.
 	ew := inert.NewWriter(errOut)
 	defer ew.Flush()
-	stdout, stderr = out, ew
+	ow := inert.NewWriter(out)
+	defer ow.Flush()
+	stdout, stderr, dataOut = ow, ew, out
 	if isTerminal(out) {
-		ow := inert.NewWriter(out)
-		defer ow.Flush()
-		stdout = ow
+		dataOut = ow
 	}
 	if len(args) == 0 {
 		listCommands(stderr)

@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"sort"
 
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/reports"
-	"github.com/patchbot/patchbot/reports/stats"
 )
 
 func init() {
@@ -19,7 +20,7 @@ func init() {
 		name:       "panel",
 		positional: true,
 		summary:    "judge the panel of known-effect patches and print its table",
-		usage:      "panel [--panel FILE] [--rule RULE] [--test T] [--unfinished] RESULTS_DIR | panel --list [--panel FILE]",
+		usage:      "panel [--panel FILE] [--rule RULE] [--test T] [--unfinished] [--measured] RESULTS_DIR | panel --list [--panel FILE]",
 		desc: `Judges each patch of the panel (testdata/panel/panel.yaml: patches to the
 default tree with known effects, and how each expectation was established)
 from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
@@ -27,7 +28,9 @@ from its measured results in RESULTS_DIR, NAME.json as 'patchbot suite run
 pipeline would have stopped it, and prints the table: expected and reported
 outcome, the primary metrics with their intervals, the rounds a side and
 why they stopped, and how many verdicts are right. scripts/panel.sh
-measures the panel. A patch without results is listed as missing. --list
+measures the panel. A patch without results is listed as missing, unless
+--measured leaves out the patches RESULTS_DIR has no results for (a table
+recorded before they joined the panel). --list
 prints each patch's name, suite and mbox path, one a line, for scripts;
 --unfinished, instead of the table, the same of each patch whose measured
 rounds ran out before the rule would have stopped (to measure more, with
@@ -42,12 +45,13 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 			test := fs.String("test", "log-welch", "significance `test`: log-welch (the pipeline's), paired-log, welch or mann-whitney")
 			list := fs.Bool("list", false, "list the panel's patches: name, suite, mbox")
 			unfinished := fs.Bool("unfinished", false, "list the patches whose measured rounds ran out before the rule stopped: name, suite, mbox")
+			measured := fs.Bool("measured", false, "leave out the patches without results in RESULTS_DIR instead of listing them as missing")
 			return func(ctx context.Context, args []string) error {
 				if *list {
 					if len(args) != 0 {
 						return usagef("--list takes no arguments")
 					}
-					p, err := reports.LoadPanel(*file)
+					p, err := judge.LoadPanel(*file)
 					if err != nil {
 						return err
 					}
@@ -67,18 +71,18 @@ Exit status: 0 every verdict right, 1 a verdict wrong or results missing,
 				if err != nil {
 					return usageError{err.Error()}
 				}
-				return runPanel(*file, args[0], r, reports.Options{Test: t}, *unfinished, stdout)
+				return runPanel(*file, args[0], r, judge.Options{Test: t}, *unfinished, *measured, stdout)
 			}
 		},
 	})
 }
 
-func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished bool, w io.Writer) error {
-	p, err := reports.LoadPanel(file)
+func runPanel(file, dir string, rule stats.Rule, opt judge.Options, unfinished, measured bool, w io.Writer) error {
+	p, err := judge.LoadPanel(file)
 	if err != nil {
 		return err
 	}
-	var vs []*reports.PanelVerdict
+	var vs []*judge.PanelVerdict
 	var missing []string
 	for _, pp := range p.Patches {
 		path := filepath.Join(dir, pp.Name+".json")
@@ -87,13 +91,15 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 		}
 		base, patched, err := reports.ReadPanelResults(path)
 		if errors.Is(err, os.ErrNotExist) {
-			missing = append(missing, pp.Name)
+			if !measured {
+				missing = append(missing, pp.Name)
+			}
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
-		v, err := reports.JudgePanel(pp, base, patched, rule, opt)
+		v, err := judge.JudgePanel(pp, base, patched, rule, opt)
 		if err != nil {
 			return fmt.Errorf("%s: %w", pp.Name, err)
 		}
@@ -101,7 +107,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 	}
 	if unfinished {
 		for _, v := range vs {
-			if v.Stop == reports.StopTruncated {
+			if v.Stop == judge.StopTruncated {
 				fmt.Fprintf(w, "%s %s %s\n", v.Patch.Name, v.Patch.Suite, filepath.Join(filepath.Dir(file), v.Patch.Mbox))
 			}
 		}
@@ -110,7 +116,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 	if err := reports.WritePanel(w, vs); err != nil {
 		return err
 	}
-	by := reports.RoundsByClass(vs)
+	by := judge.RoundsByClass(vs)
 	classes := make([]string, 0, len(by))
 	for c := range by {
 		classes = append(classes, c)
@@ -124,7 +130,7 @@ func runPanel(file, dir string, rule stats.Rule, opt reports.Options, unfinished
 		fmt.Fprintf(w, "\nNo results yet for %d: %v\n", len(missing), missing)
 	}
 	for _, v := range vs {
-		if v.Patch.Expect != reports.Unknown && (!v.Right || len(v.WrongDirection) > 0) {
+		if v.Patch.Expect != judge.Unknown && (!v.Right || len(v.WrongDirection) > 0) {
 			return errors.New("a panel verdict is wrong")
 		}
 	}

@@ -71,6 +71,47 @@ func TestBinaryPanelTables(t *testing.T) {
 	}
 }
 
+// A results directory with some of the panel's patches: without
+// --measured the others are missing and the exit status says so; with it
+// the table is of the measured patches only, and a right verdict exits 0.
+func TestBinaryPanelMeasured(t *testing.T) {
+	bin := buildBinary(t)
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"noop-comment", "fuse-delay"} {
+		b, err := os.ReadFile(filepath.Join(root, "testdata", "panel", "results", "quick", name+".json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+".json"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runBinaryIn(t, root, bin, nil, "panel", dir)
+	if r.code != 1 || !strings.Contains(r.stdout, "No results yet for") || !strings.Contains(r.stdout, "readahead-off") {
+		t.Errorf("without --measured: exit %d, want 1 and the missing patches named; stdout:\n%s", r.code, r.stdout)
+	}
+	r = runBinaryIn(t, root, bin, nil, "panel", "--measured", dir)
+	if r.code != 0 || strings.Contains(r.stdout, "No results yet") {
+		t.Fatalf("--measured: exit %d, want 0 and nothing missing; stdout:\n%s", r.code, r.stdout)
+	}
+	var rows []string
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if strings.HasPrefix(line, "| `") {
+			rows = append(rows, strings.SplitN(line, " |", 2)[0])
+		}
+	}
+	if want := []string{"| `noop-comment`", "| `fuse-delay`"}; strings.Join(rows, ",") != strings.Join(want, ",") {
+		t.Errorf("--measured: rows %q, want %q", rows, want)
+	}
+	if !strings.Contains(r.stdout, "2 of 2 scored verdicts right") {
+		t.Errorf("--measured: want 2 of 2 scored verdicts right; stdout:\n%s", r.stdout)
+	}
+}
+
 // splitWords splits a command line into words as a shell does for words
 // and double quotes, the only quoting the docs' lines use.
 func splitWords(s string) ([]string, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/mailbox"
 )
 
@@ -37,20 +39,23 @@ patchbot series --msgid 20260724190556.1950693-1-usama.arif@linux.dev -o - | git
 				if *version < 0 {
 					return usagef("-v %d: want a version number", *version)
 				}
-				return runSeries(ctx, sc, *version, *outDir, *asJSON, stdout, stderr)
+				return runSeries(ctx, sc, *version, *outDir, *asJSON, stdout, dataOut, stderr)
 			}
 		},
 	})
 }
 
-func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir string, asJSON bool, stdout, stderr io.Writer) error {
+// runSeries lists the series of a source on stdout, or writes the one to
+// test as an mbox into outDir, or to data (git am's input, byte for byte)
+// when outDir is "-".
+func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir string, asJSON bool, stdout, data, stderr io.Writer) error {
 	if outDir != "" {
 		s, err := seriesToTest(ctx, sc, version, stderr)
 		if err != nil {
 			return err
 		}
 		if outDir == "-" {
-			return s.WriteMbox(stdout)
+			return s.WriteMbox(data)
 		}
 		path, err := s.WriteAmFile(outDir)
 		if err != nil {
@@ -67,7 +72,7 @@ func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir
 	if err != nil {
 		return err
 	}
-	mailbox.NewVerifier(mailbox.DKIMConfig{}, nil).VerifyAll(ctx, msgs)
+	mailbox.NewVerifier(mailbox.DKIMConfig{MaxAge: -1, MaxAhead: -1}, nil).VerifyAll(ctx, msgs)
 	series := mailbox.Assemble(msgs)
 	if asJSON {
 		return writeJSON(stdout, struct {
@@ -80,11 +85,19 @@ func runSeries(ctx context.Context, sc mailbox.SourceConfig, version int, outDir
 }
 
 // writeJSON writes v indented, with "Name <addr>" kept readable.
+// writeJSON writes v as indented JSON in which no control character is
+// raw: encoding/json escapes C0 but leaves DEL and the C1 controls (U+009B
+// is a CSI), which inert.JSON escapes as \u00XX: still the same JSON.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(inert.JSON(b.Bytes()))
+	return err
 }
 
 func writeSeriesText(w io.Writer, series []*mailbox.Series) {

@@ -14,6 +14,7 @@ import (
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
@@ -208,10 +209,9 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	// A fixed number of rounds, each with the host's load read around it
 	// and a busy one flagged rather than repeated: what a person reads
 	// from the JSON is every round that ran.
-	plan := suites.FixedPlan(runs)
-	plan.Host, plan.Repeats, plan.Calibrate = suites.ReadHostLoad(250*time.Millisecond), -1, suites.Calibrate
-	return invm.Run(ctx, invm.Options{Suite: name, Profile: profile, Kernels: ks, Plan: &plan, VM: vm, Progress: stderr,
-		Log: terminalLog(stderr)})
+	plan := invm.FixedPlan(profile, runs, stderr)
+	plan.Quiet = suites.Quiet{Host: suites.ReadHostLoad(250 * time.Millisecond), Repeats: -1, Calibrate: suites.Calibrate}
+	return invm.Run(ctx, invm.Options{Suite: name, Kernels: ks, Plan: plan, VM: vm, Log: terminalLog(stderr)})
 }
 
 // printResults prints the mean over rounds of every metric per kernel, and
@@ -230,7 +230,7 @@ func printResults(w io.Writer, results []*suites.Result) {
 		hdr += "RATIO\t"
 	}
 	fmt.Fprintln(tw, hdr)
-	for _, m := range reports.Means(results) {
+	for _, m := range judge.Means(results) {
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t", m.Workload, m.Params, m.Metric, m.Unit)
 		for _, v := range m.Means {
 			line += fmt.Sprintf("%.4g\t", v)

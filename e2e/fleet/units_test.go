@@ -72,9 +72,16 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			p := filepath.Join(dir, name)
 			os.WriteFile(p, []byte(strings.ReplaceAll(string(raw), "/usr/local/bin/patchbot", bin)), 0o644)
-			out, err = exec.Command("systemd-analyze", "verify", p).CombinedOutput()
-			if err != nil || len(strings.TrimSpace(string(out))) > 0 {
-				t.Errorf("systemd-analyze verify %s: %v\n%s", name, err, out)
+			// verify loads the units ours pull in too, and speaks of their
+			// faults as well (libvirt 11's libvirtd.service asks for a
+			// newer systemd than bookworm's): only what it says of ours
+			// counts.
+			out, _ = exec.Command("systemd-analyze", "verify", p).CombinedOutput()
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				if strings.Contains(line, name) || strings.Contains(line, p) {
+					t.Errorf("systemd-analyze verify %s:\n%s", name, out)
+					break
+				}
 			}
 		})
 	}

@@ -184,3 +184,39 @@ func Clip(s string, n int) string {
 }
 
 var _ io.Writer = (*Writer)(nil)
+
+// JSON escapes what encoding/json leaves raw in a JSON text: DEL and the
+// C1 controls (U+0080..U+009F; U+009B is a CSI) become \u007f and
+// \u00XX, which JSON reads back as the same characters. Outside strings a
+// JSON text is ASCII without controls, and encoding/json escapes C0 and
+// replaces bytes that are not UTF-8, so what comes out is the same JSON
+// with nothing left to escape.
+func JSON(b []byte) []byte {
+	if !needs(b) {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for i := 0; i < len(b); {
+		c := b[i]
+		if c < utf8.RuneSelf {
+			if c == 0x7f {
+				out = append(out, `\u007f`...)
+			} else {
+				out = append(out, c)
+			}
+			i++
+			continue
+		}
+		r, n := utf8.DecodeRune(b[i:])
+		switch {
+		case r >= 0x80 && r <= 0x9f:
+			out = fmt.Appendf(out, `\u%04x`, r)
+		case r == utf8.RuneError && n <= 1:
+			out = append(out, `\ufffd`...)
+		default:
+			out = append(out, b[i:i+n]...)
+		}
+		i += n
+	}
+	return out
+}

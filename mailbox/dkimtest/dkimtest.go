@@ -25,8 +25,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/mailbox/dnstest"
 )
@@ -85,12 +87,31 @@ func NewKeys(t testing.TB, selector string, domains ...string) map[string]*Key {
 // unchanged.
 func (k *Key) Sign(t testing.TB, raw []byte) []byte {
 	t.Helper()
+	return k.SignWith(t, raw, Options{})
+}
+
+// Options are what a sender's server may do otherwise when it signs.
+type Options struct {
+	// Headers are the fields signed (h=), in order; nil: dkimpy's
+	// default. A large mail provider's leaves out In-Reply-To and
+	// References.
+	Headers []string
+	// BodyLength signs only the body's length at signing (l=): what
+	// follows can be anything.
+	BodyLength bool
+	// Time dates the signature (t=); zero: now.
+	Time time.Time
+}
+
+// SignWith signs raw as Sign does, with o.
+func (k *Key) SignWith(t testing.TB, raw []byte, o Options) []byte {
+	t.Helper()
 	crlf := bytes.Contains(raw, []byte("\r\n"))
 	in := raw
 	if !crlf {
 		in = bytes.ReplaceAll(raw, []byte("\n"), []byte("\r\n"))
 	}
-	out, err := k.signer.sign(k, in)
+	out, err := k.signer.sign(k, in, o)
 	if err != nil {
 		t.Fatalf("dkimpy: %v", err)
 	}
@@ -100,18 +121,29 @@ func (k *Key) Sign(t testing.TB, raw []byte) []byte {
 	return out
 }
 
-// signScript reads requests "SELECTOR DOMAIN KEYFILE LENGTH\n" + the mail
-// and answers "LENGTH\n" + the signature field and the mail.
+// signScript reads requests "SELECTOR DOMAIN KEYFILE LENGTH TIME L
+// HEADERS\n" + the mail (TIME 0: now; L 1: sign with l=; HEADERS "-":
+// dkimpy's default, else the fields, comma-separated) and answers
+// "LENGTH\n" + the signature field and the mail.
 const signScript = `
-import sys, dkim
+import sys, time, dkim
 inp, out = sys.stdin.buffer, sys.stdout.buffer
+now = time.time
 for line in iter(inp.readline, b""):
-    sel, dom, path, n = line.split()
+    sel, dom, path, n, at, length, heads = line.split()
     msg = inp.read(int(n))
     try:
-        res = dkim.sign(msg, sel, dom, open(path, "rb").read(), canonicalize=(b"relaxed", b"simple")) + msg
+        if int(at) > 0:
+            time.time = lambda: float(int(at))
+        kw = {}
+        if heads != b"-":
+            kw["include_headers"] = heads.split(b",")
+        res = dkim.sign(msg, sel, dom, open(path, "rb").read(), canonicalize=(b"relaxed", b"simple"),
+                        length=(length == b"1"), **kw) + msg
     except Exception as e:
         res = b"ERROR " + str(e).encode()
+    finally:
+        time.time = now
     out.write(b"%d\n" % len(res))
     out.write(res)
     out.flush()
@@ -141,10 +173,20 @@ func startSigner(t testing.TB) *signer {
 	return &signer{in: in, out: bufio.NewReader(out)}
 }
 
-func (s *signer) sign(k *Key, msg []byte) ([]byte, error) {
+func (s *signer) sign(k *Key, msg []byte, o Options) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := fmt.Fprintf(s.in, "%s %s %s %d\n", k.Selector, k.Domain, k.Path, len(msg)); err != nil {
+	at, length, heads := int64(0), 0, "-"
+	if !o.Time.IsZero() {
+		at = o.Time.Unix()
+	}
+	if o.BodyLength {
+		length = 1
+	}
+	if len(o.Headers) > 0 {
+		heads = strings.Join(o.Headers, ",")
+	}
+	if _, err := fmt.Fprintf(s.in, "%s %s %s %d %d %d %s\n", k.Selector, k.Domain, k.Path, len(msg), at, length, heads); err != nil {
 		return nil, err
 	}
 	if _, err := s.in.Write(msg); err != nil {

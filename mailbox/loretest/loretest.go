@@ -64,7 +64,16 @@ func Start(t testing.TB, name, address string) *Server {
 	s.run(t, nil, "git", "config", "-f", s.configPath(), "publicinboxmda.spamcheck", "none")
 	s.run(t, nil, "git", "config", "-f", s.configPath(), "publicinboxwatch.spamcheck", "none")
 
-	log, err := os.Create(filepath.Join(dir, "httpd.log"))
+	s.serve(t)
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+// serve starts public-inbox-httpd and waits until it answers.
+func (s *Server) serve(t testing.TB) {
+	t.Helper()
+	base := "http://" + s.Addr
+	log, err := os.OpenFile(filepath.Join(s.dir, "httpd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,20 +84,20 @@ func Start(t testing.TB, name, address string) *Server {
 	if err := s.httpd.Start(); err != nil {
 		t.Fatalf("starting public-inbox-httpd: %v", err)
 	}
-	s.httpdDone = make(chan struct{})
-	go func() { s.httpd.Wait(); log.Close(); close(s.httpdDone) }()
-	t.Cleanup(func() { s.stop() })
+	done := make(chan struct{})
+	s.httpdDone = done
+	go func() { s.httpd.Wait(); log.Close(); close(done) }()
 
 	// Up when it answers at all (an empty inbox answers 404).
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(base + "/" + name + "/new.atom")
+		resp, err := http.Get(base + "/" + s.Name + "/new.atom")
 		if err == nil {
 			resp.Body.Close()
 			break
 		}
 		select {
-		case <-s.httpdDone:
+		case <-done:
 			t.Fatalf("public-inbox-httpd exited at start:\n%s", s.Logs())
 		default:
 		}
@@ -97,8 +106,50 @@ func Start(t testing.TB, name, address string) *Server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return s
 }
+
+// Purge removes a mail from the archive as public-inbox-purge does: its
+// commit is kept with the mail emptied, and every later commit of its
+// epoch is rewritten. raw is the mail as delivered.
+func (s *Server) Purge(t testing.TB, raw []byte) {
+	t.Helper()
+	s.run(t, raw, "public-inbox-purge", s.inbox)
+}
+
+// Edit changes a mail in the archive as public-inbox-edit does, with a
+// sed expression as the editor: the mail's commit and every later one of
+// its epoch are rewritten.
+func (s *Server) Edit(t testing.TB, msgid, sedExpr string) {
+	t.Helper()
+	cmd := exec.Command("public-inbox-edit", "-m", strings.Trim(msgid, "<>"), s.inbox)
+	cmd.Env = append(s.env(), "EDITOR=sed -i "+shellQuote(sedExpr))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("public-inbox-edit: %v\n%s", err, out)
+	}
+}
+
+// Reimport makes the archive anew from raws, as an operator who rebuilds
+// an inbox from a spool does: the inbox is removed, made again under the
+// same name and address, served again, and raws delivered in order. A
+// history with a different first mail has no commit in common with the
+// old one.
+func (s *Server) Reimport(t testing.TB, raws [][]byte) {
+	t.Helper()
+	s.stop()
+	s.mu.Lock()
+	s.watch = nil
+	s.mu.Unlock()
+	if err := os.RemoveAll(s.inbox); err != nil {
+		t.Fatal(err)
+	}
+	s.run(t, nil, "public-inbox-init", "-V2", s.Name, s.inbox, "http://"+s.Addr+"/"+s.Name, s.Address)
+	for _, raw := range raws {
+		s.Deliver(t, raw)
+	}
+	s.serve(t)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // URL is the inbox's list URL, e.g. http://127.0.0.1:PORT/linux-fsdevel/.
 func (s *Server) URL() string { return "http://" + s.Addr + "/" + s.Name + "/" }

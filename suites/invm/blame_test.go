@@ -94,7 +94,7 @@ func fakeKernels(t *testing.T) Spec {
 			t.Fatal(err)
 		}
 	}
-	return Spec{Suite: "locks", Profile: "quick", Runs: 1,
+	return Spec{Suite: "locks", Plan: FixedPlan("quick", 1, nil),
 		Base:    &images.Build{BzImage: filepath.Join(dir, "base")},
 		Patched: &images.Build{BzImage: filepath.Join(dir, "patched")}}
 }

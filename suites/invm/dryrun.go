@@ -26,7 +26,7 @@ type DryRunTester struct {
 // DryRunAccel is a dry run's accelerator, as the reply says it.
 const DryRunAccel = "dry run (nothing built or booted)"
 
-// Test runs the spec's rounds: Runs of them, or the plan's minimum.
+// Test runs the spec's rounds: the fewest its plan's Stop allows.
 func (d DryRunTester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	pool, err := vmrunner.New("fake", vmrunner.Config{Limit: 2, RunSuite: func(ctx context.Context, req proto.Request) (any, error) {
 		select {
@@ -63,14 +63,11 @@ func (d DryRunTester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 		}
 		guests = append(guests, vm)
 	}
-	n := s.Runs
-	if n == 0 && s.Plan != nil {
-		n = s.Plan.Min
-	}
+	n, _ := s.Plan.stop().Bounds()
 	rounds := make([][]*suites.Result, 2)
 	for r := 1; r <= max(n, 1); r++ {
 		for i, side := range sides {
-			raw, err := guests[i].Do(ctx, proto.Request{Op: proto.OpRunSuite, Suite: s.Suite, Profile: s.Profile, Round: r,
+			raw, err := guests[i].Do(ctx, proto.Request{Op: proto.OpRunSuite, Suite: s.Suite, Profile: s.Plan.Profile, Round: r,
 				Params: map[string]string{suites.ParamKernel: side.label}}, nil)
 			if err != nil {
 				return nil, err
@@ -81,8 +78,8 @@ func (d DryRunTester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 			}
 			rounds[i] = append(rounds[i], &res)
 		}
-		if s.Progress != nil {
-			fmt.Fprintf(s.Progress, "dry run: round %d of %d a side\n", r, max(n, 1))
+		if s.Plan.Progress != nil {
+			fmt.Fprintf(s.Plan.Progress, "dry run: round %d of %d a side\n", r, max(n, 1))
 		}
 	}
 	return &Outcome{Base: suites.Merge(rounds[0]), Patched: suites.Merge(rounds[1]), Backend: "dry-run", Accel: DryRunAccel,

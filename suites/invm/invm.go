@@ -39,27 +39,51 @@ type Kernel struct {
 	Cmdline string
 }
 
+// Plan is how every suite of a test is measured: the profile, when the
+// rounds stop, how the host is kept quiet around them, and where progress
+// goes. It is made once per test (the pipeline's, a bisection step's, a
+// command's) and handed whole from Job to Spec to Options.
+type Plan struct {
+	Profile string // default "quick"
+	// Stop says when the rounds stop: suites.Fixed(n), or judge.Rounds's
+	// sequential rule; nil runs one round.
+	Stop suites.Stopping
+	// Quiet keeps the host quiet around the rounds; the zero value reads
+	// nothing.
+	Quiet suites.Quiet
+	// Progress gets a line per stage and per round; nil for none.
+	Progress io.Writer
+}
+
+// FixedPlan measures runs rounds a side, interleaved, with nothing read of
+// the host.
+func FixedPlan(profile string, runs int, progress io.Writer) Plan {
+	return Plan{Profile: profile, Stop: suites.Fixed(runs), Progress: progress}
+}
+
+func (p Plan) stop() suites.Stopping {
+	if p.Stop == nil {
+		return suites.Fixed(1)
+	}
+	return p.Stop
+}
+
 // Options of one run. Zero values take the defaults below.
 type Options struct {
 	Suite   string
-	Profile string // default "quick"
 	Kernels []Kernel
-	Runs    int // rounds per kernel, interleaved; default 1; a fixed number unless Plan is set
-	// Plan decides the number of rounds instead of Runs (for example
-	// reports.Plan's sequential rule).
-	Plan *suites.Plan
-	VM   VMConfig
-	// Progress gets a line per stage and per round; nil for none.
-	Progress io.Writer
+	Plan    Plan
+	VM      VMConfig
 	// CacheDir holds the suite images; default images.CacheDir()/fsimage.
 	CacheDir string
 	// Log gets the VMs' launch lines (each QEMU command line or domain)
 	// and boot times; default slog.Default(), a daemon's structured log.
 	// A terminal wants only the progress lines and warnings.
 	Log *slog.Logger
-	// Reuse, with a Plan and two kernels (base first), takes the base's
-	// rounds from an earlier run on the same base when they are kept and
-	// the host has not drifted (reuse.go); nil measures both afresh.
+	// Reuse, with two kernels (base first) and a Plan whose Stop reuses
+	// base rounds (Reusing), takes the base's rounds from an earlier run on
+	// the same base when they are kept and the host has not drifted
+	// (reuse.go); nil measures both afresh.
 	Reuse *Reuse
 }
 
@@ -142,11 +166,8 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	if len(o.Kernels) == 0 {
 		return nil, errors.New("no kernels given")
 	}
-	if o.Runs == 0 {
-		o.Runs = 1
-	}
 	vm := o.VM.withDefaults()
-	progress := o.Progress
+	progress := o.Plan.Progress
 	if progress == nil {
 		progress = io.Discard
 	}
@@ -154,7 +175,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := s.Resolve(o.Profile)
+	cfg, err := s.Resolve(o.Plan.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -251,15 +272,11 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
 		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Params: params})
 	}
-	plan := suites.FixedPlan(o.Runs)
-	if o.Plan != nil {
-		plan = *o.Plan
-	}
 	var results []*suites.Result
-	if o.Reuse != nil && o.Plan != nil && len(sides) == 2 {
-		results, err = o.Reuse.run(ctx, cfg, sides, plan, progress)
+	if rr, ok := o.Plan.Stop.(Reusing); ok && o.Reuse != nil && len(sides) == 2 {
+		results, err = o.Reuse.run(ctx, cfg, sides, rr, o.Plan.Quiet, progress)
 	} else {
-		results, err = suites.RunAB(ctx, cfg, sides, plan, progress)
+		results, err = suites.RunAB(ctx, cfg, sides, o.Plan.stop(), o.Plan.Quiet, progress)
 	}
 	if err != nil {
 		return nil, err
@@ -315,13 +332,9 @@ func recheck(ctx context.Context, pool vmrunner.Pool, kernels []Kernel, specs []
 // Spec is one suite's A/B measurement of a base and a patched build.
 type Spec struct {
 	Suite   string
-	Profile string
-	Runs    int // a fixed number of rounds per kernel, unless Plan is set
-	Plan    *suites.Plan
+	Plan    Plan
 	Base    *images.Build
 	Patched *images.Build
-	// Progress gets a line per boot and round.
-	Progress io.Writer
 }
 
 // Outcome is what a Tester measured, and the VM it measured in.
@@ -350,12 +363,11 @@ type Tester struct {
 // Test runs one suite on the base and patched kernels.
 func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	var reuse *Reuse
-	if t.Bases != nil && s.Plan != nil && s.Base != nil && s.Base.Commit != "" && s.Base != s.Patched {
-		reuse = &Reuse{Bases: t.Bases, Key: BaseKey(s.Suite, s.Profile, s.Base, t.VM.withDefaults()), Log: t.Log}
+	if _, ok := s.Plan.Stop.(Reusing); ok && t.Bases != nil && s.Base != nil && s.Base.Commit != "" && s.Base != s.Patched {
+		reuse = &Reuse{Bases: t.Bases, Key: BaseKey(s.Suite, s.Plan.Profile, s.Base, t.VM.withDefaults()), Log: t.Log}
 	}
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Profile: s.Profile, Runs: s.Runs, Plan: s.Plan, VM: t.VM, Progress: s.Progress, CacheDir: t.CacheDir, Log: t.Log,
-		Reuse: reuse,
+		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse,
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},

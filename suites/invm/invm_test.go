@@ -26,9 +26,9 @@ func TestGuestCacheContention(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
 	defer cancel()
 	results, err := Run(ctx, Options{
-		Suite: "cache-contention", Profile: "quick",
+		Suite: "cache-contention", Plan: FixedPlan("quick", 1, testWriter{t}),
 		Kernels:  []Kernel{{Side: blame.Base, BzImage: k.BzImage}},
-		CacheDir: t.TempDir(), Progress: testWriter{t},
+		CacheDir: t.TempDir(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -105,10 +105,10 @@ func TestPVHRoundUnderTCG(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Minute) // a guard, as above
 	defer cancel()
 	results, err := Run(ctx, Options{
-		Suite: "cache-contention", Profile: "quick",
+		Suite: "cache-contention", Plan: FixedPlan("quick", 1, testWriter{t}),
 		Kernels:  []Kernel{{Side: blame.Base, BzImage: k.BzImage}},
 		VM:       VMConfig{Boot: vmrunner.BootPVH},
-		CacheDir: t.TempDir(), Progress: testWriter{t},
+		CacheDir: t.TempDir(),
 	})
 	if err != nil {
 		if !strings.Contains(err.Error(), "jiffies") || !strings.Contains(err.Error(), "vm.boot: legacy") {

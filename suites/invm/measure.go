@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
@@ -23,19 +22,17 @@ var _ ABTester = (*Tester)(nil)
 type Job struct {
 	// Suites are the suites asked for; none: those the touched Files
 	// select (suites.Choose).
-	Suites  []string
-	Files   []string
-	Profile string
-	Runs    int // a fixed number of rounds per kernel, unless Plan is set
-	Plan    *suites.Plan
+	Suites []string
+	Files  []string
+	// Plan is how each suite is measured (its Progress gets a line per
+	// boot and round).
+	Plan Plan
 	// Base and Patched are the kernels: A and B.
 	Base, Patched *images.Build
 	// BaseIsPrefix says that the A side carries the series' first patches
 	// (patches=M-N with M > 1), not the base alone: its failure is then
 	// the patch's.
 	BaseIsPrefix bool
-	// Progress gets a line per boot and round.
-	Progress io.Writer
 	// OnSuite is told each suite as it starts, and how many there are;
 	// nil for none.
 	OnSuite func(name string, n int)
@@ -54,7 +51,7 @@ type Measured struct {
 // fails in its guest) comes back as it is, blamed on its kernel, with the
 // suites measured before it; any other error says which suite it stopped.
 func Measure(ctx context.Context, t ABTester, j Job) (*Measured, error) {
-	names, err := suites.Choose(j.Suites, j.Files, j.Profile)
+	names, err := suites.Choose(j.Suites, j.Files, j.Plan.Profile)
 	if err != nil {
 		return nil, err
 	}
@@ -63,8 +60,7 @@ func Measure(ctx context.Context, t ABTester, j Job) (*Measured, error) {
 		if j.OnSuite != nil {
 			j.OnSuite(name, len(names))
 		}
-		out, err := t.Test(ctx, Spec{Suite: name, Profile: j.Profile, Runs: j.Runs, Plan: j.Plan,
-			Base: j.Base, Patched: j.Patched, Progress: j.Progress})
+		out, err := t.Test(ctx, Spec{Suite: name, Plan: j.Plan, Base: j.Base, Patched: j.Patched})
 		err = Reblame(err, j.BaseIsPrefix)
 		if blame.IsPatch(err) {
 			return m, err

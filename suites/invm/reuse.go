@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -26,20 +25,19 @@ type Bases interface {
 	PutBaseRounds(ctx context.Context, key string, result []byte, saved time.Time) error
 }
 
-// Reuse of base rounds: how many control rounds a reusing run measures on
-// the base, interleaved with the patched kernel's first rounds, and when
-// kept rounds are too old to trust.
-const (
-	// Controls is the number of fresh base rounds a run that reuses
-	// kept ones measures: the check that the host has not drifted, and
-	// fresh base samples beside the kept ones.
-	Controls = 1
-	// KeepRounds is the most base rounds kept for a key: the latest.
-	KeepRounds = 10
-	// MaxAge is how old kept rounds may be: a host changes over a day
-	// (other tenants, updates) more than a run can check.
-	MaxAge = 12 * time.Hour
-)
+// Reusing is a Stopping that lets a base's rounds kept from an earlier
+// run stand in for fresh ones (judge.Rounds): how many fresh control
+// rounds check them and how old they may be (Reuse), and whether the
+// controls show that the host drifted since (Drifted). The policy is the
+// rule's; this package keeps the rounds (Bases) and runs the controls.
+type Reusing interface {
+	suites.Stopping
+	Reuse() (controls int, maxAge time.Duration)
+	Drifted(suite string, kept, controls *suites.Result) string
+}
+
+// KeepRounds is the most base rounds kept for a key: the latest.
+const KeepRounds = 10
 
 // BaseKey names what a base's rounds are valid for: the base commit (or
 // head of the build measured as the base), its config, the suite and
@@ -83,88 +81,74 @@ func (r *Reuse) log() *slog.Logger {
 }
 
 // run measures sides[0] (the base) against sides[1] (the patched kernel)
-// under plan, reusing kept base rounds when it can:
+// until stop says, reusing kept base rounds when it can:
 //
-//   - without kept rounds (or with rounds older than MaxAge, or fewer than
-//     plan.Min) it measures both afresh, interleaved, and keeps the base's
-//     rounds;
-//   - with them, it runs Controls rounds of each kernel, interleaved, and
-//     checks the base's control rounds against the kept ones (Drifted).
-//     Past that check it goes on with the patched kernel alone, judging it
-//     against the kept rounds and the controls, and keeps the controls
-//     with the rounds. A host that drifted is measured afresh, both
-//     kernels, from where the controls left off, and its rounds replace
-//     the kept ones.
-func (r *Reuse) run(ctx context.Context, cfg *suites.Config, sides []suites.Side, plan suites.Plan, progress io.Writer) ([]*suites.Result, error) {
-	kept := r.load(ctx, plan)
+//   - without kept rounds (or with rounds too old, or fewer than the
+//     rule's fewest) it measures both afresh, interleaved, and keeps the
+//     base's rounds;
+//   - with them, it runs the rule's control rounds of each kernel,
+//     interleaved, and checks the base's control rounds against the kept
+//     ones (Reusing.Drifted). Past that check it goes on with the patched
+//     kernel alone, judging it against the kept rounds and the controls,
+//     and keeps the controls with the rounds. A host that drifted is
+//     measured afresh, both kernels, from where the controls left off, and
+//     its rounds replace the kept ones.
+func (r *Reuse) run(ctx context.Context, cfg *suites.Config, sides []suites.Side, stop Reusing, quiet suites.Quiet,
+	progress io.Writer) ([]*suites.Result, error) {
+	controls, maxAge := stop.Reuse()
+	fewest, _ := stop.Bounds()
+	kept := r.load(ctx, fewest, maxAge)
 	if kept == nil {
-		out, err := suites.RunAB(ctx, cfg, sides, plan, progress)
+		out, err := suites.RunAB(ctx, cfg, sides, stop, quiet, progress)
 		if err == nil {
 			r.keep(ctx, out[0], nil)
 		}
 		return out, err
 	}
-	controls := suites.FixedPlan(Controls)
-	controls.Host, controls.Busy, controls.Repeats, controls.Calibrate = plan.Host, plan.Busy, plan.Repeats, plan.Calibrate
-	controls.QuietWait = plan.QuietWait
-	first, err := suites.RunAB(ctx, cfg, sides, controls, progress)
+	first, err := suites.RunAB(ctx, cfg, sides, suites.Fixed(controls), quiet, progress)
 	if err != nil {
 		return nil, err
 	}
-	if why := Drifted(cfg.Suite, kept, first[0]); why != "" {
+	rest := []suites.Side{sides[0], sides[1]}
+	rest[1].Done = first[1]
+	if why := stop.Drifted(cfg.Suite, kept, first[0]); why != "" {
 		fmt.Fprintf(progress, "%s: kept base rounds not reused: %s; measuring afresh\n", cfg.Suite, why)
 		r.log().Info("base rounds not reused", "suite", cfg.Suite, "key", r.Key, "reason", why)
-		rest := plan
-		rest.First = Controls + 1
-		rest.Settled, rest.Futile = continued(plan.Settled, first), continued(plan.Futile, first)
-		more, err := suites.RunAB(ctx, cfg, sides, rest, progress)
+		rest[0].Done = first[0]
+		out, err := suites.RunAB(ctx, cfg, rest, stop, quiet, progress)
 		if err != nil {
 			return nil, err
 		}
-		out := []*suites.Result{join(first[0], more[0]), join(first[1], more[1])}
 		r.keep(ctx, out[0], nil)
 		return out, nil
 	}
 	fmt.Fprintf(progress, "%s: reusing %d kept base rounds (saved %s), %d fresh control round(s) agree\n",
-		cfg.Suite, len(kept.Rounds), kept.Finished.Format(time.RFC3339), Controls)
-	base := reused(kept, first[0])
-	rest := plan
-	rest.First = Controls + 1
-	// The base's rounds are the kept ones and the controls; the patched
-	// kernel goes on alone.
-	pick := func(f func([]*suites.Result) bool) func([]*suites.Result) bool {
-		if f == nil {
-			return nil
-		}
-		return func(s []*suites.Result) bool {
-			return f([]*suites.Result{base, join(first[1], s[0])})
-		}
-	}
-	rest.Settled, rest.Futile = pick(plan.Settled), pick(plan.Futile)
-	// The first look comes when the patched kernel has Min rounds in all.
-	more, err := suites.RunAB(ctx, cfg, sides[1:], rest, progress)
+		cfg.Suite, len(kept.Rounds), kept.Finished.Format(time.RFC3339), controls)
+	// The base's rounds are the kept ones and the controls, and it is not
+	// run again: the patched kernel goes on alone, its first look when it
+	// has the rule's fewest rounds in all.
+	rest[0].Done, rest[0].Guest = reused(kept, first[0]), nil
+	out, err := suites.RunAB(ctx, cfg, rest, stop, quiet, progress)
 	if err != nil {
 		return nil, err
 	}
-	patched := join(first[1], more[0])
-	base.Plan, base.Stop = patched.Plan, patched.Stop
 	r.keep(ctx, kept, first[0])
-	return []*suites.Result{base, patched}, nil
+	return out, nil
 }
 
-// load returns the kept base rounds for the key, if there are enough of
-// them and they are recent.
-func (r *Reuse) load(ctx context.Context, plan suites.Plan) *suites.Result {
+// load returns the kept base rounds for the key, if there are at least
+// fewest of them and they are at most maxAge old.
+func (r *Reuse) load(ctx context.Context, fewest int, maxAge time.Duration) *suites.Result {
 	raw, saved, ok, err := r.Bases.BaseRounds(ctx, r.Key)
 	if err != nil {
 		r.log().Warn("reading kept base rounds", "key", r.Key, "err", err)
 		return nil
 	}
-	if !ok || r.now().Sub(saved) > MaxAge {
+	if !ok || r.now().Sub(saved) > maxAge {
 		return nil
 	}
 	var res suites.Result
-	if err := json.Unmarshal(raw, &res); err != nil || len(res.Rounds) < plan.Min {
+	if err := json.Unmarshal(raw, &res); err != nil || len(res.Rounds) < fewest {
 		return nil
 	}
 	return &res
@@ -185,67 +169,6 @@ func (r *Reuse) keep(ctx context.Context, kept, fresh *suites.Result) {
 	if err != nil {
 		r.log().Warn("keeping base rounds", "key", r.Key, "err", err)
 	}
-}
-
-// Drifted says why a base's control rounds do not agree with its kept
-// rounds, "" when they do: for each of the suite's primary metrics, the
-// geometric mean of the controls must lie within the kept rounds' range
-// widened by the suite's noise floor. A host that got slower or faster
-// since (other tenants, a thermal limit, an update) moves every round out
-// of that range; one unlucky round of a noisy metric stays inside it.
-func Drifted(suite string, kept, controls *suites.Result) string {
-	def, err := suites.Lookup(suite)
-	if err != nil {
-		return err.Error()
-	}
-	floor := def.Verdict.NoiseFloor
-	type key struct{ workload, cell, metric string }
-	values := func(r *suites.Result) map[key][]float64 {
-		m := map[key][]float64{}
-		for _, s := range r.Samples {
-			if _, ok := def.Verdict.Rank(s.Workload, s.Metric, s.Params); ok {
-				k := key{s.Workload, cellOf(s.Params), s.Metric}
-				m[k] = append(m[k], s.Value)
-			}
-		}
-		return m
-	}
-	was, now := values(kept), values(controls)
-	for k, vs := range now {
-		old := was[k]
-		if len(old) == 0 {
-			return fmt.Sprintf("%s %s was not kept", k.workload, k.metric)
-		}
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, v := range old {
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
-		}
-		g := geomean(vs)
-		if g < lo/(1+floor) || g > hi*(1+floor) {
-			return fmt.Sprintf("%s %s is %.4g now, the kept rounds %.4g to %.4g", k.workload, k.metric, g, lo, hi)
-		}
-	}
-	return ""
-}
-
-func cellOf(params map[string]string) string {
-	b, _ := json.Marshal(params) // sorted keys
-	return string(b)
-}
-
-func geomean(vs []float64) float64 {
-	var s float64
-	for _, v := range vs {
-		if v <= 0 {
-			var m float64
-			for _, x := range vs {
-				m += x
-			}
-			return m / float64(len(vs))
-		}
-		s += math.Log(v)
-	}
-	return math.Exp(s / float64(len(vs)))
 }
 
 // reused is the base's result made of kept rounds and fresh ones: the
@@ -319,42 +242,4 @@ func latest(r *suites.Result, n int) *suites.Result {
 	}
 	out.Reused = 0
 	return &out
-}
-
-// join appends the rounds of b (a continuation of the same run) to a.
-func join(a, b *suites.Result) *suites.Result {
-	out := *a
-	out.Samples = append(append([]suites.Sample{}, a.Samples...), b.Samples...)
-	out.Rounds = append(append([]suites.Round{}, a.Rounds...), b.Rounds...)
-	out.Finished, out.Plan, out.Stop = b.Finished, b.Plan, b.Stop
-	out.Noisy = a.Noisy || b.Noisy
-	out.Phases = map[string]float64{}
-	for _, m := range []map[string]float64{a.Phases, b.Phases} {
-		for k, v := range m {
-			out.Phases[k] += v
-		}
-	}
-	out.Notes = map[string]string{}
-	for k, v := range a.Notes {
-		out.Notes[k] = v
-	}
-	for k, v := range b.Notes {
-		out.Notes[k] = v
-	}
-	return &out
-}
-
-// continued wraps a plan's question for rounds that go on from first: it
-// is asked of the whole run so far.
-func continued(f func([]*suites.Result) bool, first []*suites.Result) func([]*suites.Result) bool {
-	if f == nil {
-		return nil
-	}
-	return func(s []*suites.Result) bool {
-		all := make([]*suites.Result, len(s))
-		for i := range s {
-			all[i] = join(first[i], s[i])
-		}
-		return f(all)
-	}
 }

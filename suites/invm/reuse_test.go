@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
@@ -54,6 +55,20 @@ func (g levelGuest) Do(_ context.Context, req proto.Request, _ func(proto.Event)
 	return json.Marshal(res)
 }
 
+// settleAt4 is judge.Rounds's reuse of base rounds and drift check, with
+// a rule that runs 3 to 6 rounds and is settled once the patched kernel
+// has 4 rounds and the base 4 or more.
+type settleAt4 struct{ judge.Rounds }
+
+func (settleAt4) Bounds() (int, int) { return 3, 6 }
+func (settleAt4) Plan() string       { return "test" }
+func (settleAt4) Stop(rs []*suites.Result) string {
+	if len(rs) == 2 && len(rs[0].Samples) >= 4*6 && len(rs[1].Samples) >= 4*6 {
+		return suites.StopSettled
+	}
+	return ""
+}
+
 // A second series on the same base reuses the base's kept rounds after
 // one control round that agrees with them, and measures only the patched
 // kernel after it; a host that drifted is measured afresh, and its rounds
@@ -73,17 +88,14 @@ func TestReuseBaseRounds(t *testing.T) {
 		{Label: "base", Guest: levelGuest{"A", &baseLevel, &log}},
 		{Label: "patched", Guest: levelGuest{"B", &patchedLevel, &log}},
 	}
-	// Settled once the patched kernel has 4 rounds and the base 4 or more.
-	plan := suites.Plan{Min: 3, Max: 6, Rule: "test", Settled: func(rs []*suites.Result) bool {
-		return len(rs) == 2 && len(rs[0].Samples) >= 4*6 && len(rs[1].Samples) >= 4*6
-	}}
+	plan := settleAt4{}
 	bases := &memBases{m: map[string][]byte{}, at: map[string]time.Time{}}
 	now := time.Date(2026, 12, 3, 14, 0, 0, 0, time.UTC)
 	reuse := &Reuse{Bases: bases, Key: "k", Now: func() time.Time { return now }}
 	run := func() []*suites.Result {
 		t.Helper()
 		log = nil
-		out, err := reuse.run(context.Background(), cfg, sides, plan, io.Discard)
+		out, err := reuse.run(context.Background(), cfg, sides, plan, suites.Quiet{}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,35 +136,9 @@ func TestReuseBaseRounds(t *testing.T) {
 			len(kept.Rounds), kept.Samples[0].Value, err)
 	}
 
-	now = now.Add(MaxAge + time.Minute)
+	now = now.Add(judge.ReuseMaxAge + time.Minute)
 	run()
 	if got := strings.Join(log, ""); got != "ABABABAB" {
 		t.Errorf("kept rounds past MaxAge: rounds %s, want afresh", got)
-	}
-}
-
-func TestDrifted(t *testing.T) {
-	mk := func(vs ...float64) *suites.Result {
-		r := &suites.Result{}
-		for i, v := range vs {
-			r.Samples = append(r.Samples, suites.Sample{Workload: "read-storm", Metric: "files_per_s", Round: i + 1, Value: v},
-				suites.Sample{Workload: "read-storm", Metric: "sched_wakeup", Round: i + 1, Value: 1e6 * v})
-		}
-		return r
-	}
-	kept := mk(100, 110, 95, 105)
-	for _, tt := range []struct {
-		controls *suites.Result
-		drifted  bool
-	}{
-		{mk(102), false},
-		{mk(114), false}, // inside the range widened by the 5% noise floor
-		{mk(120), true},
-		{mk(85, 86), true},
-	} {
-		why := Drifted("cache-contention", kept, tt.controls)
-		if (why != "") != tt.drifted {
-			t.Errorf("controls %v: drifted %q, want %v", tt.controls.Samples[0].Value, why, tt.drifted)
-		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Rule says how many interleaved runs a comparison takes and at which
@@ -274,121 +276,64 @@ func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 // roundLevel drops the float noise of a subtraction (0.05 - 7*0.001).
 func roundLevel(v float64) float64 { return math.Round(v*1e9) / 1e9 }
 
-// Pair is one metric of a family: each kernel's runs. Turns says that
-// Base[i] and Patched[i] were measured in the same turn of interleaved
-// rounds, so that a paired test may pair them.
-type Pair struct {
-	Base, Patched []float64
-	Turns         bool
-}
-
-// Judgement is one metric judged at one look.
-type Judgement struct {
-	// Judged is false when a side has fewer than MinSamples runs.
-	Judged    bool
-	P         float64 // the test's p-value
-	AdjustedP float64 // after Holm-Bonferroni within the family
-	Interval  Interval
-	// Estimate is the change on the test's scale (for MannWhitney,
-	// LogWelch's), from which the interval, the minimum detectable effect
-	// and the chance to settle come.
-	Estimate Estimate
-	// Significant: AdjustedP below the look's level.
-	Significant bool
-	// Within: the interval excludes every change larger than the smallest
-	// effect of interest.
-	Within bool
-}
-
-// Detectable is the minimum detectable effect of a family's metric at a
-// look judged at level: the smallest change, as a fraction, that its
-// spread would show with DetectablePower when it alone changed among the
-// family's judged metrics (level over their number, Holm's first step).
-func Detectable(js []Judgement, i int, level float64) float64 {
-	judged := 0
-	for _, j := range js {
-		if j.Judged {
-			judged++
-		}
+// approxT is Student's q-quantile with df degrees of freedom by the
+// Cornish-Fisher expansion around the normal quantile: within 2% of the
+// exact value from 6 degrees of freedom on, and cheap, for the
+// projections that every look of a sequential run makes (StudentQuantile
+// is exact, and a hundred times slower).
+func approxT(q, df float64) float64 {
+	z := math.Sqrt2 * math.Erfinv(2*q-1)
+	if math.IsInf(df, 1) || df <= 0 {
+		return z
 	}
-	if !js[i].Judged || judged == 0 {
+	z3, z5, z7 := z*z*z, z*z*z*z*z, z*z*z*z*z*z*z
+	return z + (z3+z)/(4*df) + (5*z5+16*z3+3*z)/(96*df*df) + (3*z7+19*z5+17*z3-15*z)/(384*df*df*df)
+}
+
+// normalCDF is Φ(x) (gonum's distuv.UnitNormal).
+func normalCDF(x float64) float64 { return distuv.UnitNormal.CDF(x) }
+
+// SettleChance is the probability, if the change stays what it is now (the
+// current trend), that with total runs a side the estimate would be
+// settled: significant at level (two-sided), or its 95% interval within
+// ±smallest. The runs still to come are drawn with the spread seen so far;
+// so a metric whose spread is too wide for any interval of total runs to
+// fit within ±smallest, and whose change is small beside that spread, has
+// little chance left. Normal quantiles for the projection, Student's for
+// the interval's width at total runs.
+func (e Estimate) SettleChance(total int, level, smallest float64) float64 {
+	if !e.Defined || total <= e.N {
 		return 0
 	}
-	return js[i].Estimate.Detectable(level / float64(judged))
-}
-
-// Settled reports whether more runs are not needed for this metric: it
-// changed significantly, or it cannot have changed by as much as matters.
-func (j Judgement) Settled() bool { return j.Judged && (j.Significant || j.Within) }
-
-// JudgeFamily judges the metrics of one family together at level: each by
-// test t with its Confidence interval, Holm-Bonferroni within the family
-// (the judged metrics only), and Within against smallest, the smallest
-// effect of interest as a fraction (0.1 for 10%).
-func JudgeFamily(t Test, level, smallest float64, family []Pair) []Judgement {
-	out := make([]Judgement, len(family))
-	var idx []int
-	var ps []float64
-	for i, m := range family {
-		j := &out[i]
-		j.P, j.AdjustedP = 1, 1
-		if len(m.Base) < MinSamples || len(m.Patched) < MinSamples {
-			continue
+	if e.SE == 0 {
+		return 1
+	}
+	n, N := float64(e.N), float64(total)
+	seN := e.SE * math.Sqrt(n/N) // the standard error at total runs
+	// D at total runs, given D now: the mean of the runs so far and the
+	// ones to come, which follow the current trend.
+	sd := e.SE * math.Sqrt(n*(N-n)) / N
+	df := e.DF * (N - 1) / (n - 1)
+	if e.Paired {
+		df = N - 1
+	}
+	crit := approxT(1-level/2, df) * seN
+	within := 0.0
+	if e.Log && smallest > 0 {
+		within = math.Log1p(smallest) - approxT(1-(1-Confidence)/2, df)*seN
+	} else if smallest > 0 {
+		within = smallest*e.Scale - approxT(1-(1-Confidence)/2, df)*seN
+	}
+	// P(|D| > crit) + P(|D| < within), the two regions counted once.
+	tail := func(x float64) float64 { // P(|D| > x)
+		return 1 - (normalCDF((x-e.D)/sd) - normalCDF((-x-e.D)/sd))
+	}
+	p := tail(crit)
+	if within > 0 {
+		if within >= crit {
+			return 1 // every outcome settles
 		}
-		j.Judged = true
-		j.Estimate = t.Estimate(m)
-		if t == MannWhitney {
-			j.P = t.PValue(m.Base, m.Patched)
-		} else {
-			j.P = j.Estimate.PValue()
-		}
-		j.Interval = j.Estimate.Interval(Confidence)
-		j.Within = j.Interval.Within(smallest)
-		idx = append(idx, i)
-		ps = append(ps, j.P)
+		p += 1 - tail(within)
 	}
-	for k, adj := range Holm(ps) {
-		j := &out[idx[k]]
-		j.AdjustedP = adj
-		j.Significant = adj < level
-	}
-	return out
-}
-
-// Settled reports whether every metric of a family is settled: the
-// sequential rule's condition to stop.
-func Settled(js []Judgement) bool {
-	if len(js) == 0 {
-		return false
-	}
-	for _, j := range js {
-		if !j.Settled() {
-			return false
-		}
-	}
-	return true
-}
-
-// Guards that keep a significant change from being called one.
-const (
-	GuardNoiseFloor = "below the noise floor"
-	GuardOverlap    = "the two kernels' runs overlap"
-)
-
-// Guard says why a significant change is not to be called one, as the
-// kernel test robot's comparisons do: a change smaller than the noise floor
-// (a fraction: what two boots of one kernel differ by), or one whose two
-// kernels' runs overlap heavily (either kernel's median inside the middle
-// half, the interquartile range, of the other's runs). The middle half,
-// rather than LKP's whole range, so that one outlying run neither hides a
-// change nor makes one. "" when the change stands.
-func Guard(base, patched Summary, iv Interval, floor float64) string {
-	if iv.Defined && floor > 0 && math.Abs(math.Log(iv.Ratio)) < math.Log1p(floor) {
-		return GuardNoiseFloor
-	}
-	inside := func(x float64, s Summary) bool { return x >= s.Q1 && x <= s.Q3 }
-	if inside(base.Median, patched) || inside(patched.Median, base) {
-		return GuardOverlap
-	}
-	return ""
+	return math.Min(1, p)
 }

@@ -3,8 +3,10 @@ package stats
 import (
 	"fmt"
 	"math"
-	"sort"
 	"strings"
+
+	"golang.org/x/perf/benchmath"
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Test is a two-sample significance test. The value is a strategy, chosen
@@ -107,8 +109,7 @@ func (t *Test) UnmarshalText(b []byte) error {
 // PValue(a, b) without that pairing is LogWelch's (see Pair and Estimate).
 func (t Test) PValue(a, b []float64) float64 {
 	if t == MannWhitney {
-		_, p := MannWhitneyU(a, b)
-		return p
+		return MannWhitneyP(a, b)
 	}
 	if t == LogWelch || t == PairedLog {
 		if la, lb, ok := logs(a), logs(b), positive(a) && positive(b); ok {
@@ -147,188 +148,42 @@ func WelchT(a, b []float64) (t, df, p float64) {
 }
 
 // studentTwoSided is P(|T| >= |t|) for Student's t with df degrees of
-// freedom, through the regularised incomplete beta function.
+// freedom (gonum's distuv.StudentsT); infinite degrees of freedom are the
+// standard normal.
 func studentTwoSided(t, df float64) float64 {
-	x := df / (df + t*t)
-	return clamp01(regIncBeta(df/2, 0.5, x))
+	return clamp01(2 * student(df).Survival(math.Abs(t)))
 }
 
-// MannWhitneyU returns U for sample a (the number of pairs in which a's
-// value is larger, ties counting one half; R calls it W) and the two-sided
-// p-value. Without ties and with fewer than 20 samples a side, p is exact;
-// otherwise it is the normal approximation with tie and continuity
-// corrections (as R's wilcox.test does).
-func MannWhitneyU(a, b []float64) (u, p float64) {
-	na, nb := len(a), len(b)
-	if na == 0 || nb == 0 {
-		return 0, 1
+// student is Student's t with df degrees of freedom, or the standard
+// normal for infinite df.
+func student(df float64) interface {
+	Survival(float64) float64
+	Quantile(float64) float64
+} {
+	if math.IsInf(df, 1) {
+		return distuv.UnitNormal
 	}
-	type obs struct {
-		v     float64
-		fromA bool
-	}
-	all := make([]obs, 0, na+nb)
-	for _, v := range a {
-		all = append(all, obs{v, true})
-	}
-	for _, v := range b {
-		all = append(all, obs{v, false})
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].v < all[j].v })
-
-	var rankSumA, tieTerm float64
-	ties := false
-	for i := 0; i < len(all); {
-		j := i
-		for j < len(all) && all[j].v == all[i].v {
-			j++
-		}
-		midrank := float64(i+j+1) / 2 // ranks are 1-based: (i+1 + j) / 2
-		for k := i; k < j; k++ {
-			if all[k].fromA {
-				rankSumA += midrank
-			}
-		}
-		if n := float64(j - i); n > 1 {
-			ties = true
-			tieTerm += n*n*n - n
-		}
-		i = j
-	}
-	u = rankSumA - float64(na*(na+1))/2
-
-	if !ties && na < 20 && nb < 20 {
-		return u, exactU(na, nb, u)
-	}
-	n := float64(na + nb)
-	sigma := math.Sqrt(float64(na*nb) / 12 * ((n + 1) - tieTerm/(n*(n-1))))
-	if sigma == 0 {
-		return u, 1
-	}
-	z := u - float64(na*nb)/2
-	if z != 0 {
-		z -= math.Copysign(0.5, z) // continuity correction
-	}
-	z /= sigma
-	return u, clamp01(math.Erfc(math.Abs(z) / math.Sqrt2))
+	return distuv.StudentsT{Mu: 0, Sigma: 1, Nu: df}
 }
 
-// exactU is the exact two-sided p-value of U for sample sizes na and nb,
-// counting, for every u, how many of the C(na+nb, na) orderings give it.
-func exactU(na, nb int, u float64) float64 {
-	// counts[i][j][k]: orderings of i a's and j b's with U = k, built from
-	// "the largest value is an a (adds j to U)" or "is a b (adds nothing)".
-	counts := make([][][]float64, na+1)
-	for i := range counts {
-		counts[i] = make([][]float64, nb+1)
-		for j := range counts[i] {
-			c := make([]float64, i*j+1)
-			switch {
-			case i == 0 || j == 0:
-				c[0] = 1
-			default:
-				for k := range c {
-					if k-j >= 0 && k-j < len(counts[i-1][j]) {
-						c[k] += counts[i-1][j][k-j]
-					}
-					if k < len(counts[i][j-1]) {
-						c[k] += counts[i][j-1][k]
-					}
-				}
-			}
-			counts[i][j] = c
-		}
+// MannWhitneyP is the two-sided p-value of the Mann-Whitney U (Wilcoxon
+// rank-sum) test of a against b, from golang.org/x/perf's benchmath (the
+// test benchstat makes, by go-moremath's U distribution): exact up to 50
+// samples a side without ties and up to 25 with them (the exact
+// distribution given the ties), else the normal approximation with tie and
+// continuity corrections, as R's wilcox.test. Samples that are all equal,
+// or an empty side, give 1.
+func MannWhitneyP(a, b []float64) float64 {
+	if len(a) == 0 || len(b) == 0 {
+		return 1
 	}
-	dist := counts[na][nb]
-	var total, lower, upper float64
-	for k, c := range dist {
-		total += c
-		if float64(k) <= u {
-			lower += c
-		}
-		if float64(k) >= u {
-			upper += c
-		}
-	}
-	return clamp01(2 * math.Min(lower, upper) / total)
-}
-
-// Holm adjusts p-values for the family-wise error rate with the
-// Holm-Bonferroni step-down method: a change is significant at alpha when
-// its adjusted p-value is below alpha. The result is in the input's order.
-func Holm(ps []float64) []float64 {
-	m := len(ps)
-	idx := make([]int, m)
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(i, j int) bool { return ps[idx[i]] < ps[idx[j]] })
-	adj := make([]float64, m)
-	running := 0.0
-	for rank, i := range idx {
-		v := math.Min(1, float64(m-rank)*ps[i])
-		running = math.Max(running, v) // adjusted p-values never decrease
-		adj[i] = running
-	}
-	return adj
+	th := benchmath.DefaultThresholds
+	c := benchmath.AssumeNothing.Compare(benchmath.NewSample(a, &th), benchmath.NewSample(b, &th))
+	return clamp01(c.P)
 }
 
 func clamp01(x float64) float64 {
 	return math.Max(0, math.Min(1, x))
-}
-
-// regIncBeta is the regularised incomplete beta function I_x(a, b), by the
-// continued fraction of Numerical Recipes (section 6.4).
-func regIncBeta(a, b, x float64) float64 {
-	if x <= 0 {
-		return 0
-	}
-	if x >= 1 {
-		return 1
-	}
-	la, _ := math.Lgamma(a + b)
-	lb, _ := math.Lgamma(a)
-	lc, _ := math.Lgamma(b)
-	front := math.Exp(la - lb - lc + a*math.Log(x) + b*math.Log(1-x))
-	if x < (a+1)/(a+b+2) {
-		return front * betaCF(a, b, x) / a
-	}
-	return 1 - front*betaCF(b, a, 1-x)/b
-}
-
-func betaCF(a, b, x float64) float64 {
-	const (
-		maxIter = 300
-		eps     = 1e-15
-		tiny    = 1e-300
-	)
-	nonzero := func(v float64) float64 {
-		if math.Abs(v) < tiny {
-			return tiny
-		}
-		return v
-	}
-	qab, qap, qam := a+b, a+1, a-1
-	c, d := 1.0, 1/nonzero(1-qab*x/qap)
-	h := d
-	// step is one term of Lentz's method: the fraction's next coefficient
-	// aa, and the factor it multiplies h by.
-	step := func(aa float64) float64 {
-		d = 1 / nonzero(1+aa*d)
-		c = nonzero(1 + aa/c)
-		return d * c
-	}
-	for m := 1; m <= maxIter; m++ {
-		fm := float64(m)
-		m2 := 2 * fm
-		h *= step(fm * (b - fm) * x / ((qam + m2) * (a + m2)))
-		del := step(-(a + fm) * (qab + fm) * x / ((a + m2) * (qap + m2)))
-		h *= del
-		if math.Abs(del-1) < eps {
-			break
-		}
-	}
-	return h
 }
 
 func positive(xs []float64) bool {

@@ -1,4 +1,4 @@
-package reports
+package judge
 
 import (
 	"sort"
@@ -28,7 +28,7 @@ func Means(results []*suites.Result) []MeanRow {
 	for i, r := range results {
 		sums[i], ns[i] = map[key]float64{}, map[key]int{}
 		for _, s := range r.Samples {
-			k := key{s.Workload, strings.ReplaceAll(cellName(s.Params), " ", ","), s.Metric, s.Unit}
+			k := key{s.Workload, strings.ReplaceAll(CellName(s.Params), " ", ","), s.Metric, s.Unit}
 			sums[i][k] += s.Value
 			ns[i][k]++
 			if !seen[k] {

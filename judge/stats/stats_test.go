@@ -78,30 +78,82 @@ func TestStudentTable(t *testing.T) {
 	}
 }
 
-func TestMannWhitneyU(t *testing.T) {
+// The rank test is x/perf's (benchmath, over go-moremath's U
+// distribution): exact where R's wilcox.test is exact (no ties, fewer than
+// 50 samples a side), and exact given the ties where R falls back to the
+// normal approximation. Each p-value is checked against R or against a
+// count over every split of the pooled ranks.
+func TestMannWhitneyP(t *testing.T) {
 	tests := []struct {
 		name string
 		a, b []float64
-		u, p float64
+		p    float64
 		tolP float64
 	}{
-		// Ties: the normal approximation R uses.
-		{"sleep", sleep1, sleep2, 25.5, 0.06933, 5e-6},
 		// Exact: complete separation has probability 1/C(n1+n2, n1) per tail.
-		{"3v3 separated", []float64{1, 2, 3}, []float64{4, 5, 6}, 0, 2.0 / 20, 1e-12},
-		{"5v5 separated", []float64{6, 7, 8, 9, 10}, []float64{1, 2, 3, 4, 5}, 25, 2.0 / 252, 1e-12},
+		{"3v3 separated", []float64{1, 2, 3}, []float64{4, 5, 6}, 2.0 / 20, 1e-12},
+		{"5v5 separated", []float64{6, 7, 8, 9, 10}, []float64{1, 2, 3, 4, 5}, 2.0 / 252, 1e-12},
 		// R: wilcox.test(c(1.1,2.2,3.3,4.4), c(2.5,3.5,4.5,5.5,6.5)) W = 3, p-value = 0.1111
-		{"4v5", []float64{1.1, 2.2, 3.3, 4.4}, []float64{2.5, 3.5, 4.5, 5.5, 6.5}, 3, 0.1111, 5e-5},
-		{"all equal", []float64{2, 2, 2}, []float64{2, 2, 2}, 4.5, 1, 0},
+		{"4v5", []float64{1.1, 2.2, 3.3, 4.4}, []float64{2.5, 3.5, 4.5, 5.5, 6.5}, 0.1111, 5e-5},
+		// Ties: R prints W = 25.5, p-value = 0.06933 (its normal
+		// approximation: "cannot compute exact p-value with ties"); the
+		// exact p given the ties is counted over all C(20, 10) splits.
+		{"sleep", sleep1, sleep2, exactRankSumP(sleep1, sleep2), 1e-12},
+		{"all equal", []float64{2, 2, 2}, []float64{2, 2, 2}, 1, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			u, p := MannWhitneyU(tt.a, tt.b)
-			if u != tt.u || !near(p, tt.p, tt.tolP) {
-				t.Errorf("MannWhitneyU = U %v p %.6f, want U %v p %.6f", u, p, tt.u, tt.p)
+			if p := MannWhitneyP(tt.a, tt.b); !near(p, tt.p, tt.tolP) {
+				t.Errorf("MannWhitneyP = %.6f, want %.6f", p, tt.p)
 			}
 		})
 	}
+	// The sleep data's exact p lies near R's normal approximation.
+	if p := MannWhitneyP(sleep1, sleep2); !near(p, 0.06933, 0.01) {
+		t.Errorf("sleep: exact p %.5f is far from R's approximation 0.06933", p)
+	}
+}
+
+// exactRankSumP is the two-sided p-value of the rank-sum test by brute
+// force: the pooled samples' midranks, every way of drawing len(a) of them,
+// and twice the smaller tail of the rank sums at or beyond a's.
+func exactRankSumP(a, b []float64) float64 {
+	all := append(append([]float64{}, a...), b...)
+	ranks := make([]float64, len(all))
+	for i, x := range all {
+		for _, y := range all {
+			switch {
+			case y < x:
+				ranks[i]++
+			case y == x:
+				ranks[i] += 0.5
+			}
+		}
+		ranks[i] += 0.5
+	}
+	obs := 0.0
+	for i := range a {
+		obs += ranks[i]
+	}
+	var below, above, total float64
+	var walk func(start, left int, sum float64)
+	walk = func(start, left int, sum float64) {
+		if left == 0 {
+			total++
+			if sum <= obs+1e-9 {
+				below++
+			}
+			if sum >= obs-1e-9 {
+				above++
+			}
+			return
+		}
+		for i := start; i <= len(ranks)-left; i++ {
+			walk(i+1, left-1, sum+ranks[i])
+		}
+	}
+	walk(0, len(a), 0)
+	return math.Min(1, 2*math.Min(below, above)/total)
 }
 
 func TestHolm(t *testing.T) {
@@ -171,7 +223,7 @@ func TestFindsRealChange(t *testing.T) {
 	if _, _, p := WelchT(base, patched); p >= 0.001 {
 		t.Errorf("Welch p = %v for a 1.9x change, want < 0.001", p)
 	}
-	if _, p := MannWhitneyU(base, patched); p >= 0.01 {
+	if p := MannWhitneyP(base, patched); p >= 0.01 {
 		t.Errorf("Mann-Whitney p = %v for a 1.9x change, want < 0.01", p)
 	}
 }
@@ -184,11 +236,11 @@ func BenchmarkWelchT(b *testing.B) {
 	}
 }
 
-func BenchmarkMannWhitneyU(b *testing.B) {
+func BenchmarkMannWhitneyP(b *testing.B) {
 	x := []float64{700, 690, 720, 705, 698}
 	y := []float64{1320, 1290, 1350, 1301, 1335}
 	for b.Loop() {
-		MannWhitneyU(x, y)
+		MannWhitneyP(x, y)
 	}
 }
 

@@ -1,16 +1,12 @@
-// Package reports turns raw suite results into the comparison a maintainer
-// reads: statistics per metric (reports/stats), the kernel-test-robot style
-// table, the reply mail, and the run directory kept for every run.
-package reports
+package judge
 
 import (
 	"errors"
 	"fmt"
 	"math"
 	"sort"
-	"strings"
 
-	"github.com/patchbot/patchbot/reports/stats"
+	"github.com/patchbot/patchbot/judge/stats"
 	"github.com/patchbot/patchbot/suites"
 )
 
@@ -22,9 +18,6 @@ type Options struct {
 	Alpha float64 `json:"alpha" yaml:"alpha"`
 	// Test is the two-sample test (default stats.DefaultTest, log-Welch).
 	Test stats.Test `json:"test" yaml:"test"`
-	// NoiseShown is the relative stddev from which "±N%" is printed
-	// (default 0.02): below it the spread does not change a reading.
-	NoiseShown float64 `json:"noise_shown" yaml:"noise_shown"`
 	// Rule is the sequential rule the runs followed. Nil takes the rule
 	// each suite's results record (suites.Result.Plan), and for results
 	// that record none a fixed design at Alpha.
@@ -35,10 +28,19 @@ func (o Options) withDefaults() Options {
 	if o.Alpha == 0 {
 		o.Alpha = 0.05
 	}
-	if o.NoiseShown == 0 {
-		o.NoiseShown = 0.02
-	}
 	return o
+}
+
+func (o Options) check() error {
+	if o.Alpha <= 0 || o.Alpha >= 1 {
+		return fmt.Errorf("comparing results: alpha %v is not in (0, 1)", o.Alpha)
+	}
+	if o.Rule != nil {
+		if err := o.Rule.Validate(); err != nil {
+			return fmt.Errorf("comparing results: %w", err)
+		}
+	}
+	return nil
 }
 
 // DefaultSmallestEffect is the smallest effect of interest of metrics whose
@@ -47,12 +49,7 @@ const DefaultSmallestEffect = 0.10
 
 // Row is one metric in one workload cell, compared between the kernels.
 type Row struct {
-	Suite          string            `json:"suite"`
-	Workload       string            `json:"workload"`
-	Params         map[string]string `json:"params,omitempty"`
-	Metric         string            `json:"metric"`
-	Unit           string            `json:"unit"`
-	HigherIsBetter bool              `json:"higher_is_better"`
+	MetricID
 	// Primary: one of the suite's primary metrics, judged in the first
 	// family; otherwise a derived counter, judged in the second. Rank is
 	// its place in the suite's list of primary metrics.
@@ -80,7 +77,7 @@ type Row struct {
 	// Paired: the test paired the two kernels' rounds turn by turn.
 	Paired bool `json:"paired,omitempty"`
 	// Detectable is the minimum detectable effect of the row's last look,
-	// a fraction (stats.Judgement.Detectable).
+	// a fraction (stats.Detectable).
 	Detectable float64 `json:"detectable,omitempty"`
 	// Judged is false when a side has fewer than stats.MinSamples runs.
 	Judged      bool `json:"judged"`
@@ -147,32 +144,24 @@ func (r Row) Ratio() float64 {
 	return math.Max(a/b, b/a)
 }
 
-// Cell names the coordinates of the row within its workload, e.g.
-// "bucket=<256K readers=4", in sorted key order.
-func (r Row) Cell() string { return cellName(r.Params) }
+// NamedCell is the row's cell when its workload has several (the name
+// must say which), "" when the workload has one.
+func (r Row) NamedCell() string {
+	if r.oneCell {
+		return ""
+	}
+	return r.Cell()
+}
 
 // Name is the row's name as the kernel test robot writes it:
 // "cache-contention.read-storm.wakeups_per_release", with the cell after
 // it in parentheses.
 func (r Row) Name() string {
 	s := r.Suite + "." + r.Workload + "." + r.Metric
-	if cell := r.Cell(); cell != "" && !r.oneCell {
+	if cell := r.NamedCell(); cell != "" {
 		s += " (" + cell + ")"
 	}
 	return s
-}
-
-func cellName(params map[string]string) string {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = k + "=" + params[k]
-	}
-	return strings.Join(parts, " ")
 }
 
 // SuiteJudgement is how one suite's results were judged.
@@ -210,7 +199,6 @@ type Comparison struct {
 	Patched string           `json:"patched"`
 	Test    string           `json:"test"`
 	Alpha   float64          `json:"alpha"`
-	Options Options          `json:"-"`
 	Suites  []SuiteJudgement `json:"suites"`
 	Rows    []Row            `json:"rows"`
 	Missing []suites.Missing `json:"missing,omitempty"`
@@ -231,15 +219,6 @@ type Comparison struct {
 	// AA: both sides are the base kernel (an A/A run). Prose names the
 	// second side "the second base", not "the patched kernel".
 	AA bool `json:"aa,omitempty"`
-}
-
-// sideName is how prose names a side's kernel: "base", "patched", or in
-// an A/A run "second base" for the second.
-func (c *Comparison) sideName(kernel string) string {
-	if c.AA && kernel == "patched" {
-		return "second base"
-	}
-	return kernel
 }
 
 // Judged counts the rows that have enough runs to be tested.
@@ -317,23 +296,22 @@ func (c *Comparison) Judgement(suite string) (SuiteJudgement, bool) {
 	return SuiteJudgement{}, false
 }
 
-type rowKey struct{ suite, workload, cell, metric string }
-
 // Compare pools the samples of each metric over every result of a kernel
 // (one result per suite run, or several rounds) and compares base with
 // patched. Each suite's primary metrics (from its definition) are judged as
 // one family and its other metrics as a second, Holm-Bonferroni within
 // each, at the level the sequential rule gives for the number of runs.
 // Metrics measured on only one side are kept with an empty side, unjudged.
+//
+// The steps, each a function below: pool the samples by metric and note
+// how the rounds were measured (pool, noteRounds); give each suite its
+// rule, smallest effect and noise floor (judgements); make a row per
+// metric and sort the rows into families (families); judge each family at
+// the rule's level (judgeFamily); name the cells (nameCells).
 func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	opt = opt.withDefaults()
-	if opt.Alpha <= 0 || opt.Alpha >= 1 {
-		return nil, fmt.Errorf("comparing results: alpha %v is not in (0, 1)", opt.Alpha)
-	}
-	if opt.Rule != nil {
-		if err := opt.Rule.Validate(); err != nil {
-			return nil, fmt.Errorf("comparing results: %w", err)
-		}
+	if err := opt.check(); err != nil {
+		return nil, err
 	}
 	if countSamples(base) == 0 {
 		return nil, errors.New("comparing results: the base kernel has no samples")
@@ -341,79 +319,118 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	if countSamples(patched) == 0 {
 		return nil, errors.New("comparing results: the patched kernel has no samples")
 	}
-	c := &Comparison{
-		Base: label(base, "base"), Patched: label(patched, "patched"),
-		Test: opt.Test.String(), Alpha: opt.Alpha, Options: opt,
+	c := &Comparison{Base: label(base, "base"), Patched: label(patched, "patched"), Test: opt.Test.String(), Alpha: opt.Alpha}
+	p := pool(base, patched)
+	for _, res := range base {
+		c.noteRounds(res)
 	}
+	for _, res := range patched {
+		c.noteRounds(res)
+	}
+	suiteOf, order, err := judgements(p, opt)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range c.families(p, suiteOf) {
+		c.judgeFamily(f, opt.Test)
+	}
+	for _, s := range order {
+		c.Suites = append(c.Suites, suiteOf[s].j)
+	}
+	c.nameCells()
+	return c, nil
+}
 
-	var order []rowKey
-	rows := map[rowKey]*Row{}
-	values := map[rowKey]*[2][]float64{}
-	turns := map[rowKey]*[2][]int{}
-	reused := [2]int{}
-	plans := map[string]string{}
-	stops := map[string]string{}
-	add := func(side int, results []suites.Result) {
+type rowKey struct{ suite, workload, cell, metric string }
+
+// pooled are the samples of every metric on both sides (0 base, 1
+// patched), pooled over the results, and what each suite's results record
+// of the rule they ran by.
+type pooled struct {
+	order  []rowKey // suites and workloads together, each in the order first measured
+	ids    map[rowKey]MetricID
+	values map[rowKey]*[2][]float64
+	turns  map[rowKey]*[2][]int // the round of each value
+	plans  map[string]string    // suite: the rule its results record
+	stops  map[string]string    // suite: why its rounds stopped
+}
+
+// pool pools the samples of base (side 0) and patched (side 1) by metric.
+func pool(base, patched []suites.Result) *pooled {
+	p := &pooled{ids: map[rowKey]MetricID{}, values: map[rowKey]*[2][]float64{}, turns: map[rowKey]*[2][]int{},
+		plans: map[string]string{}, stops: map[string]string{}}
+	for side, results := range [2][]suites.Result{base, patched} {
 		for _, res := range results {
 			for _, s := range res.Samples {
-				k := rowKey{s.Suite, s.Workload, cellName(s.Params), s.Metric}
-				if rows[k] == nil {
-					order = append(order, k)
-					rows[k] = &Row{Suite: s.Suite, Workload: s.Workload, Params: s.Params,
+				k := rowKey{s.Suite, s.Workload, CellName(s.Params), s.Metric}
+				if _, ok := p.ids[k]; !ok {
+					p.order = append(p.order, k)
+					p.ids[k] = MetricID{Suite: s.Suite, Workload: s.Workload, Params: s.Params,
 						Metric: s.Metric, Unit: s.Unit, HigherIsBetter: s.HigherIsBetter}
-					values[k] = &[2][]float64{}
-					turns[k] = &[2][]int{}
+					p.values[k] = &[2][]float64{}
+					p.turns[k] = &[2][]int{}
 				}
-				values[k][side] = append(values[k][side], s.Value)
-				turns[k][side] = append(turns[k][side], s.Round)
+				p.values[k][side] = append(p.values[k][side], s.Value)
+				p.turns[k][side] = append(p.turns[k][side], s.Round)
 			}
-			reused[side] += res.Reused
-			if res.Calibration != nil && c.Calibration == nil {
-				c.Calibration = res.Calibration
-			}
-			c.Missing = append(c.Missing, res.Missing...)
 			if res.Plan != "" {
-				plans[res.Suite] = res.Plan
+				p.plans[res.Suite] = res.Plan
 			}
 			if res.Stop != "" {
-				stops[res.Suite] = res.Stop
-			}
-			for _, rd := range res.Rounds {
-				switch {
-				case rd.Repeated:
-					c.Repeated++
-				case rd.Busy:
-					c.Busy = append(c.Busy, BusyRound{Suite: res.Suite, Kernel: res.Kernel, Round: rd})
-					c.Noisy = true
-				}
+				p.stops[res.Suite] = res.Stop
 			}
 		}
 	}
-	add(0, base)
-	add(1, patched)
-	c.Reused = reused[0] + reused[1]
-
 	// Keep suites and workloads together, in the order they were first
 	// measured within each (suites list their cells in a meaningful order).
-	sort.SliceStable(order, func(i, j int) bool {
-		a, b := order[i], order[j]
+	sort.SliceStable(p.order, func(i, j int) bool {
+		a, b := p.order[i], p.order[j]
 		if a.suite != b.suite {
 			return a.suite < b.suite
 		}
 		return a.workload < b.workload
 	})
+	return p
+}
 
-	// Each suite: its verdict spec, rule and number of runs.
-	type suiteState struct {
-		j       SuiteJudgement
-		verdict *suites.Verdict
+// noteRounds notes what a result says about how its rounds were measured:
+// base rounds reused, the host's calibration (the first one given),
+// counters not measured, rounds repeated or kept while the host was busy.
+func (c *Comparison) noteRounds(res suites.Result) {
+	c.Reused += res.Reused
+	if res.Calibration != nil && c.Calibration == nil {
+		c.Calibration = res.Calibration
 	}
-	states := map[string]*suiteState{}
-	var suiteOrder []string
-	for _, k := range order {
-		st := states[k.suite]
+	c.Missing = append(c.Missing, res.Missing...)
+	for _, rd := range res.Rounds {
+		switch {
+		case rd.Repeated:
+			c.Repeated++
+		case rd.Busy:
+			c.Busy = append(c.Busy, BusyRound{Suite: res.Suite, Kernel: res.Kernel, Round: rd})
+			c.Noisy = true
+		}
+	}
+}
+
+// suiteState is one suite's judgement while its families are judged, and
+// its definition's verdict spec (nil for a suite not embedded).
+type suiteState struct {
+	j       SuiteJudgement
+	verdict *suites.Verdict
+}
+
+// judgements gives each suite measured its rule (opt's, else the one its
+// results record, else a fixed design at opt.Alpha), its smallest effect
+// of interest and noise floor (from its definition), and its runs a side
+// (the most that any of its metrics has on both sides). order is the
+// suites in the order of the rows.
+func judgements(p *pooled, opt Options) (by map[string]*suiteState, order []string, err error) {
+	by = map[string]*suiteState{}
+	for _, k := range p.order {
+		st := by[k.suite]
 		if st == nil {
-			st = &suiteState{j: SuiteJudgement{Suite: k.suite, SmallestEffect: DefaultSmallestEffect, Stop: stops[k.suite]}}
+			st = &suiteState{j: SuiteJudgement{Suite: k.suite, SmallestEffect: DefaultSmallestEffect, Stop: p.stops[k.suite]}}
 			if def, err := suites.Lookup(k.suite); err == nil {
 				st.verdict = &def.Verdict
 				st.j.SmallestEffect, st.j.NoiseFloor = def.Verdict.SmallestEffect, def.Verdict.NoiseFloor
@@ -422,31 +439,50 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 			switch {
 			case opt.Rule != nil:
 				st.j.Rule = *opt.Rule
-			case plans[k.suite] != "":
-				r, err := stats.ParseRule(plans[k.suite])
+			case p.plans[k.suite] != "":
+				r, err := stats.ParseRule(p.plans[k.suite])
 				if err != nil {
-					return nil, fmt.Errorf("comparing results: %s: %w", k.suite, err)
+					return nil, nil, fmt.Errorf("comparing results: %s: %w", k.suite, err)
 				}
 				st.j.Rule = r
 			}
-			states[k.suite] = st
-			suiteOrder = append(suiteOrder, k.suite)
+			by[k.suite] = st
+			order = append(order, k.suite)
 		}
-		v := values[k]
+		v := p.values[k]
 		st.j.Runs = max(st.j.Runs, min(len(v[0]), len(v[1])))
 	}
+	return by, order, nil
+}
 
-	// Families: (suite, primary) and (suite, derived), judged apart.
-	type family struct {
-		idx   []int
-		pairs []stats.Pair
-	}
-	families := map[[2]string]*family{}
-	var famOrder [][2]string
-	for _, k := range order {
-		r, v := rows[k], values[k]
-		st := states[k.suite]
-		r.Primary = true
+// Kinds of family: each suite's primary metrics, its mechanism counters,
+// and its other, derived, counters are judged apart.
+const (
+	familyPrimary   = "primary"
+	familyMechanism = "mechanism"
+	familyDerived   = "derived"
+)
+
+// family is the rows of one suite judged together: their indexes in
+// Comparison.Rows and their samples.
+type family struct {
+	suite *suiteState
+	kind  string
+	idx   []int
+	pairs []stats.Pair
+}
+
+// families makes a row per metric (its place in its suite's verdict, the
+// two sides' summaries, the change of the means) and sorts the rows into
+// their suite's families, in the order first met. A metric's rounds are
+// paired when both sides measured it in the same turns and no base round
+// was reused.
+func (c *Comparison) families(p *pooled, suiteOf map[string]*suiteState) []*family {
+	by := map[[2]string]*family{}
+	var out []*family
+	for _, k := range p.order {
+		v, st := p.values[k], suiteOf[k.suite]
+		r := Row{MetricID: p.ids[k], Primary: true}
 		if st.verdict != nil {
 			r.Rank, r.Primary = st.verdict.Rank(r.Workload, r.Metric, r.Params)
 			if !r.Primary {
@@ -458,55 +494,64 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 			r.Change = (r.Patched.Mean - r.Base.Mean) / math.Abs(r.Base.Mean)
 		}
 		r.P, r.AdjustedP = 1, 1
-		fk := [2]string{k.suite, "derived"}
+		kind := familyDerived
 		switch {
 		case r.Primary:
-			fk[1] = "primary"
+			kind = familyPrimary
 		case r.Mechanism:
-			fk[1] = "mechanism"
+			kind = familyMechanism
 		}
-		f := families[fk]
+		fk := [2]string{k.suite, kind}
+		f := by[fk]
 		if f == nil {
-			f = &family{}
-			families[fk] = f
-			famOrder = append(famOrder, fk)
+			f = &family{suite: st, kind: kind}
+			by[fk] = f
+			out = append(out, f)
 		}
 		f.idx = append(f.idx, len(c.Rows))
 		f.pairs = append(f.pairs, stats.Pair{Base: v[0], Patched: v[1],
-			Turns: c.Reused == 0 && sameTurns(turns[k][0], turns[k][1])})
-		c.Rows = append(c.Rows, *r)
+			Turns: c.Reused == 0 && sameTurns(p.turns[k][0], p.turns[k][1])})
+		c.Rows = append(c.Rows, r)
 	}
-	for _, fk := range famOrder {
-		f, st := families[fk], states[fk[0]]
-		level := st.j.Rule.Level(st.j.Runs)
-		st.j.Level = level
-		js := stats.JudgeFamily(opt.Test, level, st.j.SmallestEffect, f.pairs)
-		for i, j := range js {
-			r := &c.Rows[f.idx[i]]
-			r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
-			r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
-			r.Paired, r.Detectable = j.Estimate.Paired, stats.Detectable(js, i, level)
-			if r.Significant {
-				r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
-				r.Called = r.Guard == ""
-			}
-			if !j.Judged {
-				continue
-			}
-			if r.Primary {
-				st.j.Primary++
-			} else {
-				st.j.Derived++
-			}
+	return out
+}
+
+// judgeFamily judges one family with test t at the level its suite's rule
+// gives at its runs a side (stats.JudgeFamily: Holm-Bonferroni within the
+// family), applies the guards to its significant rows, and, for the
+// primary family, says whether the suite is settled or futile.
+func (c *Comparison) judgeFamily(f *family, t stats.Test) {
+	st := f.suite
+	level := st.j.Rule.Level(st.j.Runs)
+	st.j.Level = level
+	js := stats.JudgeFamily(t, level, st.j.SmallestEffect, f.pairs)
+	for i, j := range js {
+		r := &c.Rows[f.idx[i]]
+		r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
+		r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
+		r.Paired, r.Detectable = j.Estimate.Paired, stats.Detectable(js, i, level)
+		if r.Significant {
+			r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
+			r.Called = r.Guard == ""
 		}
-		if fk[1] == "primary" {
-			st.j.Settled = stats.Settled(js)
-			st.j.Futile = st.j.Rule.Futile(js, st.j.Runs, st.j.SmallestEffect)
+		if !j.Judged {
+			continue
+		}
+		if r.Primary {
+			st.j.Primary++
+		} else {
+			st.j.Derived++
 		}
 	}
-	for _, s := range suiteOrder {
-		c.Suites = append(c.Suites, states[s].j)
+	if f.kind == familyPrimary {
+		st.j.Settled = stats.Settled(js)
+		st.j.Futile = st.j.Rule.Futile(js, st.j.Runs, st.j.SmallestEffect)
 	}
+}
+
+// nameCells marks the rows whose workload has a single cell: their names
+// need not say which.
+func (c *Comparison) nameCells() {
 	cells := map[[2]string]map[string]bool{}
 	for _, r := range c.Rows {
 		k := [2]string{r.Suite, r.Workload}
@@ -518,7 +563,6 @@ func Compare(base, patched []suites.Result, opt Options) (*Comparison, error) {
 	for i := range c.Rows {
 		c.Rows[i].oneCell = len(cells[[2]string{c.Rows[i].Suite, c.Rows[i].Workload}]) == 1
 	}
-	return c, nil
 }
 
 // sameTurns reports whether two sides' samples of a metric came from the

@@ -72,26 +72,11 @@ func meanDiff(a, b []float64, level float64) (d, half float64) {
 }
 
 // StudentQuantile is the q-quantile (0.5 <= q < 1) of Student's t with df
-// degrees of freedom: StudentQuantile(0.975, 10) = 2.228.
+// degrees of freedom (gonum's distuv.StudentsT; the normal's for infinite
+// df): StudentQuantile(0.975, 10) = 2.228.
 func StudentQuantile(q, df float64) float64 {
 	if q <= 0.5 {
 		return 0
 	}
-	tail := 2 * (1 - q) // two-sided tail probability
-	lo, hi := 0.0, 1.0
-	for studentTwoSided(hi, df) > tail {
-		hi *= 2
-		if hi > 1e12 {
-			return math.Inf(1)
-		}
-	}
-	for i := 0; i < 200 && hi-lo > 1e-12*hi; i++ {
-		mid := (lo + hi) / 2
-		if studentTwoSided(mid, df) > tail {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	return (lo + hi) / 2
+	return student(df).Quantile(q)
 }

@@ -1,6 +1,19 @@
 // Package stats summarises raw samples and tests whether two sets of samples
-// differ. It is plain arithmetic on []float64 so that it can be checked
-// against textbook values; formatting lives in reports/.
+// differ, on []float64, so that it can be checked against textbook and R
+// values; formatting lives in reports/.
+//
+// The distributions are gonum's (distuv: Student's t, the normal) and the
+// rank test x/perf's benchmath (Mann-Whitney U, as benchstat makes it);
+// what they lack is here, each in its file:
+//
+//   - tests.go, estimate.go, interval.go: the two-sample tests on the log
+//     scale or paired, the change with its interval;
+//   - family.go: the family correction (Holm-Bonferroni, JudgeFamily) and
+//     the guards;
+//   - detectable.go: the minimum detectable effect;
+//   - sequential.go: the sequential rule (its looks and levels, futility
+//     and the projection it rests on);
+//   - modes.go, stats.go: summaries and two-mode samples.
 package stats
 
 import (

@@ -1,0 +1,136 @@
+package stats
+
+import (
+	"math"
+	"sort"
+)
+
+// The family correction: the metrics of one family (a suite's primary
+// metrics, its mechanism counters, its derived counters) are judged
+// together, Holm-Bonferroni within the family, so that a suite's many
+// counters take no power from its few primary metrics. This file is where
+// the correction lives; a different one (for many correlated primary
+// metrics) replaces Holm in JudgeFamily and Detectable's share of the
+// level.
+
+// Pair is one metric of a family: each kernel's runs. Turns says that
+// Base[i] and Patched[i] were measured in the same turn of interleaved
+// rounds, so that a paired test may pair them.
+type Pair struct {
+	Base, Patched []float64
+	Turns         bool
+}
+
+// Judgement is one metric judged at one look.
+type Judgement struct {
+	// Judged is false when a side has fewer than MinSamples runs.
+	Judged    bool
+	P         float64 // the test's p-value
+	AdjustedP float64 // after Holm-Bonferroni within the family
+	Interval  Interval
+	// Estimate is the change on the test's scale (for MannWhitney,
+	// LogWelch's), from which the interval, the minimum detectable effect
+	// and the chance to settle come.
+	Estimate Estimate
+	// Significant: AdjustedP below the look's level.
+	Significant bool
+	// Within: the interval excludes every change larger than the smallest
+	// effect of interest.
+	Within bool
+}
+
+// Settled reports whether more runs are not needed for this metric: it
+// changed significantly, or it cannot have changed by as much as matters.
+func (j Judgement) Settled() bool { return j.Judged && (j.Significant || j.Within) }
+
+// JudgeFamily judges the metrics of one family together at level: each by
+// test t with its Confidence interval, Holm-Bonferroni within the family
+// (the judged metrics only), and Within against smallest, the smallest
+// effect of interest as a fraction (0.1 for 10%).
+func JudgeFamily(t Test, level, smallest float64, family []Pair) []Judgement {
+	out := make([]Judgement, len(family))
+	var idx []int
+	var ps []float64
+	for i, m := range family {
+		j := &out[i]
+		j.P, j.AdjustedP = 1, 1
+		if len(m.Base) < MinSamples || len(m.Patched) < MinSamples {
+			continue
+		}
+		j.Judged = true
+		j.Estimate = t.Estimate(m)
+		if t == MannWhitney {
+			j.P = t.PValue(m.Base, m.Patched)
+		} else {
+			j.P = j.Estimate.PValue()
+		}
+		j.Interval = j.Estimate.Interval(Confidence)
+		j.Within = j.Interval.Within(smallest)
+		idx = append(idx, i)
+		ps = append(ps, j.P)
+	}
+	for k, adj := range Holm(ps) {
+		j := &out[idx[k]]
+		j.AdjustedP = adj
+		j.Significant = adj < level
+	}
+	return out
+}
+
+// Settled reports whether every metric of a family is settled: the
+// sequential rule's condition to stop.
+func Settled(js []Judgement) bool {
+	if len(js) == 0 {
+		return false
+	}
+	for _, j := range js {
+		if !j.Settled() {
+			return false
+		}
+	}
+	return true
+}
+
+// Guards that keep a significant change from being called one.
+const (
+	GuardNoiseFloor = "below the noise floor"
+	GuardOverlap    = "the two kernels' runs overlap"
+)
+
+// Guard says why a significant change is not to be called one, as the
+// kernel test robot's comparisons do: a change smaller than the noise floor
+// (a fraction: what two boots of one kernel differ by), or one whose two
+// kernels' runs overlap heavily (either kernel's median inside the middle
+// half, the interquartile range, of the other's runs). The middle half,
+// rather than LKP's whole range, so that one outlying run neither hides a
+// change nor makes one. "" when the change stands.
+func Guard(base, patched Summary, iv Interval, floor float64) string {
+	if iv.Defined && floor > 0 && math.Abs(math.Log(iv.Ratio)) < math.Log1p(floor) {
+		return GuardNoiseFloor
+	}
+	inside := func(x float64, s Summary) bool { return x >= s.Q1 && x <= s.Q3 }
+	if inside(base.Median, patched) || inside(patched.Median, base) {
+		return GuardOverlap
+	}
+	return ""
+}
+
+// Holm adjusts p-values for the family-wise error rate with the
+// Holm-Bonferroni step-down method: a change is significant at alpha when
+// its adjusted p-value is below alpha. The result is in the input's order.
+func Holm(ps []float64) []float64 {
+	m := len(ps)
+	idx := make([]int, m)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return ps[idx[i]] < ps[idx[j]] })
+	adj := make([]float64, m)
+	running := 0.0
+	for rank, i := range idx {
+		v := math.Min(1, float64(m-rank)*ps[i])
+		running = math.Max(running, v) // adjusted p-values never decrease
+		adj[i] = running
+	}
+	return adj
+}
