@@ -548,9 +548,11 @@ func finishJob(ctx context.Context, r runner, j *Job) error {
 	return nil
 }
 
-// clip cuts s to at most n bytes, at a rune's start.
+// clip cuts s, in the form it is kept in (Text), to at most n bytes, at
+// a rune's start: the size PostgreSQL's functions check is the kept
+// text's, where each byte that is not UTF-8 takes four.
 func clip(s string, n int) string {
-	if len(s) <= n {
+	if s = Text(s); len(s) <= n {
 		return s
 	}
 	for n > 0 && !utf8.RuneStart(s[n]) {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -109,6 +110,38 @@ func TestHostileTextIsKept(t *testing.T) {
 		}
 		if aside, err := s.SetAsideMail(ctx); err != nil || len(aside) != 1 || aside[0].MessageID != Text(id) {
 			t.Errorf("SetAsideMail = %+v, %v", aside, err)
+		}
+	})
+}
+
+// A job's stage and error are cut to their sizes in the form they are
+// kept in: a failure's text of bytes that are not UTF-8 (a patch's output
+// quoted in it) must not grow past what PostgreSQL's functions take when
+// each byte becomes \xHH, which would fail the job's end at every try.
+func TestEndJobCutsKeptText(t *testing.T) {
+	eachEngine(t, func(t *testing.T, e engine) {
+		s, _ := e.open(t)
+		ctx := context.Background()
+		if _, _, err := s.AddJob(ctx, Job{Dedupe: "a", Request: []byte("{}")}); err != nil {
+			t.Fatal(err)
+		}
+		j, err := s.ClaimJob(ctx, Claim{Worker: "w", Lease: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.State, j.Blame = JobFailed, "patch"
+		j.Stage = strings.Repeat("\x00", MaxStage)
+		j.Error = strings.Repeat("\xff", MaxJobError)
+		if err := s.EndJob(ctx, j, nil); err != nil {
+			t.Fatalf("ending a job whose error is %d bytes that are not UTF-8: %v", MaxJobError, err)
+		}
+		got, err := s.Job(ctx, j.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.State != JobFailed || len(got.Error) > MaxJobError || len(got.Stage) > MaxStage ||
+			!strings.HasPrefix(got.Error, `\xff\xff`) || !strings.HasPrefix(got.Stage, `\x00`) {
+			t.Errorf("kept %s, stage %d bytes, error %d bytes starting %.16q", got.State, len(got.Stage), len(got.Error), got.Error)
 		}
 	})
 }
