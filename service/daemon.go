@@ -342,7 +342,8 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 			// too when it moved without a mail (a first start's point,
 			// mail skipped at the end).
 			if err == nil && next != cur {
-				if err = d.Store.Update(ctx, func(tx *store.Tx) error { return tx.SetCursor(ctx, name, next) }); err != nil {
+				err = d.Store.Update(ctx, func(tx *store.Tx) error { return tx.SetCursor(ctx, name, next) })
+				if err != nil && ctx.Err() == nil { // a stop is not an error: read again at the next start
 					log.Error("saving cursor", "err", err)
 				}
 				// New mail: more may have come while it was read (a

@@ -128,15 +128,21 @@ func (in *ingester) ingest(ctx context.Context, source string, m *mailbox.Messag
 		return nil
 	})
 	if err != nil {
-		if ctx.Err() == nil {
-			if ferr := in.store.FailIngest(ctx, key, err.Error()); ferr != nil {
-				in.log.Error("recording a failed ingest", "message_id", m.MessageID, "err", ferr)
-			}
+		if ctx.Err() != nil {
+			// A stop, not a failure nor a death: the try is taken back,
+			// and the mail read again at the next start.
+			in.forget(ctx, in.store.StopIngest, m)
+			return err
+		}
+		if ferr := in.store.FailIngest(ctx, key, err.Error()); ferr != nil {
+			in.log.Error("recording a failed ingest", "message_id", m.MessageID, "err", ferr)
 		}
 		return err
 	}
-	if err := in.store.EndIngest(ctx, key); err != nil {
-		return err
+	// Committed: the count is forgotten, a stop meanwhile or not.
+	in.forget(ctx, in.store.EndIngest, m)
+	if ctx.Err() != nil {
+		return ctx.Err()
 	}
 	in.step(StepIngestCommitted)
 	if jobs > 0 {
@@ -146,6 +152,17 @@ func (in *ingester) ingest(ctx context.Context, source string, m *mailbox.Messag
 		in.outbox.Wake()
 	}
 	return nil
+}
+
+// forget ends the count of tries of a mail (how: EndIngest, StopIngest)
+// even when the daemon is stopping, within a short wait; a count left
+// behind only counts one death too many.
+func (in *ingester) forget(ctx context.Context, how func(context.Context, string) error, m *mailbox.Message) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := how(ctx, intake.KeyOf(m)); err != nil {
+		in.log.Warn("the count of tries of a mail is left behind", "message_id", m.MessageID, "err", err)
+	}
 }
 
 // source is a source's config by the name its cursor is kept under.

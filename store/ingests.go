@@ -43,6 +43,18 @@ func (s *Store) FailIngest(ctx context.Context, messageID, reason string) error 
 	return nil
 }
 
+// StopIngest takes back the try begun last on a mail: the process was
+// stopped while acting on it, which is neither a failure nor a death, so
+// that a mail the daemon was stopped on, however often, is read again and
+// never set aside for it.
+func (s *Store) StopIngest(ctx context.Context, messageID string) error {
+	if _, err := s.r.ExecContext(ctx, `UPDATE ingests SET attempts = attempts - 1, updated = ?
+		WHERE message_id = ? AND aside = 0 AND attempts > failures`, now(), messageID); err != nil {
+		return fmt.Errorf("taking back the ingest of %s: %w", messageID, err)
+	}
+	return nil
+}
+
 // EndIngest forgets a mail's count once acting on it committed.
 func (s *Store) EndIngest(ctx context.Context, messageID string) error {
 	if _, err := s.r.ExecContext(ctx, `DELETE FROM ingests WHERE message_id = ? AND aside = 0`, messageID); err != nil {

@@ -145,3 +145,29 @@ func TestEndJobCutsKeptText(t *testing.T) {
 		}
 	})
 }
+
+// A try taken back (the daemon was stopped while acting on the mail) is
+// neither a failure nor a death.
+func TestStopIngest(t *testing.T) {
+	eachEngine(t, func(t *testing.T, e engine) {
+		s, _ := e.open(t)
+		ctx := context.Background()
+		const id = "stopped@example.org"
+		for i := 0; i < 3; i++ {
+			if _, err := s.BeginIngest(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.StopIngest(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if in, err := s.BeginIngest(ctx, id); err != nil || in.Attempts != 1 || in.Deaths() != 0 {
+			t.Errorf("after three stops: %+v, %v; want a first try", in, err)
+		}
+		s.FailIngest(ctx, id, "x")
+		s.StopIngest(ctx, id) // a failed try is not taken back
+		if in, _ := s.BeginIngest(ctx, id); in.Attempts != 2 || in.Failures != 1 || in.Deaths() != 0 {
+			t.Errorf("after a failure: %+v", in)
+		}
+	})
+}
