@@ -105,7 +105,9 @@ func RenderAnswer(a Answer, opt ReplyOptions) (*Reply, error) {
 	if err := answerTemplate.Execute(&body, a); err != nil {
 		return nil, fmt.Errorf("rendering answer: %w", err)
 	}
-	text := tidy(body.String())
+	// The command quoted and a reason may hold a sender's bytes: no
+	// control character reaches a mail reader, as in Render.
+	text := tidy(inert.String(body.String()))
 	// The signature separator "-- " keeps its space.
 	text = strings.Replace(text, "\n--\npatchbot,", "\n-- \npatchbot,", 1)
 	for i, line := range strings.Split(text, "\n") {

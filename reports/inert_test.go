@@ -1,7 +1,10 @@
 package reports
 
 import (
+	"bytes"
 	"fmt"
+	"mime"
+	"net/mail"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/judge"
 )
@@ -183,6 +187,45 @@ func BenchmarkRenderWorstCase(b *testing.B) {
 	for b.Loop() {
 		if _, err := Render(run, testOptions); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// A subject is a stranger's text too: the reply's and the answer's
+// Subject: carry its escape sequences escaped, as the body does, however
+// the header encodes them; and the answer's body escapes the command it
+// quotes.
+func TestSubjectIsInert(t *testing.T) {
+	const subject = "[PATCH] squashfs: \x1b]0;pwned\x07\x1b[2J\u009b31m cleared\r your screen"
+	run := hostileRun()
+	run.Thread.Subject = subject
+	reply, err := Render(run, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := RenderAnswer(Answer{Kind: AnswerHelp, Command: "#patchbot help \x1b[2J", Thread: Thread{Subject: subject, MessageID: "cmd@example.org",
+		Author: "alice@example.org"}, MessageID: "answer@patchbot", Date: run.Finished}, testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, r := range map[string]*Reply{"reply": reply, "answer": answer} {
+		raw, err := r.Bytes()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		m, err := mail.ReadMessage(bytes.NewReader(raw))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := new(mime.WordDecoder).DecodeHeader(m.Header.Get("Subject"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if inert.Has(got) || !strings.Contains(got, `squashfs: \x1b]0;pwned\x07\x1b[2J\u009b31m cleared\x0d your screen`) {
+			t.Errorf("%s: Subject: %q", name, got)
+		}
+		if body := strings.ReplaceAll(r.Body, "\n", ""); inert.Has(strings.ReplaceAll(body, "\t", "")) {
+			t.Errorf("%s: the body carries a control character:\n%q", name, r.Body)
 		}
 	}
 }

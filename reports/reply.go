@@ -327,9 +327,11 @@ func modelLines(m *Model, c *judge.Comparison) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// ReplySubject is a reply's subject: "Re: " prefixed once.
+// ReplySubject is a reply's subject: "Re: " prefixed once, its control
+// characters escaped as the body's are (internal/inert), so that a
+// subject's escape sequences reach no mail reader: a stranger wrote it.
 func ReplySubject(s string) string {
-	s = strings.TrimSpace(s)
+	s = strings.TrimSpace(inert.Line(s))
 	if strings.HasPrefix(strings.ToLower(s), "re:") {
 		return s
 	}
