@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"mime"
 	"net/mail"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
@@ -164,13 +166,43 @@ func (d *Desk) bound(th *reports.Thread, lists map[string]bool, cc bool) {
 
 // oneAddress re-formats s ("Name <addr>") as exactly one address, its
 // name quoted or encoded as needed, or says it is not one: text that reads
-// as several addresses is never put in a header patchbot writes.
+// as several addresses is never put in a header patchbot writes. A name
+// is a stranger's text: its control characters (raw, quoted, or in an
+// encoded word) come out escaped (internal/inert), so that no escape
+// sequence reaches a mail reader and no name makes a reply that cannot be
+// encoded, nor costs the sender the answer.
 func oneAddress(s string) (string, bool) {
 	a, err := mail.ParseAddress(s)
+	if err != nil {
+		if q, ok := quotedName(s); ok {
+			a, err = mail.ParseAddress(q)
+		}
+	}
 	if err != nil || !strings.Contains(a.Address, "@") {
 		return "", false
 	}
-	return (&mail.Address{Name: a.Name, Address: strings.ToLower(a.Address)}).String(), true
+	return (&mail.Address{Name: inert.Line(a.Name), Address: strings.ToLower(a.Address)}).String(), true
+}
+
+// quotedName is "Name <addr>" whose name, as it reads decoded, holds
+// control characters, with them escaped and the name quoted, for reading
+// again: the angle address is left as it is, and must parse on its own.
+// It says false for any other text, which stays refused as it is: a
+// name that decodes to more addresses, or names one, is not one address.
+func quotedName(s string) (string, bool) {
+	i := strings.LastIndexByte(s, '<')
+	if i < 0 {
+		return "", false
+	}
+	name := strings.TrimSpace(s[:i])
+	if dec, err := new(mime.WordDecoder).DecodeHeader(name); err == nil {
+		name = dec
+	}
+	if !inert.Has(name) || strings.Contains(name, "@") {
+		return "", false
+	}
+	name = inert.Line(strings.Trim(name, `"`))
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(name) + `" ` + s[i:], true
 }
 
 // capCc keeps at most n addresses of cc, each parsed as one address and

@@ -1,11 +1,13 @@
 package intake
 
 import (
+	"net/mail"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 )
@@ -115,4 +117,83 @@ func keys(m map[string]bool) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, " ")
+}
+
+// A name is a stranger's text: its control characters, raw, quoted or in
+// an encoded word, come out escaped, and the address is kept; text that is
+// not one address is still refused.
+func TestOneAddress(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"Usama Arif <Usama.Arif@linux.dev>", `"Usama Arif" <usama.arif@linux.dev>`},
+		{"usama.arif@linux.dev", "<usama.arif@linux.dev>"},
+		{"Bad\x1b[2J Name <bad@example.org>", `"Bad\\x1b[2J Name" <bad@example.org>`},
+		{"\"Bad\x1b]0;pwned\x07\" <bad@example.org>", `"Bad\\x1b]0;pwned\\x07" <bad@example.org>`},
+		{"=?utf-8?q?Bad=1B_Name?= <bad@example.org>", `"Bad\\x1b Name" <bad@example.org>`},
+		{"=?utf-8?q?Bad=C2=9B31m?= <bad@example.org>", `"Bad\\u009b31m" <bad@example.org>`},
+		{"=?utf-8?q?Bad=0D=0AX-Header:_1?= <bad@example.org>", `"Bad\\x0d\\nX-Header: 1" <bad@example.org>`},
+		{"=?utf-8?q?Bad=0D=0ABcc:_x@evil.example?= <bad@example.org>", ""},
+		{"\"Quote\\\" \x1b\" <bad@example.org>", `"Quote\\\" \\x1b" <bad@example.org>`},
+		{"not an address", ""},
+		{"a@x.org, b@x.org", ""},
+		{"a@x.org,\x1b b@x.org", ""},
+		{"=?utf-8?q?a@evil.example=2C_b@evil.example?= <c@evil.example>", ""},
+		{"phillip@squashfs.org.uk, \"Andrew\x1b[5m Morton\" <akpm@linux-foundation.org>", ""},
+	} {
+		got, ok := oneAddress(tc.in)
+		if got != tc.want || ok != (tc.want != "") {
+			t.Errorf("oneAddress(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		// What a reply's header is made of encodes, and names no control.
+		r := reports.Reply{Header: reports.Header{From: "patchbot <bot@example.org>", To: []string{got}, Subject: "x",
+			MessageID: "a@b"}, Body: "x\n"}
+		raw, err := r.Bytes()
+		if err != nil {
+			t.Errorf("%q: the reply does not encode: %v", tc.in, err)
+		}
+		if inert.Has(strings.ReplaceAll(string(raw), "\r\n", "")) {
+			t.Errorf("%q: the reply carries a control character:\n%q", tc.in, raw)
+		}
+	}
+}
+
+// A series whose author's name holds an escape sequence is queued, the
+// name escaped, on a list and from the dashboard alike, and the reply
+// made from its request encodes: a stranger's bytes must never make a run
+// fail at its reply, at every retry.
+func TestAuthorNameWithControls(t *testing.T) {
+	seed := firstMail(t, "../testdata/mbox/squashfs-thundering-herd.mbox")
+	seed = strings.Replace(seed, "From: Usama Arif <usama.arif@linux.dev>", "From: Usama\x1b[2J\x1b]0;pwned\x07 Arif <usama.arif@linux.dev>", 1)
+	seed = strings.Replace(seed, "Andrew Morton <akpm@linux-foundation.org>", "\"Andrew\x1b[5m Morton\" <akpm@linux-foundation.org>", 1)
+	d, f := testDesk(), &fakeKnown{}
+	dec := decide(t, d, f, in{"list", seed, true})
+	sub, err := d.Submitted([]*mailbox.Message{f.kept[0].m}, nil, "", "", testNow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dec.Jobs) != 1 {
+		t.Fatalf("%d jobs from the list: %s", len(dec.Jobs), notes(dec))
+	}
+	for name, req := range map[string]*Request{"list": dec.Jobs[0].Test, "dashboard": sub.Test} {
+		th := req.Thread
+		if a, err := mail.ParseAddress(th.Author); err != nil || a.Name != `Usama\x1b[2J\x1b]0;pwned\x07 Arif` ||
+			a.Address != "usama.arif@linux.dev" {
+			t.Errorf("%s: author %q (%v)", name, th.Author, err)
+		}
+		if !slices.Contains(th.Lists, "<linux-fsdevel@vger.kernel.org>") {
+			t.Errorf("%s: lists %q", name, th.Lists)
+		}
+		r := reports.Reply{Header: reports.Header{From: "patchbot <bot@example.org>", To: []string{th.Author}, Cc: th.Lists,
+			Subject: reports.ReplySubject(th.Subject), MessageID: "a@b"}, Body: "x\n"}
+		raw, err := r.Bytes()
+		if err != nil {
+			t.Errorf("%s: the reply does not encode: %v", name, err)
+		}
+		if inert.Has(strings.ReplaceAll(string(raw), "\r\n", "")) {
+			t.Errorf("%s: the reply carries a control character:\n%q", name, raw)
+		}
+	}
 }

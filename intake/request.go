@@ -143,8 +143,22 @@ func NewRequest(s *mailbox.Series, defaults SuitesConfig, replyTo string) *Reque
 		}
 	}
 	p0 := s.Patches[0]
+	// Every address as the addressing rule writes it (oneAddress), so
+	// that a reply made from the request encodes whatever a name holds;
+	// an author that is not one address is kept as it came, for the
+	// front desk to refuse.
+	author, ok := oneAddress(s.Author)
+	if !ok {
+		author = s.Author
+	}
+	var lists []string
+	for _, a := range append(append([]string{}, s.To...), s.Cc...) {
+		if a, ok := oneAddress(a); ok {
+			lists = append(lists, a)
+		}
+	}
 	req.Thread = reports.Thread{Subject: p0.Subject, MessageID: replyTo, References: p0.Message.References,
-		Author: s.Author, Lists: append(append([]string{}, s.To...), s.Cc...)}
+		Author: author, Lists: lists}
 	if s.Cover != nil && replyTo == s.Cover.MessageID {
 		req.Thread.Subject, req.Thread.References = s.Cover.Subject, s.Cover.References
 	}
