@@ -106,7 +106,7 @@ func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *ou
 				return n, err
 			}
 			name := fmt.Sprintf("job-%d", id)
-			skipped, err := writeRun(runs, name, files)
+			skipped, err := store.WriteRunDir(runs, name, files)
 			if err != nil {
 				return n, fmt.Errorf("writing the run of job %d: %w", id, err)
 			}

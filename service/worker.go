@@ -372,7 +372,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 		if len(out.Reply.Folded) > 0 {
 			log.Warn("the reply had lines too wide for mail; they were folded (a template to fix)", "lines", out.Reply.Folded)
 		}
-		files, err := readRun(work)
+		files, err := store.ReadRunDir(work)
 		if err != nil {
 			w.retry(j, err, log)
 			break

@@ -1,4 +1,4 @@
-package service
+package store
 
 import (
 	"fmt"
@@ -8,30 +8,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-
-	"github.com/patchbot/patchbot/store"
 )
 
 // A run travels from a worker to the coordinator through the store: the
-// worker reads its run directory (readRun) and stores the files with the
-// job's end; the coordinator writes them into its own runs directory
-// (writeRun, from CollectRuns). Builds and guests wrote some of the files
-// and neither end trusts them: they are bounded where they are read, and
+// worker reads its run directory (ReadRunDir) and stores the files with
+// the job's end (EndJob); the coordinator writes them into its own runs
+// directory (WriteRunDir). Builds and guests wrote some of the files and
+// neither end trusts them: they are bounded where they are read (the
+// sizes of holder.go, which PostgreSQL enforces on a worker too), and
 // their names checked where they are written.
 
-// The bounds of a run directory's files, before they are stored: the
-// store's, which PostgreSQL enforces on a worker too.
-const (
-	maxRunFile  = store.MaxRunFile
-	maxRunTotal = store.MaxRunTotal
-	maxRunFiles = store.MaxRunFiles
-)
-
-// readRun reads the regular files of a run directory, by slash-separated
+// ReadRunDir reads the regular files of a run directory, by slash-separated
 // relative path. Links and special files are skipped; a file over
-// maxRunFile keeps its end (a log's last lines decide), marked as cut.
-func readRun(dir string) ([]store.RunFile, error) {
-	var files []store.RunFile
+// MaxRunFile keeps its end (a log's last lines decide), marked as cut.
+func ReadRunDir(dir string) ([]RunFile, error) {
+	var files []RunFile
 	total := 0
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -44,24 +35,24 @@ func readRun(dir string) ([]store.RunFile, error) {
 		if err != nil {
 			return err
 		}
-		if len(files) >= maxRunFiles {
-			return fmt.Errorf("the run directory holds more than %d files", maxRunFiles)
+		if len(files) >= MaxRunFiles {
+			return fmt.Errorf("the run directory holds more than %d files", MaxRunFiles)
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		if len(rel) > store.MaxRunName {
+		if len(rel) > MaxRunName {
 			return nil // no such name is written out (runFileName)
 		}
-		if len(data) > maxRunFile {
-			cut := len(data) - (maxRunFile - 64) // room for the mark
+		if len(data) > MaxRunFile {
+			cut := len(data) - (MaxRunFile - 64) // room for the mark
 			data = append([]byte(fmt.Sprintf("[patchbot: the first %d bytes were cut]\n", cut)), data[cut:]...)
 		}
-		if total += len(data); total > maxRunTotal {
-			return fmt.Errorf("the run directory holds more than %d MiB", maxRunTotal>>20)
+		if total += len(data); total > MaxRunTotal {
+			return fmt.Errorf("the run directory holds more than %d MiB", MaxRunTotal>>20)
 		}
-		files = append(files, store.RunFile{Name: filepath.ToSlash(rel), Data: data})
+		files = append(files, RunFile{Name: filepath.ToSlash(rel), Data: data})
 		return nil
 	})
 	if err != nil {
@@ -74,9 +65,9 @@ func readRun(dir string) ([]store.RunFile, error) {
 // come from a worker's run directory, written by builds and guests.
 var runFileName = regexp.MustCompile(`^[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}$`)
 
-// writeRun writes a run's files into runs/name, replacing what was there,
+// WriteRunDir writes a run's files into runs/name, replacing what was there,
 // and returns the names it left out.
-func writeRun(runs, name string, files []store.RunFile) (skipped []string, err error) {
+func WriteRunDir(runs, name string, files []RunFile) (skipped []string, err error) {
 	tmp := filepath.Join(runs, ".incoming-"+name)
 	os.RemoveAll(tmp)
 	if err := os.Mkdir(tmp, 0o700); err != nil {
