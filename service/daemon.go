@@ -319,23 +319,23 @@ func (d *Daemon) watch(ctx context.Context, name string, src mailbox.Source) {
 	for ctx.Err() == nil {
 		again := false
 		// The mail is acted on in order behind the reader, which looks up
-		// the keys of the mails ahead meanwhile (readahead.go).
-		ra := newReadAhead(ctx, d.Verifier, ingest)
+		// the keys of the mails ahead meanwhile (mailbox.ReadAhead).
+		ra := mailbox.NewReadAhead(ctx, d.Verifier, ingest)
 		cur, err := d.Store.Cursor(ctx, name)
 		if err != nil {
-			ra.wait()
+			ra.Wait()
 			if ctx.Err() == nil { // not a stop
 				log.Error("reading cursor", "err", err)
 			}
 		} else if w, ok := src.(mailbox.Watcher); ok {
-			err = w.Watch(ra.ctx, cur, ra.take)
-			if werr := ra.wait(); werr != nil {
+			err = w.Watch(ra.Context(), cur, ra.Take)
+			if werr := ra.Wait(); werr != nil {
 				err = werr
 			}
 		} else {
 			var next string
-			next, err = src.Poll(ra.ctx, cur, ra.take)
-			if werr := ra.wait(); werr != nil {
+			next, err = src.Poll(ra.Context(), cur, ra.Take)
+			if werr := ra.Wait(); werr != nil {
 				err = werr
 			}
 			// A whole Poll's cursor is past only what was stored: kept

@@ -1,21 +1,20 @@
-package service
+package mailbox
 
 import (
 	"context"
 	"sync"
-
-	"github.com/patchbot/patchbot/mailbox"
 )
 
 // Verification has a budget: the DKIM keys of the mails a source hands
 // over are looked up side by side, ahead of the mail being acted on
-// (mailbox.Verifier.Prefetch), while the mails are still acted on one at
-// a time, in the source's order, each in its own transaction (Ingest). A
+// (Verifier.Prefetch), while the mails are still acted on one at
+// a time, in the source's order (the daemon's ingest, each mail in its own
+// transaction). A
 // stranger's key that never answers costs its own lookup's timeout once,
 // concurrently with every other, instead of one timeout for each mail in
 // turn; and a domain that did not answer is not asked again for a while.
 // So a signed maintainer's command behind a thousand such mails waits
-// about one timeout, not a thousand (docs/mailbox.md, "Verification has a
+// about one timeout, not a thousand (docs/md, "Verification has a
 // budget").
 
 // The read-ahead's bounds: mails, and their bytes, handed over by the
@@ -25,15 +24,15 @@ const (
 	readAheadBytes = 64 << 20
 )
 
-// readAhead is one poll of a source, its mail acted on behind the reader.
-type readAhead struct {
+// ReadAhead is one poll of a source, its mail acted on behind the reader.
+type ReadAhead struct {
 	// ctx is the poll's: it ends when the daemon stops or acting on a
 	// mail failed, so that a source waiting for mail (IMAP IDLE) stops
 	// too and the mail is read again from the cursor stored.
 	ctx    context.Context
 	cancel context.CancelFunc
-	act    func(*mailbox.Message, string) error
-	verify *mailbox.Verifier
+	act    func(*Message, string) error
+	verify *Verifier
 
 	ch   chan pending
 	done chan struct{}
@@ -45,23 +44,23 @@ type readAhead struct {
 }
 
 type pending struct {
-	m   *mailbox.Message
+	m   *Message
 	cur string
 }
 
-// newReadAhead acts on each mail with act, in order, behind a reader that
+// NewReadAhead acts on each mail with act, in order, behind a reader that
 // may run up to readAheadMails (and readAheadBytes) ahead and looks up
-// their keys meanwhile. Call take for each mail the source reads, then
-// wait.
-func newReadAhead(ctx context.Context, v *mailbox.Verifier, act func(*mailbox.Message, string) error) *readAhead {
+// their keys meanwhile (v nil: none). Hand the source Context and Take,
+// then Wait.
+func NewReadAhead(ctx context.Context, v *Verifier, act func(*Message, string) error) *ReadAhead {
 	ctx, cancel := context.WithCancel(ctx)
-	r := &readAhead{ctx: ctx, cancel: cancel, act: act, verify: v, ch: make(chan pending, readAheadMails), done: make(chan struct{})}
+	r := &ReadAhead{ctx: ctx, cancel: cancel, act: act, verify: v, ch: make(chan pending, readAheadMails), done: make(chan struct{})}
 	r.cond = sync.NewCond(&r.mu)
 	go r.run()
 	return r
 }
 
-func (r *readAhead) run() {
+func (r *ReadAhead) run() {
 	defer close(r.done)
 	for p := range r.ch {
 		r.mu.Lock()
@@ -82,12 +81,16 @@ func (r *readAhead) run() {
 	}
 }
 
-// take is the source's callback: it starts the mail's key lookups and
+// Context is the poll's, for the source: it ends when ctx does or acting
+// on a mail failed.
+func (r *ReadAhead) Context() context.Context { return r.ctx }
+
+// Take is the source's callback: it starts the mail's key lookups and
 // queues it, waiting while the queue is full; it returns the first
 // failure to act on a mail before it (the source then stops: the mails
 // after it are read again at the next poll, from the cursor stored with
 // the last mail acted on).
-func (r *readAhead) take(m *mailbox.Message, cur string) error {
+func (r *ReadAhead) Take(m *Message, cur string) error {
 	r.mu.Lock()
 	for r.err == nil && r.bytes > 0 && r.bytes+len(m.Raw) > readAheadBytes && r.ctx.Err() == nil {
 		r.cond.Wait()
@@ -117,8 +120,8 @@ func (r *readAhead) take(m *mailbox.Message, cur string) error {
 	}
 }
 
-// wait acts on what is queued and returns the first failure to act.
-func (r *readAhead) wait() error {
+// Wait acts on what is queued and returns the first failure to act.
+func (r *ReadAhead) Wait() error {
 	close(r.ch)
 	<-r.done
 	r.cancel()
