@@ -103,15 +103,15 @@ func runTestDaemon(cfgPath, crash string) int {
 	if err != nil {
 		return fail(err)
 	}
-	st, err := service.OpenStore(cfg)
+	st, err := cfg.OpenStore()
 	if err != nil {
 		return fail(err)
 	}
-	srcs, err := service.OpenSources(cfg, log)
+	srcs, err := cfg.OpenSources(log)
 	if err != nil {
 		return fail(err)
 	}
-	ob, err := service.NewOutbox(cfg, st, log)
+	ob, err := cfg.Outbox(st, log)
 	if err != nil {
 		return fail(err)
 	}

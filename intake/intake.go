@@ -19,6 +19,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -38,6 +39,9 @@ type Desk struct {
 	// Reply is how patchbot writes: from whom (its own mail, read back
 	// from a list, is never answered), with which extra Cc.
 	Reply reports.ReplyOptions
+	// Needs is what every test needs of a worker beyond its suites (the
+	// VM shape, KVM), for the queue (Row).
+	Needs store.Needs
 }
 
 // Mail is one mail at the desk, as kept.
@@ -77,6 +81,23 @@ type Job struct {
 	Suites         []string // the suites a test runs
 	Check          *Check
 	NotBefore      time.Time // a check waits until then
+}
+
+// Row is a job as the queue keeps it: its request as JSON, and what a
+// test needs of a worker (the desk's Needs, with its suites).
+func (d *Desk) Row(j Job) (store.Job, error) {
+	row := store.Job{Dedupe: string(j.Dedupe), Kind: store.KindTest, Trigger: j.Trigger, Title: j.Title,
+		Source: j.Source, Sender: j.Sender, NotBefore: j.NotBefore}
+	var data any = j.Test
+	if j.Check != nil {
+		row.Kind, data = store.KindCheck, j.Check
+	} else {
+		row.Needs = d.Needs
+		row.Needs.Suites = j.Suites
+	}
+	var err error
+	row.Request, err = json.Marshal(data)
+	return row, err
 }
 
 // OptOut is an address that asked never to be mailed again.

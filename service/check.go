@@ -17,7 +17,7 @@ func (in *ingester) checkIncomplete(ctx context.Context, j *store.Job, c *intake
 	in.fetchMissing(ctx, j.Source, c)
 	return in.store.Update(ctx, func(tx *store.Tx) error {
 		known := intake.View{Tx: tx, Parsed: in.parsed}
-		dec, err := deskOf(*in.cfg).Recheck(ctx, known, c, jobReplyID(*in.cfg, j), time.Now())
+		dec, err := in.cfg.Desk().Recheck(ctx, known, c, jobReplyID(*in.cfg, j), time.Now())
 		if err != nil {
 			return err
 		}

@@ -42,7 +42,7 @@ func TestIncompleteSeriesFetchedFromTheArchive(t *testing.T) {
 	d.Config.IncompleteAfter = time.Hour
 	sc := mailbox.SourceConfig{Name: "lore", Lore: srv.URL()}
 	d.Config.Sources = []mailbox.SourceConfig{sc}
-	srcs, err := OpenSources(d.Config, nil)
+	srcs, err := d.Config.OpenSources(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -301,7 +301,7 @@ func (d *Daemon) defaults() {
 		// The run is in the store: collect it now, not at the next poll.
 		d.Worker.OnDone = func(*store.Job) { d.kick() }
 	}
-	d.sources = deskOf(d.Config).Sources
+	d.sources = d.Config.Desk().Sources
 	d.wake = make(chan struct{}, 1)
 	d.in = &ingester{cfg: &d.Config, store: d.Store, verifier: d.Verifier, outbox: d.Outbox, metrics: d.Metrics, log: d.Log,
 		sources: d.Sources, parsed: &intake.ParseCache{Max: 64 << 20}, maxDeaths: d.MaxCrashes, step: d.step, woken: d.Wake}

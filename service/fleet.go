@@ -9,65 +9,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
-	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
-	"github.com/patchbot/patchbot/suites"
-	"github.com/patchbot/patchbot/vmrunner"
 )
 
 // The fleet: one coordinator (watch) reads mail, queues jobs, collects the
 // workers' results and sends the replies; workers (patchbot worker, or the
 // one inside watch) take the jobs that fit them. They meet in the store.
-
-// DetectCaps says what this host can run with the config's VM shape: KVM
-// when vmrunner finds it usable (else TCG), the online CPUs, the memory,
-// the config's libvirt URIs, and the suites (only, if given, those named:
-// a host whose kernels lack a suite's config leaves it out).
-func DetectCaps(cfg config.Config, only []string) store.Caps {
-	c := store.Caps{Accel: "tcg", CPUs: runtime.NumCPU(), MemMiB: vmrunner.HostMemMiB(), LibvirtURIs: cfg.VM.URIs}
-	if vmrunner.KVMUsable("") {
-		c.Accel = "kvm"
-	}
-	if len(only) > 0 {
-		c.Suites = append(c.Suites, only...)
-	} else if all, err := suites.All(); err == nil {
-		for _, s := range all {
-			c.Suites = append(c.Suites, s.Name)
-		}
-	}
-	return c
-}
-
-// needsOf is what a test job needs of a worker: its suites, the VM shape
-// of the config for the base and the patched kernel at once (an A/B pair
-// always runs on one host, both VMs up, rounds interleaved), and KVM when
-// the fleet asks for it.
-func needsOf(cfg config.Config, names []string) store.Needs {
-	return store.Needs{KVM: cfg.Fleet.RequireKVM, CPUs: cfg.VM.CPUs, MemMiB: 2 * cfg.VM.MemMiB, Suites: names}
-}
-
-// jobRow is a front desk's job as the queue keeps it: its request as
-// JSON, what a test needs of a worker.
-func jobRow(cfg config.Config, j intake.Job) (store.Job, error) {
-	row := store.Job{Dedupe: string(j.Dedupe), Kind: store.KindTest, Trigger: j.Trigger, Title: j.Title,
-		Source: j.Source, Sender: j.Sender, NotBefore: j.NotBefore}
-	var data any = j.Test
-	if j.Check != nil {
-		row.Kind, data = store.KindCheck, j.Check
-	} else {
-		row.Needs = needsOf(cfg, j.Suites)
-	}
-	var err error
-	row.Request, err = json.Marshal(data)
-	return row, err
-}
 
 // CollectRuns writes the runs that workers stored into the state
 // directory's runs/, where the dashboard and `patchbot reply` read them,
@@ -203,7 +156,7 @@ func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metri
 	if err != nil {
 		return nil, "", err
 	}
-	aud := deskOf(cfg).Audience(&req, j.Trigger, j.Source, reply.Finding)
+	aud := cfg.Desk().Audience(&req, j.Trigger, j.Source, reply.Finding)
 	if quiet := aud.Narrow(&reply.Header); len(quiet) > 0 {
 		log.Info("the run found no change: its reply goes to whoever asked for it, the thread and its lists hear nothing",
 			"not_mailed", quiet, "finding", reply.Finding)
@@ -237,13 +190,4 @@ func resultsURL(cfg config.Config, dir, worker string) string {
 		}
 	}
 	return ""
-}
-
-// deskOf is the front desk of a config.
-func deskOf(cfg config.Config) *intake.Desk {
-	srcs := map[string]mailbox.SourceConfig{}
-	for i, s := range cfg.Sources {
-		srcs[config.SourceName(i, s)] = s
-	}
-	return &intake.Desk{Config: cfg.Config, Sources: srcs, Reply: cfg.Reply}
 }

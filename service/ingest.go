@@ -117,7 +117,7 @@ func (in *ingester) ingest(ctx context.Context, source string, m *mailbox.Messag
 		} else if ok {
 			in.log.Info("an uncertain reply came back on a source: it was delivered", "source", source, "message_id", m.MessageID)
 		}
-		dec, err := deskOf(*in.cfg).Decide(ctx, known, intake.Mail{Message: m, Key: key, Source: source, Thread: thread, At: time.Now()})
+		dec, err := in.cfg.Desk().Decide(ctx, known, intake.Mail{Message: m, Key: key, Source: source, Thread: thread, At: time.Now()})
 		if err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func (in *ingester) forget(ctx context.Context, how func(context.Context, string
 }
 
 // source is a source's config by the name its cursor is kept under.
-func (in *ingester) source(name string) mailbox.SourceConfig { return deskOf(*in.cfg).Sources[name] }
+func (in *ingester) source(name string) mailbox.SourceConfig { return in.cfg.Desk().Sources[name] }
 
 // apply carries out a front desk's decision within tx: the answers into
 // the outbox (a "stop" is confirmed before it takes effect), the
@@ -198,7 +198,7 @@ func (in *ingester) apply(ctx context.Context, tx *store.Tx, dec *intake.Decisio
 		}
 	}
 	for _, j := range dec.Jobs {
-		row, err := jobRow(*in.cfg, j)
+		row, err := in.cfg.Desk().Row(j)
 		if err != nil {
 			return 0, 0, err
 		}

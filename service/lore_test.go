@@ -34,7 +34,7 @@ func TestDaemonWatchesARealPublicInbox(t *testing.T) {
 	// 30 s, which would outlast the test).
 	sc := mailbox.SourceConfig{Name: "lore-fsdevel", Lore: srv.URL(), Poll: 200 * time.Millisecond}
 	d.Config.Sources = []mailbox.SourceConfig{sc}
-	srcs, err := OpenSources(d.Config, nil)
+	srcs, err := d.Config.OpenSources(nil)
 	if err != nil {
 		t.Fatal(err)
 	}

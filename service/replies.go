@@ -11,7 +11,6 @@ import (
 	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
-	"github.com/patchbot/patchbot/mailbox/sender"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
@@ -92,7 +91,7 @@ func queueMail(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, msg outbox.
 // reply` end. added is false when the reply was queued already; sending
 // says whether it was sent (or tried) now.
 func Deliver(ctx context.Context, cfg config.Config, st *store.Store, r *reports.Reply, log *slog.Logger) (added, sending bool, err error) {
-	ob, err := NewOutbox(cfg, st, log)
+	ob, err := cfg.Outbox(st, log)
 	if err != nil {
 		return false, false, err
 	}
@@ -109,25 +108,6 @@ func Deliver(ctx context.Context, cfg config.Config, st *store.Store, r *reports
 	}
 	_, err = ob.Flush(ctx)
 	return added, true, err
-}
-
-// NewOutbox is the outbox of st, sending through the configured SMTP
-// server when smtp.enabled is on (otherwise replies are only queued).
-func NewOutbox(cfg config.Config, st *store.Store, log *slog.Logger) (*outbox.Outbox, error) {
-	o := &outbox.Outbox{Store: st, Log: log, MaxRecipients: cfg.Limits.MaxRecipients, OptOut: cfg.Limits.OptOutAddrs()}
-	if !cfg.SMTP.Enabled {
-		return o, nil
-	}
-	sc := cfg.SMTP
-	if sc.From == "" {
-		sc.From = mailbox.AddrOf(cfg.Reply.From)
-	}
-	tr, err := sender.NewSMTP(sc)
-	if err != nil {
-		return nil, err
-	}
-	o.Sender = tr
-	return o, nil
 }
 
 // jobReplyID is the Message-ID of a job's reply: one per job, whatever run

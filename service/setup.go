@@ -5,13 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"os"
 	"path/filepath"
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/images"
-	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
@@ -77,67 +74,11 @@ func (p *Pipeline) UseStore(st *store.Store) {
 	}
 }
 
-// OpenStore opens the state database: the config's PostgreSQL server when
-// it names one (with the password from its file), else state.db in the
-// state directory. It creates the state directory 0700 either way: the
-// runs and the secrets' copies in it are patchbot's alone.
-func OpenStore(cfg config.Config) (*store.Store, error) { return openStore(cfg, store.Open) }
-
-// openStore is OpenStore with the store's opener: store.Open for the
-// coordinator (which migrates), store.OpenWorker for a worker.
-func openStore(cfg config.Config, open func(string) (*store.Store, error)) (*store.Store, error) {
-	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating state directory: %w", err)
-	}
-	if err := os.Chmod(cfg.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("closing the state directory to others: %w", err)
-	}
-	if cfg.Database == "" {
-		return store.Open(filepath.Join(cfg.StateDir, "state.db"))
-	}
-	dsn := cfg.Database
-	if cfg.DatabasePasswordFile != "" {
-		pw, err := mailbox.ReadSecret(cfg.DatabasePasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("database password: %w", err)
-		}
-		u, err := url.Parse(dsn)
-		if err != nil {
-			return nil, fmt.Errorf("database: %w", err)
-		}
-		u.User = url.UserPassword(u.User.Username(), pw)
-		dsn = u.String()
-	}
-	return open(dsn)
-}
-
-// OpenSources opens every configured source to be watched, by the name
-// its cursor is stored under; a lore list's git mirror defaults to
-// STATE_DIR/lore/NAME.
-func OpenSources(cfg config.Config, log *slog.Logger) (map[string]mailbox.Source, error) {
-	out := map[string]mailbox.Source{}
-	for i, s := range cfg.Sources {
-		name := config.SourceName(i, s)
-		s.Follow = true
-		if s.Mirror == "" && s.Lore != "" {
-			if l, err := mailbox.NewLore(s.Lore); err == nil && l.MessageID == "" {
-				s.Mirror = filepath.Join(cfg.StateDir, "lore", name)
-			}
-		}
-		src, err := mailbox.Open(s, log)
-		if err != nil {
-			return nil, fmt.Errorf("source %s: %w", name, err)
-		}
-		out[name] = src
-	}
-	return out, nil
-}
-
 // NewDaemon wires a daemon from a config: the state database, the
 // pipeline (when it runs jobs itself), the sources and the outbox. The
 // caller closes d.Store.
 func NewDaemon(cfg config.Config, log *slog.Logger) (*Daemon, error) {
-	st, err := OpenStore(cfg)
+	st, err := cfg.OpenStore()
 	if err != nil {
 		return nil, err
 	}
@@ -153,11 +94,11 @@ func NewDaemon(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 		}
 		p.UseStore(st)
 	}
-	srcs, err := OpenSources(cfg, log)
+	srcs, err := cfg.OpenSources(log)
 	if err != nil {
 		return fail(err)
 	}
-	ob, err := NewOutbox(cfg, st, log)
+	ob, err := cfg.Outbox(st, log)
 	if err != nil {
 		return fail(err)
 	}
@@ -170,7 +111,7 @@ func NewDaemon(cfg config.Config, log *slog.Logger) (*Daemon, error) {
 
 // NewWorker wires a worker from a config: the state database (opened
 // without migrating: the coordinator owns the schema), the pipeline, and
-// what this host can run (DetectCaps; only the suites named, when some
+// what this host can run (config.Config.Caps; only the suites named, when some
 // are). A worker that connects to PostgreSQL as a worker role
 // (store.WorkerRole) holds jobs in its role's name: name defaults to it,
 // and another name is refused. The caller closes w.Store.
@@ -178,7 +119,7 @@ func NewWorker(cfg config.Config, log *slog.Logger, name string, only []string) 
 	if err := suites.Check(only, ""); err != nil {
 		return nil, err
 	}
-	st, err := openStore(cfg, store.OpenWorker)
+	st, err := cfg.OpenWorkerStore()
 	if err != nil {
 		return nil, err
 	}
@@ -206,6 +147,6 @@ func NewWorker(cfg config.Config, log *slog.Logger, name string, only []string) 
 	if err != nil {
 		return fail(err)
 	}
-	caps := DetectCaps(cfg, only)
+	caps := cfg.Caps(only)
 	return &Worker{Config: cfg, Store: st, Pipeline: p, Name: name, Caps: &caps, Log: log, Metrics: NewMetrics()}, nil
 }

@@ -23,7 +23,7 @@ func TestStopDuringIngestIsQuiet(t *testing.T) {
 			d := newTestDaemon(t, t.TempDir())
 			d.Config.Sources = []mailbox.SourceConfig{{Name: "list", Mbox: "../testdata/mbox/squashfs-thundering-herd.mbox",
 				List: "linux-fsdevel@vger.kernel.org", Poll: 20 * time.Millisecond}}
-			srcs, err := OpenSources(d.Config, nil)
+			srcs, err := d.Config.OpenSources(nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,11 +64,12 @@ func (s *Submitter) Submit(ctx context.Context, sub Submission) (int64, error) {
 	}
 	// Who sent it, as the daemon checks it: the run's page says it per patch.
 	mailbox.NewVerifier(s.Config.DKIM, s.Config.Commands.AuthservIDs).VerifyAll(ctx, msgs)
-	j, err := deskOf(s.Config).Submitted(msgs, sub.Suites, sub.Profile, sub.Who, time.Now())
+	desk := s.Config.Desk()
+	j, err := desk.Submitted(msgs, sub.Suites, sub.Profile, sub.Who, time.Now())
 	if err != nil {
 		return 0, err
 	}
-	row, err := jobRow(s.Config, j)
+	row, err := desk.Row(j)
 	if err != nil {
 		return 0, err
 	}

@@ -44,7 +44,7 @@ type Worker struct {
 	// held (RecoverJobs) without waiting for the lease.
 	Name string
 	Host string
-	// Caps is what the worker can run; DetectCaps by default.
+	// Caps is what the worker can run; config.Config.Caps by default.
 	Caps    *store.Caps
 	Log     *slog.Logger
 	Metrics *Metrics
@@ -105,7 +105,7 @@ func (w *Worker) defaults() {
 		w.Name = w.Host
 	}
 	if w.Caps == nil {
-		c := DetectCaps(w.Config, nil)
+		c := w.Config.Caps(nil)
 		w.Caps = &c
 	}
 	if w.Pipeline != nil && w.Pipeline.OnStage == nil {

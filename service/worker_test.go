@@ -85,14 +85,3 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 	}
 }
 
-// The database's password comes from a file only patchbot can read.
-func TestOpenStoreRefusesAnOpenPasswordFile(t *testing.T) {
-	pw := filepath.Join(t.TempDir(), "pw")
-	os.WriteFile(pw, []byte("secret\n"), 0o644)
-	cfg := config.Default()
-	cfg.StateDir = t.TempDir()
-	cfg.Database, cfg.DatabasePasswordFile = "postgres://patchbot@127.0.0.1:1/patchbot", pw
-	if _, err := OpenStore(cfg); err == nil || !strings.Contains(err.Error(), "readable by others") {
-		t.Errorf("OpenStore with a 0644 password file: %v", err)
-	}
-}

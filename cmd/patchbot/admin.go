@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/patchbot/patchbot/internal/inert"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -185,7 +184,7 @@ func withStore(conf configFlags, fn func(*store.Store) error) error {
 	if err != nil {
 		return err
 	}
-	st, err := service.OpenStore(cfg)
+	st, err := cfg.OpenStore()
 	if err != nil {
 		return err
 	}

@@ -65,7 +65,7 @@ func runReply(ctx context.Context, cfg config.Config, dir string) error {
 	}
 	io.WriteString(stdout, strings.ReplaceAll(string(raw), "\r\n", "\n"))
 
-	st, err := service.OpenStore(cfg)
+	st, err := cfg.OpenStore()
 	if err != nil {
 		return err
 	}

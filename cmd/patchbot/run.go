@@ -135,7 +135,7 @@ func runSeriesTest(ctx context.Context, cfg config.Config, sc mailbox.SourceConf
 	}
 	fmt.Fprintf(stderr, "series: %s (v%d, %d patch(es), files %s)\n",
 		series.Subject, series.Version, len(series.Patches), strings.Join(series.Files(), " "))
-	st, err := service.OpenStore(cfg)
+	st, err := cfg.OpenStore()
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ patchbot serve --config /etc/patchbot/patchbot.yaml --http 127.0.0.1:9000`,
 				log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 				var st *store.Store
 				if _, err := os.Stat(filepath.Join(cfg.StateDir, "state.db")); err == nil || cfg.Database != "" {
-					if st, err = service.OpenStore(cfg); err != nil {
+					if st, err = cfg.OpenStore(); err != nil {
 						return err
 					}
 					defer st.Close()
