@@ -196,6 +196,27 @@ func (r *Request) Span() (first, last int, err error) {
 	return r.First, r.Last, nil
 }
 
+// Describe writes on run what the request says of it: the thread it
+// answers, the reply's Message-ID, the command, who signed each patch, the
+// series' length and the patches measured. It returns the commands'
+// inputs that reproduce the run, on host's VM shape and tree.
+func (r *Request) Describe(run *reports.Run, host reports.Repro) (reports.Repro, error) {
+	first, last, err := r.Span()
+	if err != nil {
+		return reports.Repro{}, err
+	}
+	run.Thread, run.ReplyID, run.Command, run.Attestation = r.Thread, r.ReplyID, r.Command, r.Attestation
+	run.Series, run.Range = len(r.Series.Patches), nil
+	repro := host
+	repro.MessageID, repro.Suites, repro.Profile, repro.Runs = r.Thread.MessageID, r.Suites, r.Profile, r.Runs
+	repro.AA, repro.Base = r.AA, r.BaseOverride
+	if r.First > 0 {
+		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(r.Series.Patches)}
+		repro.Patches = fmt.Sprintf("%d-%d", first, last)
+	}
+	return repro, nil
+}
+
 // UnmarshalJSON reads a request as stored, also in the form jobs were
 // queued in before the series was carried whole (its mails, subjects,
 // files, base, tags and title beside the series' key), so that jobs queued

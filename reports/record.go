@@ -32,6 +32,8 @@ type Findings struct {
 	// Version is this one's.
 	Earlier []Earlier
 	Version int
+	// OnStep, if set, is told when the report starts (Finish).
+	OnStep func(string)
 }
 
 // Earlier is a run of an earlier version of the series.
@@ -145,6 +147,9 @@ func WriteReply(runDir string, run *Run, opt ReplyOptions) (*Reply, []byte, erro
 // told to progress), and renders the reply.
 func Finish(ctx context.Context, runDir string, run *Run, f Findings, opt ReplyOptions, pub Publisher,
 	progress io.Writer) (*Reply, []byte, error) {
+	if f.OnStep != nil {
+		f.OnStep("report")
+	}
 	run.Record(f)
 	if err := SaveRun(runDir, run); err != nil {
 		return nil, nil, err

@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strings"
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
@@ -127,27 +125,14 @@ func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metri
 	if err != nil {
 		return nil, "", err
 	}
-	run.Thread = req.Thread
-	run.ReplyID = jobReplyID(cfg, j)
-	run.Command = req.Command
-	run.Attestation = req.Attestation
-	run.Series, run.Range = len(req.Series.Patches), nil
-	if req.First > 0 {
-		first, last, err := req.Span()
-		if err != nil {
-			return nil, "", err
-		}
-		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(req.Series.Patches)}
+	req.ReplyID = jobReplyID(cfg, j)
+	repro, err := req.Describe(run, reports.Repro{CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree})
+	if err != nil {
+		return nil, "", err
 	}
 	run.ResultsURL = resultsURL(cfg, dir, run.ResultsURL)
-	// The commands that reproduce it, as the pipeline writes them, from
-	// the coordinator's request and config; the base only when it is a
-	// commit.
-	repro := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile, Runs: req.Runs,
-		CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree, AA: req.AA, Base: req.BaseOverride}
-	if run.Range != nil {
-		repro.Patches = fmt.Sprintf("%d-%d", run.Range.First, run.Range.Last)
-	}
+	// The base it was tested on, from the worker's run, only when it is a
+	// commit: the reproduce commands are the coordinator's.
 	if repro.Base == "" && run.BaseChoice != nil && run.BaseChoice.How != reports.ByDefault && commitHash.MatchString(run.BaseCommit) {
 		repro.Base = run.BaseCommit
 	}
@@ -172,22 +157,13 @@ var commitHash = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 
 // resultsURL is the link a collected run's reply gives: the dashboard's
 // page of it, else the worker's published copy when it is one of the
-// configured repository's pages (on github.com, or on the host of
-// publish.api_url), else none.
+// configured repository's pages (publish.Config.Page), else none.
 func resultsURL(cfg config.Config, dir, worker string) string {
 	if base := cfg.Dashboard.BaseURL; base != "" {
 		return reports.RunURL(base, filepath.Base(dir))
 	}
-	if p := cfg.Publish; p != nil && p.Owner != "" && p.Repo != "" {
-		host := "github.com"
-		if api, err := url.Parse(p.APIURL); err == nil && p.APIURL != "" && api.Host != "" {
-			host = api.Host // GitHub Enterprise serves its pages on its API's host
-		}
-		prefix := "https://" + host + "/" + p.Owner + "/" + p.Repo + "/"
-		if u, err := url.Parse(worker); err == nil && strings.HasPrefix(worker, prefix) &&
-			u.User == nil && !strings.Contains(u.Path, "..") && !strings.ContainsAny(worker, " \t\r\n\\") {
-			return worker
-		}
+	if cfg.Publish.Page(worker) {
+		return worker
 	}
 	return ""
 }

@@ -36,7 +36,7 @@ type Pipeline struct {
 	// Trees are the configured trees, fetched on a schedule by the daemon.
 	Trees *images.Trees
 	// History finds the earlier versions' runs (the store); nil for none.
-	History History
+	History intake.History
 	// ResultsURL gives the link to a run's results (the dashboard), from
 	// its directory; nil gives none.
 	ResultsURL func(runDir string) string
@@ -73,31 +73,33 @@ type Outcome struct {
 // that finds the patch at fault leaves the later ones nothing to do but
 // the report.
 func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir string) (*Outcome, error) {
-	earlier := earlier(ctx, p.History, req, p.Progress)
+	// A failure to read the history leaves the reply without the earlier
+	// version's figures, and is said on progress.
+	earlier, err := req.Earlier(ctx, p.History)
+	if err != nil && p.Progress != nil {
+		fmt.Fprintf(p.Progress, "reroll: %v\n", err)
+	}
 	first, last, err := req.Span()
 	if err != nil {
 		return nil, err
 	}
 	series := req.Series
+	// The mail: the series as git am applies it, its patches' titles
+	// and subjects.
+	mails, titles, subjects := series.Mails(), series.Titles(), series.Subjects()
 	if err := os.MkdirAll(runDir, 0o700); err != nil {
 		return nil, fmt.Errorf("creating run directory: %w", err)
 	}
 	// Counters and times are positive with multiplicative noise: judge
 	// them on the log scale (see judge/stats.LogWelch).
 	opts := judge.Options{Test: stats.LogWelch}
-	run := &reports.Run{Thread: req.Thread, Runs: req.Runs, Options: reports.Options{Options: opts},
-		ReplyID: req.ReplyID, Command: req.Command, Series: len(series.Patches), Attestation: req.Attestation}
-	if req.First > 0 {
-		run.Range = &reports.PatchRange{First: first, Last: last, Total: len(series.Patches)}
+	run := &reports.Run{Runs: req.Runs, Options: reports.Options{Options: opts}}
+	repro, err := req.Describe(run, reports.Repro{CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Boot: p.VM.Boot, Tree: p.Tree.Tree})
+	if err != nil {
+		return nil, err
 	}
 	if p.ResultsURL != nil {
 		run.ResultsURL = p.ResultsURL(runDir)
-	}
-	repro := reports.Repro{MessageID: req.Thread.MessageID, Suites: req.Suites, Profile: req.Profile,
-		Runs: req.Runs, CPUs: p.VM.CPUs, MemMiB: p.VM.MemMiB, Boot: p.VM.Boot, Tree: p.Tree.Tree, AA: req.AA,
-		Base: req.BaseOverride}
-	if req.First > 0 {
-		repro.Patches = fmt.Sprintf("%d-%d", req.First, req.Last)
 	}
 	// Runs 0: as many rounds as the evidence needs, by the sequential rule
 	// (judge/stats.DefaultRule), on a host checked to be quiet around
@@ -113,8 +115,6 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 		st.total += last
 	}
 
-	// The mail: the series as git am applies it.
-	mails, titles := series.Mails(), series.Titles()
 	if err := mailbox.SaveMbox(filepath.Join(runDir, "series.mbox"), mails); err != nil {
 		return nil, err
 	}
@@ -155,9 +155,8 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 
 	// The report: the run recorded, beside the earlier version's, and its
 	// reply.
-	st.stage("report")
-	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: series.Subjects(),
-		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: series.Version},
+	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: subjects,
+		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: series.Version, OnStep: st.stage},
 		p.Reply, p.Publish, p.Progress)
 	if err != nil {
 		return nil, err

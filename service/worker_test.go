@@ -84,4 +84,3 @@ func TestCollectRunsWritesOnlyInsideTheRun(t *testing.T) {
 		})
 	}
 }
-

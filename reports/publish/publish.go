@@ -36,6 +36,23 @@ type Config struct {
 	MaxFileBytes int64 `yaml:"max_file_bytes"`
 }
 
+// Page says whether u is a page of the configured repository (on
+// github.com, or on the host of api_url, where GitHub Enterprise serves
+// its pages): a link that came from elsewhere (a worker's run) is given
+// in a reply only then.
+func (c *Config) Page(u string) bool {
+	if c == nil || c.Owner == "" || c.Repo == "" {
+		return false
+	}
+	host := "github.com"
+	if api, err := url.Parse(c.APIURL); err == nil && c.APIURL != "" && api.Host != "" {
+		host = api.Host
+	}
+	parsed, err := url.Parse(u)
+	return err == nil && strings.HasPrefix(u, "https://"+host+"/"+c.Owner+"/"+c.Repo+"/") &&
+		parsed.User == nil && !strings.Contains(parsed.Path, "..") && !strings.ContainsAny(u, " \t\r\n\\")
+}
+
 // Publisher writes run directories to the results repository.
 type Publisher struct {
 	cfg    Config

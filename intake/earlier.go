@@ -1,13 +1,11 @@
-package service
+package intake
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"sort"
 
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 )
@@ -20,21 +18,18 @@ type History interface {
 
 var _ History = (*store.Store)(nil)
 
-// earlier are the runs of the series' earlier versions that were tested
-// to the end, the latest version first and its latest run first: the
-// report sets the measurement of the first that measured anything beside
-// this one's (reports.Run.Record). A failure to read the history leaves
-// the reply without it (and is said on progress, if given).
-func earlier(ctx context.Context, h History, req *intake.Request, progress io.Writer) []reports.Earlier {
-	if h == nil || req.Series.Version < 2 {
-		return nil
+// Earlier are the runs of the series' earlier versions that were tested
+// to the end, as h records them, the latest version first and its latest
+// run first: the report sets the measurement of the first that measured
+// anything beside this one's (reports.Run.Record). A version is the
+// series' when its key is the same (SeriesKey.Same).
+func (r *Request) Earlier(ctx context.Context, h History) ([]reports.Earlier, error) {
+	if h == nil || r.Series.Version < 2 {
+		return nil, nil
 	}
 	jobs, err := h.Jobs(ctx)
 	if err != nil {
-		if progress != nil {
-			fmt.Fprintf(progress, "reroll: reading the jobs: %v\n", err)
-		}
-		return nil
+		return nil, fmt.Errorf("reading the earlier versions' runs: %w", err)
 	}
 	type found struct {
 		version int
@@ -45,11 +40,11 @@ func earlier(ctx context.Context, h History, req *intake.Request, progress io.Wr
 		if j.State != store.JobDone || j.RunDir == "" {
 			continue
 		}
-		var r intake.Request
-		if json.Unmarshal(j.Request, &r) != nil || !r.Series.Same(req.Series.SeriesKey) || r.Series.Version >= req.Series.Version {
+		var e Request
+		if json.Unmarshal(j.Request, &e) != nil || !e.Series.Same(r.Series.SeriesKey) || e.Series.Version >= r.Series.Version {
 			continue
 		}
-		all = append(all, found{r.Series.Version, j})
+		all = append(all, found{e.Series.Version, j})
 	}
 	sort.SliceStable(all, func(i, j int) bool {
 		if all[i].version != all[j].version {
@@ -61,5 +56,5 @@ func earlier(ctx context.Context, h History, req *intake.Request, progress io.Wr
 	for i, f := range all {
 		out[i] = reports.Earlier{Version: f.version, RunDir: f.job.RunDir}
 	}
-	return out
+	return out, nil
 }
