@@ -3,9 +3,11 @@
 // small read-only view, Known) and the config, Desk.Decide returns a
 // Decision as a value: the jobs to queue, the commands obeyed or refused,
 // the answers to send and to whom, the opt-outs to record, and what to
-// log. It writes nothing: the daemon (package service) applies the
-// decision in the mail's transaction, and its tests are tables of mail in,
-// decision out.
+// log. Deciding writes nothing, and its tests are tables of mail in,
+// decision out; Desk.Apply then writes a decision through the small
+// interface of the mail's transaction (Writer: store.Tx), its answers
+// through the outbox the daemon (package service) hands it. A run asked
+// for on the dashboard is queued by Desk.Submit.
 //
 // The addressing rule lives here once (address.go): whom a reply or an
 // answer may go to, within which limits and budgets; what an unverified

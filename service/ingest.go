@@ -168,12 +168,21 @@ func (in *ingester) forget(ctx context.Context, how func(context.Context, string
 // source is a source's config by the name its cursor is kept under.
 func (in *ingester) source(name string) mailbox.SourceConfig { return in.cfg.Desk().Sources[name] }
 
-// apply carries out a front desk's decision within tx: the answers into
-// the outbox (a "stop" is confirmed before it takes effect), the
-// opt-outs, the jobs into the queue, the commands into their log; it logs
-// the decision's notes and counts its figures, and says how many jobs and
-// answers it queued.
+// apply carries out a front desk's decision within tx (intake.Desk.Apply),
+// its answers into the outbox; it logs the decision's notes and counts its
+// figures, and says how many jobs and answers it queued.
 func (in *ingester) apply(ctx context.Context, tx *store.Tx, dec *intake.Decision) (jobs, answers int, err error) {
+	jobs, answers, err = in.cfg.Desk().Apply(ctx, tx, dec, func(a intake.Answer) (bool, error) {
+		q, err := queueReply(ctx, tx, in.outbox, in.cfg.Reply.From, a.Reply, a.Thread, a.Budget)
+		if err != nil {
+			return false, err
+		}
+		ok, _ := q.record(ctx, in.metrics, in.log.With("message_id", a.Reply.Header.MessageID))
+		return ok, nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
 	for _, n := range dec.Notes {
 		in.log.Log(ctx, n.Level, n.Msg, n.Args...)
 	}
@@ -182,39 +191,6 @@ func (in *ingester) apply(ctx context.Context, tx *store.Tx, dec *intake.Decisio
 	}
 	for why, n := range dec.Tally.Dropped {
 		in.metrics.Dropped.WithLabelValues(why).Add(float64(n))
-	}
-	for _, a := range dec.Answers {
-		q, err := queueReply(ctx, tx, in.outbox, in.cfg.Reply.From, a.Reply, a.Thread, a.Budget)
-		if err != nil {
-			return 0, 0, err
-		}
-		if ok, _ := q.record(ctx, in.metrics, in.log.With("message_id", a.Reply.Header.MessageID)); ok {
-			answers++
-		}
-	}
-	for _, o := range dec.OptOuts {
-		if _, err := tx.OptOut(ctx, o.Address, o.Reason, o.Verified); err != nil {
-			return 0, 0, err
-		}
-	}
-	for _, j := range dec.Jobs {
-		row, err := in.cfg.Desk().Row(j)
-		if err != nil {
-			return 0, 0, err
-		}
-		id, added, err := tx.AddJob(ctx, row)
-		if err != nil {
-			return 0, 0, err
-		}
-		if added {
-			jobs++
-			in.log.Info("job queued", "job", id, "trigger", j.Trigger, "title", j.Title)
-		}
-	}
-	for _, c := range dec.Commands {
-		if _, err := tx.LogCommand(ctx, c); err != nil {
-			return 0, 0, err
-		}
 	}
 	return jobs, answers, nil
 }

@@ -16,12 +16,12 @@ import (
 func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 	ctx := context.Background()
 	d := newTestDaemon(t, t.TempDir())
-	q := &Submitter{Config: d.Config, Store: d.Store, Wake: d.Wake}
+	desk := d.Config.Desk()
 	mbox, err := os.ReadFile("../testdata/mbox/squashfs-thundering-herd.mbox")
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := q.Submit(ctx, Submission{Mbox: mbox, Suites: []string{"cache-contention"}, Who: "dashboard"})
+	id, err := desk.Submit(ctx, d.Store, nil, intake.Submission{Mbox: mbox, Suites: []string{"cache-contention"}, Who: "dashboard"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,13 +48,13 @@ func TestDashboardSubmissionIsQueuedAndNotMailed(t *testing.T) {
 		t.Errorf("the reply is not kept with the run: %v", err)
 	}
 
-	for name, sub := range map[string]Submission{
+	for name, sub := range map[string]intake.Submission{
 		"no series in the mail": {Mbox: []byte("From x\nSubject: hello\n\nnothing here\n")},
 		"unknown suite":         {Mbox: mbox, Suites: []string{"nosuch"}},
 		"unknown profile":       {Mbox: mbox, Profile: "nope"},
 		"nothing named":         {},
 	} {
-		if _, err := q.Submit(ctx, sub); !errors.Is(err, intake.ErrRefused) {
+		if _, err := desk.Submit(ctx, d.Store, nil, sub); !errors.Is(err, intake.ErrRefused) {
 			t.Errorf("%s: %v, want a refusal", name, err)
 		}
 	}

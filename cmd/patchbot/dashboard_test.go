@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/patchbot/patchbot/config"
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/web"
 )
@@ -26,7 +25,8 @@ func TestFormQueue(t *testing.T) {
 	defer st.Close()
 	cfg := config.Default()
 	cfg.StateDir = t.TempDir()
-	q := formQueue{sub: &service.Submitter{Config: cfg, Store: st}}
+	woken := 0
+	q := formQueue{desk: cfg.Desk(), st: st, wake: func() { woken++ }}
 	mbox, err := os.ReadFile("../../testdata/mbox/squashfs-thundering-herd.mbox")
 	if err != nil {
 		t.Fatal(err)
@@ -35,8 +35,8 @@ func TestFormQueue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if j, err := st.Job(ctx, id); err != nil || j.Sender != "ann" || j.Trigger != "web" {
-		t.Errorf("job %d = %+v, %v; want ann's web job", id, j, err)
+	if j, err := st.Job(ctx, id); err != nil || j.Sender != "ann" || j.Trigger != "web" || woken != 1 {
+		t.Errorf("job %d = %+v, %v, the daemon woken %d times; want ann's web job, one wake", id, j, err, woken)
 	}
 	_, err = q.Submit(ctx, web.Submission{Mbox: mbox, Suites: []string{"nosuch"}})
 	if !errors.Is(err, web.ErrRefused) || !strings.Contains(err.Error(), "nosuch") {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/patchbot/patchbot/service"
 	"github.com/patchbot/patchbot/store"
 )
 
@@ -52,11 +51,7 @@ patchbot serve --config /etc/patchbot/patchbot.yaml --http 127.0.0.1:9000`,
 					}
 					defer st.Close()
 				}
-				var q *service.Submitter
-				if st != nil {
-					q = &service.Submitter{Config: cfg, Store: st}
-				}
-				h, err := dashboard(cfg, st, q, nil, log)
+				h, err := dashboard(cfg, st, nil, nil, log)
 				if err != nil {
 					return err
 				}

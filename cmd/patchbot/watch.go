@@ -41,7 +41,7 @@ then coordinates (mail, queue, collected results, replies, dashboard) and
 				}
 				defer d.Store.Close()
 				if cfg.HTTP != "" {
-					dash, err := dashboard(cfg, d.Store, &service.Submitter{Config: cfg, Store: d.Store, Wake: d.Wake}, d.Progress, log)
+					dash, err := dashboard(cfg, d.Store, d.Wake, d.Progress, log)
 					if err != nil {
 						return err
 					}
