@@ -120,7 +120,7 @@ func runTestDaemon(cfgPath, crash string) int {
 	ob.Lease = 2 * time.Second
 	ob.OnStep = func(s outbox.Step) error { cr.at(outboxSteps[s]); return nil }
 	d := &service.Daemon{Config: cfg, Store: st, Sources: srcs, Outbox: ob, Log: log, Metrics: service.NewMetrics(),
-		Poll: time.Second, Retry: service.Retry{Backoff: time.Second}, FlushEvery: time.Second, OnStep: func(s service.Step) { cr.at(string(s)) },
+		Poll: time.Second, Retry: store.Retry{Backoff: time.Second}, FlushEvery: time.Second, OnStep: func(s service.Step) { cr.at(string(s)) },
 		Pipeline: &service.Pipeline{Builder: &fakeKernels{crash: cr}, Tester: fakeTester{}, Reply: cfg.Reply, VM: cfg.VM}}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -64,7 +64,7 @@ type Daemon struct {
 	Poll time.Duration
 	// Retry is how failed and crashed jobs are tried again; the local
 	// worker gets the same.
-	Retry
+	store.Retry
 	// FlushEvery is how often the outbox is flushed besides at start and
 	// when a reply is committed (a retry, a dead sender's claim that ran
 	// out); default one minute.
@@ -257,7 +257,7 @@ func (d *Daemon) defaults() {
 	if d.Poll == 0 {
 		d.Poll = 30 * time.Second
 	}
-	d.Retry.defaults()
+	d.Retry.Defaults()
 	if d.FlushEvery == 0 {
 		d.FlushEvery = time.Minute
 	}
@@ -438,7 +438,7 @@ func (d *Daemon) runCheck(ctx context.Context, j *store.Job) {
 // retry queues a check again after a failure of the store, with a growing
 // backoff, or fails it for good after MaxAttempts.
 func (d *Daemon) retry(j *store.Job, err error, log *slog.Logger) {
-	if d.Retry.again(j, err) {
+	if d.Retry.Again(j, err) {
 		log.Error("check failed for good", "err", err)
 		return
 	}

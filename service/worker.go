@@ -54,7 +54,7 @@ type Worker struct {
 	Poll  time.Duration
 	// Retry is how failed jobs are tried again, and when a job this
 	// worker was found holding after its death is parked.
-	Retry
+	store.Retry
 	// WorkDir holds the runs while they run; default a temporary
 	// directory, removed by Run.
 	WorkDir string
@@ -97,7 +97,7 @@ func (w *Worker) defaults() {
 	if w.Poll == 0 {
 		w.Poll = 5 * time.Second
 	}
-	w.Retry.defaults()
+	w.Retry.Defaults()
 	if w.Host == "" {
 		w.Host, _ = os.Hostname()
 	}
@@ -402,7 +402,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 // retry queues a job again after an infrastructure failure, with a
 // growing backoff, or fails it for good after MaxAttempts.
 func (w *Worker) retry(j *store.Job, err error, log *slog.Logger) {
-	forGood := w.Retry.again(j, err)
+	forGood := w.Retry.Again(j, err)
 	w.Metrics.Failures.WithLabelValues(string(j.Blame)).Inc()
 	if forGood {
 		log.Error("job failed for good (infrastructure)", "err", err)

@@ -1,4 +1,4 @@
-package service
+package store
 
 import (
 	"errors"
@@ -6,23 +6,22 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
-	"github.com/patchbot/patchbot/store"
 )
 
 func TestRetryBacksOffThenGivesUp(t *testing.T) {
 	var r Retry
-	r.defaults()
+	r.Defaults()
 	if r.Backoff != time.Minute || r.MaxAttempts != 5 || r.MaxCrashes != 2 || r.MaxAge != 12*time.Hour {
 		t.Fatalf("defaults: %+v", r)
 	}
 	r = Retry{Backoff: time.Second, MaxAttempts: 3}
 	err := errors.New("the VM host went away")
-	j := &store.Job{}
+	j := &Job{}
 	var waits []time.Duration
 	for attempt := 1; attempt <= 3; attempt++ {
 		j.Attempts = attempt
 		before := time.Now()
-		forGood := r.again(j, err)
+		forGood := r.Again(j, err)
 		if forGood != (attempt == 3) {
 			t.Fatalf("attempt %d: for good = %v", attempt, forGood)
 		}
@@ -30,11 +29,11 @@ func TestRetryBacksOffThenGivesUp(t *testing.T) {
 			t.Fatalf("attempt %d: blame %q, error %q", attempt, j.Blame, j.Error)
 		}
 		if !forGood {
-			if j.State != store.JobQueued {
+			if j.State != JobQueued {
 				t.Fatalf("attempt %d: state %s, want queued", attempt, j.State)
 			}
 			waits = append(waits, j.NotBefore.Sub(before).Round(100*time.Millisecond))
-		} else if j.State != store.JobFailed {
+		} else if j.State != JobFailed {
 			t.Fatalf("last attempt: state %s, want failed", j.State)
 		}
 	}
@@ -48,12 +47,12 @@ func TestRetryBacksOffThenGivesUp(t *testing.T) {
 func TestRetryGivesUpPastItsTimeBudget(t *testing.T) {
 	r := Retry{Backoff: time.Minute, MaxAttempts: 5, MaxAge: time.Hour}
 	err := errors.New("the build reached a sandbox limit")
-	young := &store.Job{Attempts: 1, Created: time.Now().Add(-10 * time.Minute)}
-	if r.again(young, err) || young.State != store.JobQueued {
+	young := &Job{Attempts: 1, Created: time.Now().Add(-10 * time.Minute)}
+	if r.Again(young, err) || young.State != JobQueued {
 		t.Fatalf("a young job: state %s, want queued", young.State)
 	}
-	old := &store.Job{Attempts: 1, Created: time.Now().Add(-59 * time.Minute)}
-	if !r.again(old, err) || old.State != store.JobFailed {
+	old := &Job{Attempts: 1, Created: time.Now().Add(-59 * time.Minute)}
+	if !r.Again(old, err) || old.State != JobFailed {
 		t.Errorf("a job whose next attempt would start past its hour: state %s, want failed", old.State)
 	}
 }

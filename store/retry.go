@@ -1,15 +1,15 @@
-package service
+package store
 
 import (
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
-	"github.com/patchbot/patchbot/store"
 )
 
-// Retry is how the daemon and the workers treat a job that failed for a
-// reason not the patch's, or whose runner died while holding it. The zero
-// value means the defaults.
+// Retry is how a job that failed for a reason not the patch's is tried
+// again, and when one whose runner died while holding it is parked: the
+// daemon's and every worker's policy. The zero value means the defaults
+// (Defaults).
 type Retry struct {
 	// Backoff is the wait before an infrastructure failure is retried,
 	// doubled at each attempt; default one minute.
@@ -25,7 +25,8 @@ type Retry struct {
 	MaxAge time.Duration
 }
 
-func (r *Retry) defaults() {
+// Defaults sets what is zero to its default.
+func (r *Retry) Defaults() {
 	if r.Backoff == 0 {
 		r.Backoff = time.Minute
 	}
@@ -40,20 +41,20 @@ func (r *Retry) defaults() {
 	}
 }
 
-// again records err on j and either queues j for a later attempt or, after
+// Again records err on j and either queues j for a later attempt or, after
 // MaxAttempts or once the next attempt would start past MaxAge, fails it
 // for good; it says which.
-func (r Retry) again(j *store.Job, err error) (forGood bool) {
+func (r Retry) Again(j *Job, err error) (forGood bool) {
 	j.Blame, j.Error = blame.Of(err), err.Error()
 	wait := r.Backoff * time.Duration(1<<(j.Attempts-1))
 	next := time.Now().Add(wait)
 	if j.Attempts >= r.MaxAttempts || (r.MaxAge > 0 && !j.Created.IsZero() && next.Sub(j.Created) > r.MaxAge) {
-		j.State = store.JobFailed
+		j.State = JobFailed
 		return true
 	}
 	// The wait is measured on the database's clock (RetryAfter), not on
 	// this host's; NotBefore is this host's guess of it, for the log.
 	j.RetryAfter = wait
-	j.State, j.NotBefore = store.JobQueued, next
+	j.State, j.NotBefore = JobQueued, next
 	return false
 }
