@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/mail"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -439,3 +440,36 @@ func (a Audience) Narrow(h *reports.Header) (quiet []string) {
 	h.To, h.Cc = keep(h.To), keep(h.Cc)
 	return quiet
 }
+
+// JobReply renders the reply to a finished test of req from its run in
+// dir, as the coordinator says it, whatever the run says of itself: the
+// facts are the request's (Describe), the reproduce commands run on
+// host's VM shape and tree (with the base the run was tested on only when
+// that is a commit), the results' link is link's (given the run's own),
+// and the mail goes to whom its finding goes (Audience, Narrow; trigger
+// and source are the job's). The reply is kept in dir as the thread's. It
+// returns the reply as mailed and the addresses that do not hear it.
+func (d *Desk) JobReply(req *Request, trigger, source, dir string, host reports.Repro,
+	link func(string) string) (*reports.Reply, []string, error) {
+	run, err := reports.LoadRun(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	repro, err := req.Describe(run, host)
+	if err != nil {
+		return nil, nil, err
+	}
+	run.ResultsURL = link(run.ResultsURL)
+	if repro.Base == "" && run.BaseChoice != nil && run.BaseChoice.How != reports.ByDefault && commitHash.MatchString(run.BaseCommit) {
+		repro.Base = run.BaseCommit
+	}
+	run.Commands = repro.Commands()
+	reply, _, err := reports.WriteReply(dir, run, d.Reply)
+	if err != nil {
+		return nil, nil, err
+	}
+	quiet := d.Audience(req, trigger, source, reply.Finding).Narrow(&reply.Header)
+	return reply, quiet, nil
+}
+
+var commitHash = regexp.MustCompile(`^[0-9a-f]{7,64}$`)

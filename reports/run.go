@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/patchbot/patchbot/bisect"
@@ -24,6 +25,15 @@ type Thread struct {
 	Author     string   `json:"author"`               // "Name <addr>": the reply's To
 	Cc         []string `json:"cc,omitempty"`         // people Cc'd on the series
 	Lists      []string `json:"lists,omitempty"`      // mailing lists the series went to
+}
+
+// Root is the Message-ID that starts the thread, without angle brackets:
+// the first of its References, else the mail answered.
+func (t Thread) Root() string {
+	if len(t.References) > 0 {
+		return strings.Trim(t.References[0], "<> ")
+	}
+	return strings.Trim(t.MessageID, "<> ")
 }
 
 // Model is the reference cache model's view of the run (suites/refcache):

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
@@ -97,17 +96,11 @@ func CollectRuns(ctx context.Context, cfg config.Config, st *store.Store, ob *ou
 }
 
 // workerReply renders the reply to job j from the run a worker reported,
-// written out in dir: the coordinator's own reply, with its config's
-// reply options, from its own record of the job (the thread it answers
-// and its subject, author, Cc and lists, the command, the series'
-// attestation, the Message-ID) and the run's results. What a worker
-// wrote is results, bounded by the run's size caps (store.MaxRunFile …):
-// the numbers and the patch's failure, never a header. A link to the
-// results is the dashboard's (dashboard.base_url), or one a worker's
-// publishing gave when it lies under the configured repository. The
-// reply, kept in dir as the thread's, is mailed to those the front desk's
-// rule says hear what the run found (intake.Desk.Audience: a "No change"
-// to whoever asked alone). It returns nil for a job that sends no mail (a
+// written out in dir: the coordinator's own reply (intake.Desk.JobReply),
+// with its config's reply options, from its own record of the job and the
+// run's results. What a worker wrote is results, bounded by the run's
+// size caps (store.MaxRunFile …): the numbers and the patch's failure,
+// never a header. It returns nil for a job that sends no mail (a
 // dashboard run, a job not done, one whose run holds nothing, a No change
 // nobody asked for) and the reply's thread.
 func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metrics, log *slog.Logger) (*reports.Reply, string, error) {
@@ -121,28 +114,14 @@ func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metri
 	if req.NoMail {
 		return nil, "", nil
 	}
-	run, err := reports.LoadRun(dir)
-	if err != nil {
-		return nil, "", err
-	}
 	req.ReplyID = jobReplyID(cfg, j)
-	repro, err := req.Describe(run, reports.Repro{CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree})
+	reply, quiet, err := cfg.Desk().JobReply(&req, j.Trigger, j.Source, dir,
+		reports.Repro{CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree},
+		func(worker string) string { return resultsURL(cfg, dir, worker) })
 	if err != nil {
 		return nil, "", err
 	}
-	run.ResultsURL = resultsURL(cfg, dir, run.ResultsURL)
-	// The base it was tested on, from the worker's run, only when it is a
-	// commit: the reproduce commands are the coordinator's.
-	if repro.Base == "" && run.BaseChoice != nil && run.BaseChoice.How != reports.ByDefault && commitHash.MatchString(run.BaseCommit) {
-		repro.Base = run.BaseCommit
-	}
-	run.Commands = repro.Commands()
-	reply, _, err := reports.WriteReply(dir, run, cfg.Reply)
-	if err != nil {
-		return nil, "", err
-	}
-	aud := cfg.Desk().Audience(&req, j.Trigger, j.Source, reply.Finding)
-	if quiet := aud.Narrow(&reply.Header); len(quiet) > 0 {
+	if len(quiet) > 0 {
 		log.Info("the run found no change: its reply goes to whoever asked for it, the thread and its lists hear nothing",
 			"not_mailed", quiet, "finding", reply.Finding)
 		if len(reply.Header.To) == 0 {
@@ -150,10 +129,8 @@ func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metri
 			return nil, "", nil
 		}
 	}
-	return reply, threadRoot(req.Thread), nil
+	return reply, req.Thread.Root(), nil
 }
-
-var commitHash = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 
 // resultsURL is the link a collected run's reply gives: the dashboard's
 // page of it, else the worker's published copy when it is one of the

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
@@ -114,13 +113,4 @@ func Deliver(ctx context.Context, cfg config.Config, st *store.Store, r *reports
 // of it, on whichever worker, produced the reply.
 func jobReplyID(cfg config.Config, j *store.Job) string {
 	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, intake.ShortHash(j.Dedupe), intake.DomainOf(cfg.Reply.From))
-}
-
-// threadRoot is the Message-ID that starts a reply's thread: the first of
-// its References, else the mail it answers.
-func threadRoot(t reports.Thread) string {
-	if len(t.References) > 0 {
-		return strings.Trim(t.References[0], "<> ")
-	}
-	return strings.Trim(t.MessageID, "<> ")
 }
