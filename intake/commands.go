@@ -117,7 +117,7 @@ func (t *turn) commands(ctx context.Context, all []mailbox.Command) error {
 			Thread: reports.Thread{Subject: m.Subject, MessageID: m.MessageID, References: m.References, Author: o.Sender},
 			// A hash, not the command's Message-ID: two Message-IDs must not
 			// make one answer's, and a sender's text has no place in ours.
-			MessageID: fmt.Sprintf("patchbot-answer-%s@%s", ShortHash(key), DomainOf(t.Reply.From)),
+			MessageID: fmt.Sprintf("patchbot-answer-%s@%s", shortHash(key), domainOf(t.Reply.From)),
 			Ignored:   ignored} // said in the mail's first answer only
 		v, err := t.weigh(ctx, cmd, view)
 		if err != nil {
@@ -288,18 +288,25 @@ func withOptions(req *Request, c mailbox.Command, s *mailbox.Series) error {
 	return nil
 }
 
-// ShortHash is a short hex hash of s, for Message-IDs of patchbot's own
+// shortHash is a short hex hash of s, for Message-IDs of patchbot's own
 // that must not carry a sender's text.
-func ShortHash(s string) string {
+func shortHash(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:6])
 }
 
-// DomainOf is the domain of a From address, for patchbot's Message-IDs.
-func DomainOf(from string) string {
+// domainOf is the domain of a From address, for patchbot's Message-IDs.
+func domainOf(from string) string {
 	a := mailbox.AddrOf(from)
 	if i := strings.LastIndex(a, "@"); i >= 0 {
 		return a[i+1:]
 	}
 	return "patchbot.invalid"
+}
+
+// ReplyID is the Message-ID of a job's reply, from its id and key in the
+// queue: one per job, whatever run of it, on whichever worker, produced
+// the reply, so that the outbox holds it once.
+func (d *Desk) ReplyID(jobID int64, dedupe string) string {
+	return fmt.Sprintf("patchbot-job-%d-%s@%s", jobID, shortHash(dedupe), domainOf(d.Reply.From))
 }

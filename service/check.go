@@ -16,8 +16,8 @@ import (
 func (in *ingester) checkIncomplete(ctx context.Context, j *store.Job, c *intake.Check) error {
 	in.fetchMissing(ctx, j.Source, c)
 	return in.store.Update(ctx, func(tx *store.Tx) error {
-		known := intake.View{Tx: tx, Parsed: in.parsed}
-		dec, err := in.cfg.Desk().Recheck(ctx, known, c, jobReplyID(*in.cfg, j), time.Now())
+		known, desk := intake.View{Tx: tx, Parsed: in.parsed}, in.cfg.Desk()
+		dec, err := desk.Recheck(ctx, known, c, desk.ReplyID(j.ID, j.Dedupe), time.Now())
 		if err != nil {
 			return err
 		}

@@ -1,18 +1,13 @@
 // Package service hosts the stages: it sequences them into one test
 // (Pipeline.Execute: mailbox → images → suites/invm → bisect → reports)
 // for `patchbot run` and the workers, and runs the daemon (`patchbot
-// watch`) and a fleet's workers (`patchbot worker`), keeping their state in
-// the store across restarts. What each stage does is the stage's; what to
-// do with a mail is the front desk's (package intake), which service only
-// applies. Its files are layers, each using only those below it: the
-// ground (steps.go, metrics.go, retry.go, runfiles.go, reroll.go,
-// lease.go: a crash test's points, the metrics, the retry policy, a run's
-// files between hosts, the earlier versions' runs, a job's lease); the
+// watch`) and a fleet's workers (`patchbot worker`), their state in the
+// store across restarts. What each stage does is the stage's; what to do
+// with a mail is the front desk's (package intake). Its files are layers,
+// each using only those below: steps.go, metrics.go, lease.go; the
 // pipeline (pipeline.go) and mail going out (replies.go); the fleet's
-// transport (fleet.go: what a host can run, collecting the runs); the
-// worker (worker.go); mail coming in (ingest.go, check.go); the daemon's
-// loops (daemon.go); the dashboard's queue (submit.go); and the wiring
-// from a config (setup.go).
+// transport (fleet.go); the worker (worker.go); mail coming in (ingest.go,
+// check.go); the daemon's loops (daemon.go); the wiring (setup.go).
 package service
 
 import (

@@ -114,7 +114,7 @@ func workerReply(cfg config.Config, j *store.Job, dir string, ran bool, m *Metri
 	if req.NoMail {
 		return nil, "", nil
 	}
-	req.ReplyID = jobReplyID(cfg, j)
+	req.ReplyID = cfg.Desk().ReplyID(j.ID, j.Dedupe)
 	reply, quiet, err := cfg.Desk().JobReply(&req, j.Trigger, j.Source, dir,
 		reports.Repro{CPUs: cfg.VM.CPUs, MemMiB: cfg.VM.MemMiB, Boot: cfg.VM.Boot, Tree: cfg.Kernel.Tree},
 		func(worker string) string { return resultsURL(cfg, dir, worker) })

@@ -90,7 +90,7 @@ func TestCollectRunsRendersTheReplyItself(t *testing.T) {
 	}
 	m := ms[0]
 	raw := string(m.Raw)
-	if m.From != "bot@lab.example" || m.MessageID != jobReplyID(cfg, j) || m.ThreadID != "real-1@dev.example" {
+	if m.From != "bot@lab.example" || m.MessageID != cfg.Desk().ReplyID(j.ID, j.Dedupe) || m.ThreadID != "real-1@dev.example" {
 		t.Errorf("queued from %q as %q in thread %q", m.From, m.MessageID, m.ThreadID)
 	}
 	if strings.Join(m.Recipients, " ") != "dev@dev.example fsdevel@lists.example" {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 
 	"github.com/patchbot/patchbot/config"
-	"github.com/patchbot/patchbot/intake"
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
 	"github.com/patchbot/patchbot/reports"
@@ -47,32 +46,24 @@ type notQueued struct {
 	err              error // nil when nothing went wrong (every recipient opted out)
 }
 
-// queueReply puts a rendered mail in ob's outbox within tx, from the
-// sender from (an address, or "Name <address>") to its To and Cc,
-// threaded under thread, drawn from budget. A mail that cannot be encoded
-// or addressed is not queued (queued.drop says why); the rest is
-// queueMail's.
+// queueReply is the one way a mail reaches the outbox (from the front
+// desk, a worker's collected run, or a run by hand): the rendered mail r
+// within tx, from the sender from (an address, or "Name <address>") to its
+// To and Cc, threaded under thread, drawn from budget, never twice for one
+// Message-ID. A mail that cannot be encoded or addressed, or whose
+// recipients all opted out, or too many, is not queued (queued.drop says
+// why).
 func queueReply(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, from string, r *reports.Reply,
-	thread, budget string) (queued, error) {
+	thread, budget string) (q queued, err error) {
 	raw, err := r.Bytes()
-	var to []string
 	if err == nil {
-		to, err = r.Recipients()
+		q.to, err = r.Recipients()
 	}
 	if err != nil {
 		return queued{drop: &notQueued{"it cannot be encoded or addressed", "unaddressable", err.Error(), err}}, nil
 	}
-	return queueMail(ctx, tx, ob, outbox.Message{MessageID: r.Header.MessageID,
-		From: mailbox.AddrOf(from), To: to, Raw: raw, ThreadID: thread, Budget: budget})
-}
-
-// queueMail is the one way a mail reaches the outbox, from the daemon, a
-// worker's collected run or a command: within tx, never twice for one
-// Message-ID; a mail whose recipients all opted out, or too many, is not
-// queued (queued.drop says why).
-func queueMail(ctx context.Context, tx *store.Tx, ob *outbox.Outbox, msg outbox.Message) (q queued, err error) {
-	q.to = msg.To
-	q.added, err = ob.PutTx(ctx, tx, msg)
+	q.added, err = ob.PutTx(ctx, tx, outbox.Message{MessageID: r.Header.MessageID,
+		From: mailbox.AddrOf(from), To: q.to, Raw: raw, ThreadID: thread, Budget: budget})
 	switch {
 	case errors.Is(err, outbox.ErrNoRecipients):
 		q.drop = &notQueued{"every recipient opted out", "opted-out", "every recipient opted out", nil}
@@ -107,10 +98,4 @@ func Deliver(ctx context.Context, cfg config.Config, st *store.Store, r *reports
 	}
 	_, err = ob.Flush(ctx)
 	return added, true, err
-}
-
-// jobReplyID is the Message-ID of a job's reply: one per job, whatever run
-// of it, on whichever worker, produced the reply.
-func jobReplyID(cfg config.Config, j *store.Job) string {
-	return fmt.Sprintf("patchbot-job-%d-%s@%s", j.ID, intake.ShortHash(j.Dedupe), intake.DomainOf(cfg.Reply.From))
 }

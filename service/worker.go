@@ -327,7 +327,7 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	os.RemoveAll(work)
 	defer os.RemoveAll(work)
 	j.RunDir = jobRunDir(w.Config, j)
-	req.ReplyID = jobReplyID(w.Config, j)
+	req.ReplyID = w.Config.Desk().ReplyID(j.ID, j.Dedupe)
 	w.Store.SetStage(ctx, j.ID, w.Name, "running")
 	log.Info("job started")
 	start := time.Now()
