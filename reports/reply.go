@@ -102,14 +102,15 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 
 	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
-		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run)}
+		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run),
+		WarningsLead: warningsLead(run), Warnings: warningsText(run), Reach: reachText(run)}
 	if run.Failure == nil {
 		c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
 		if err != nil {
 			return nil, fmt.Errorf("rendering reply: %w", err)
 		}
 		c.AA = run.PatchedCommit == run.BaseCommit
-		data.Verdict = Verdict(c)
+		data.Verdict = reachLead(run, Verdict(c))
 		data.Headline = Headline(c)
 		data.Notes = Notes(c)
 		data.RunsLine = RunsLine(c)
@@ -142,6 +143,10 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		data.Model = modelLines(run.Model, c)
 	} else {
 		data.Verdict = failureVerdict(run)
+		if t := run.Failure.Trouble; t != nil {
+			data.WarningsLead = ""
+			data.Trouble, data.Bisection = troubleEvidence(t), troubleBisectText(run)
+		}
 	}
 
 	var body bytes.Buffer
@@ -259,6 +264,10 @@ type replyData struct {
 	Base, Builds, Bisection, Previous string
 	// Attest is who sent each patch (attest.go).
 	Attest string
+	// The kernel's health (health.go): the trouble's report and trace,
+	// the sentence on new warnings ahead of the verdict and their list,
+	// and whether the suites ran the changed code.
+	Trouble, WarningsLead, Warnings, Reach string
 }
 
 func failureVerdict(run *Run) string {
@@ -269,6 +278,9 @@ func failureVerdict(run *Run) string {
 	patch := ""
 	if f.Patch != "" {
 		patch = " (" + f.Patch + ")"
+	}
+	if f.Trouble != nil {
+		return troubleVerdict(run, f.Trouble, patch)
 	}
 	base := short(run.BaseCommit)
 	if run.BaseTitle != "" {

@@ -67,7 +67,8 @@ type Outcome struct {
 // series built on it, prefix by prefix when it has more than one patch
 // (images.BuildSeries), each suite measured A against B (invm.Measure),
 // the change traced to its patch when the series changed a primary metric
-// and has more than one patch (bisect.Run), and the run recorded, set
+// and has more than one patch (bisect.Run; bisect.Trouble when its kernel
+// got into trouble instead), and the run recorded, set
 // beside the earlier version's and answered (reports.Finish). A stage
 // that finds the patch at fault leaves the later ones nothing to do but
 // the report.
@@ -147,6 +148,15 @@ func (p *Pipeline) Execute(ctx context.Context, req *Request, runDir string) (*O
 		run.Bisection, err = bisect.Run(ctx, bisect.Config{Tester: p.Tester, Base: run.Base, Patched: run.Patched,
 			Options: opts, A: kernels.A, Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles,
 			Profile: req.Profile, Runs: req.Runs, RunDir: runDir, Progress: p.Progress, OnStep: st.extra})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// The patch the kernel trouble comes from.
+	if t := judge.TroubleOf(failed); t != nil && blame.KernelOf(failed) == blame.Patched && !req.AA && last-first >= 1 {
+		run.TroubleBisection, err = bisect.Trouble(ctx, bisect.TroubleConfig{Tester: p.Tester, A: kernels.A,
+			Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles, Trouble: t, Profile: req.Profile,
+			Progress: p.Progress, OnStep: st.extra})
 		if err != nil {
 			return nil, err
 		}
