@@ -52,6 +52,9 @@ type Build struct {
 	// Dropped are requested options a series' Kconfig change turned off
 	// (patched builds only; a base with any fails with a ConfigError).
 	Dropped []Dropped `json:",omitempty"`
+	// Changes are the lines the series changed, file by file, as the
+	// patched tree numbers them (patched builds only; changes.go).
+	Changes []Change `json:",omitempty"`
 	// Steps counts kbuild's step lines in the log ("  CC  file.o"): the
 	// next cold build of the same config reports its progress against it.
 	Steps int `json:",omitempty"`
@@ -295,7 +298,13 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	defer f.Close()
 	log := newBuildLog(f, sb.limits.Log)
 
-	ctx, cancel := context.WithTimeout(ctx, b.timeout())
+	// A patched build's record may come with a shorter time limit, drawn
+	// from its base's (limits.go).
+	limit := b.timeout()
+	if bd.Timeout > 0 {
+		limit = min(limit, bd.Timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	st := newStages(b.Progress, name)
 	tree := filepath.Join(bd.Dir, treeDir)
@@ -336,7 +345,7 @@ func (b *Builder) cached(ctx context.Context, bd *Build, name string, start time
 	bd.Steps = log.stepCount()
 	used := log.used
 	used.Duration, used.Grew, used.FreeAtStart = bd.Duration, 0, 0
-	bd.Limits, bd.Timeout, bd.Usage = &sb.limits, b.timeout(), &used
+	bd.Limits, bd.Timeout, bd.Usage = &sb.limits, limit, &used
 	if err := saveBuild(bd); err != nil {
 		return nil, err
 	}

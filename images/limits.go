@@ -3,6 +3,7 @@ package images
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -32,6 +33,75 @@ import (
 // The patch's failure is built once more, to be sure; when it stops at a
 // limit again, it is a *BuildError whose Limit says which limit, what the
 // build reached and what the base used. Only then is it mailed.
+//
+// Time is judged at once, against the host's own cold build of the whole
+// kernel. A patched build is incremental: even a patch to a header that
+// every file includes recompiles no more than a cold build does (a
+// patched build has no ccache, a cold one an empty ccache). So a patched
+// build gets PatchedTimeFactor times the longest base build of its config
+// on this host, at least PatchedTimeMin (the host may be busier than it
+// was then), and a build that runs past that is the patch's, answered
+// once: it is not built again, and the daemon does not retry it. Without
+// a base build of the config on record (a record from before times were
+// kept), the builder's own limit holds and the rule above applies.
+
+// The time a patched build gets, from the host's cold build of its config.
+const (
+	PatchedTimeFactor = 4
+	PatchedTimeMin    = 30 * time.Minute
+)
+
+// patchedTimeout is the time limit of a patched build on base, and the
+// cold build time it was drawn from (0 when none is on record: the
+// builder's own limit).
+func (b *Builder) patchedTimeout(base *Build) (limit, cold time.Duration) {
+	cold = coldestBuild(filepath.Join(b.Cache, "kernels"), base.ConfigHash)
+	if d := buildTime(base); d > cold {
+		cold = d
+	}
+	if cold <= 0 {
+		return b.timeout(), 0
+	}
+	return min(b.timeout(), max(PatchedTimeMin, time.Duration(PatchedTimeFactor)*cold)), cold
+}
+
+// buildTime is how long a build took, from its record (a cache hit's
+// Duration is the hit's).
+func buildTime(bd *Build) time.Duration {
+	if bd.Usage != nil && bd.Usage.Duration > 0 {
+		return bd.Usage.Duration
+	}
+	if !bd.Cached {
+		return bd.Duration
+	}
+	if rec, err := loadBuild(bd.Dir); err == nil {
+		return rec.Duration
+	}
+	return 0
+}
+
+// coldestBuild is the longest base build of the config hash on record in
+// the cache's kernels directory: the host's cold build (the first build
+// of a config fills ccache; later bases of it take less).
+func coldestBuild(kernels, configHash string) time.Duration {
+	ents, err := os.ReadDir(kernels)
+	if err != nil {
+		return 0
+	}
+	var longest time.Duration
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		bd, err := loadBuild(filepath.Join(kernels, e.Name()))
+		if err != nil || bd.Series != 0 || bd.ConfigHash != configHash {
+			continue
+		}
+		bd.Cached = true
+		longest = max(longest, buildTime(bd))
+	}
+	return longest
+}
 
 // Limit is a limit a patched build stopped at and its base kept within.
 type Limit struct {
@@ -39,9 +109,15 @@ type Limit struct {
 	Limit    string `json:"limit"`    // the limit, e.g. "2h0m0s", "4.0 GiB"
 	Used     string `json:"used"`     // what the patched build reached
 	Base     string `json:"base"`     // what the base's build used under the same limit
+	// Once: the build was stopped once, at a time limit drawn from the
+	// host's cold build of the whole kernel, and not built again.
+	Once bool `json:"once,omitempty"`
 }
 
 func (l *Limit) String() string {
+	if l.Once {
+		return fmt.Sprintf("the build stopped at its %s limit (%s): %s; %s", l.Resource, l.Limit, l.Used, l.Base)
+	}
 	return fmt.Sprintf("the build stopped at its %s limit (%s) twice: %s; the base kernel's build, under the same limit, %s",
 		l.Resource, l.Limit, l.Used, l.Base)
 }
@@ -70,8 +146,10 @@ func baseOutput(base *Build) (bytes int64, files int) {
 }
 
 // compare says whether err, a patched build's failure on base, is a
-// limit the base kept within under the same limits, and which.
-func (b *Builder) compare(base *Build, err error) *Limit {
+// limit the base kept within under the same limits, and which. timeout is
+// the patched build's time limit, cold the host's cold build time it was
+// drawn from (0: none).
+func (b *Builder) compare(base *Build, err error, timeout, cold time.Duration) *Limit {
 	var ie *InfraError
 	if !errors.As(err, &ie) || ie.resource == "" && !errors.Is(err, ErrTimeout) {
 		return nil
@@ -83,12 +161,7 @@ func (b *Builder) compare(base *Build, err error) *Limit {
 		u = *ie.usage
 	}
 	// A cache hit's Duration is the hit's; the record has the build's.
-	built := base.Duration
-	if base.Usage != nil && base.Usage.Duration > 0 {
-		built = base.Usage.Duration
-	} else if rec, err := loadBuild(base.Dir); err == nil && base.Cached {
-		built = rec.Duration
-	}
+	built := buildTime(base)
 	took := "finished"
 	if built > 0 {
 		took = "finished in " + built.Round(time.Second).String()
@@ -99,12 +172,20 @@ func (b *Builder) compare(base *Build, err error) *Limit {
 	}
 	switch {
 	case errors.Is(err, ErrTimeout):
+		if timeout <= 0 {
+			timeout = b.timeout()
+		}
+		if cold > 0 && cold < timeout {
+			return &Limit{Resource: "time", Limit: timeout.String(), Used: "it was still running when stopped", Once: true,
+				Base: fmt.Sprintf("a cold build of the whole kernel took %s on this host (the limit is %d times that, at least %s)",
+					cold.Round(time.Second), PatchedTimeFactor, PatchedTimeMin)}
+		}
 		// What the base took is measured: it must fit the limit the
 		// patched build had (a test's 30 s does not hold a cold build).
-		if built <= 0 && b.timeout() < bt || built > 0 && built >= b.timeout() {
+		if built <= 0 && timeout < bt || built > 0 && built >= timeout {
 			return nil
 		}
-		return &Limit{Resource: "time", Limit: b.timeout().String(), Used: "it was still running when stopped", Base: took}
+		return &Limit{Resource: "time", Limit: timeout.String(), Used: "it was still running when stopped", Base: took}
 	case ie.resource == "memory":
 		if base.Usage != nil && base.Usage.Memory > 0 {
 			if base.Usage.Memory >= lim.Memory {

@@ -3,6 +3,8 @@ package images
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +49,7 @@ func TestCompareWithTheBase(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := &Builder{Limits: tt.limits, Timeout: tt.timeout}
-			l := b.compare(tt.base, tt.err)
+			l := b.compare(tt.base, tt.err, 0, 0)
 			switch {
 			case tt.resource == "" && l != nil:
 				t.Fatalf("compare = %+v, want the machine's", l)
@@ -66,5 +68,57 @@ func TestCompareWithTheBase(t *testing.T) {
 				t.Errorf("first line %q", be.Lines[0])
 			}
 		})
+	}
+}
+
+// A patched build's time limit comes from the host's cold build of its
+// config: the longest base build of that config on record, times
+// PatchedTimeFactor, at least PatchedTimeMin, at most the builder's own;
+// past it the build is the patch's at once.
+func TestPatchedTimeFromTheColdBuild(t *testing.T) {
+	cache := t.TempDir()
+	kernels := filepath.Join(cache, "kernels")
+	record := func(key, hash string, series int, took time.Duration) *Build {
+		dir := filepath.Join(kernels, key)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		bd := &Build{Dir: dir, ConfigHash: hash, Series: series, Duration: took, BzImage: filepath.Join(dir, "bzImage"),
+			Usage: &Usage{Duration: took}}
+		if err := os.WriteFile(bd.BzImage, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := saveBuild(bd); err != nil {
+			t.Fatal(err)
+		}
+		return bd
+	}
+	record("cold", "h1", 0, 20*time.Minute)        // the first build of the config: cold
+	warm := record("warm", "h1", 0, 2*time.Minute) // a later base, ccache warm
+	record("other", "h2", 0, 50*time.Minute)       // another config
+	record("patched", "h1", 1, 90*time.Minute)     // a patched build is no reference
+	b := &Builder{Cache: cache}
+	warm.Cached = true
+	limit, cold := b.patchedTimeout(warm)
+	if cold != 20*time.Minute || limit != 80*time.Minute {
+		t.Errorf("limit %s from a cold build of %s, want 80m from 20m", limit, cold)
+	}
+	b.Timeout = time.Hour
+	if limit, _ := b.patchedTimeout(warm); limit != time.Hour {
+		t.Errorf("limit %s, want the builder's own hour", limit)
+	}
+	b.Timeout = 0
+	fresh := record("fresh", "h3", 0, time.Minute)
+	if limit, cold := b.patchedTimeout(fresh); limit != PatchedTimeMin || cold != time.Minute {
+		t.Errorf("limit %s from %s, want the floor %s", limit, cold, PatchedTimeMin)
+	}
+	if limit, cold := b.patchedTimeout(&Build{ConfigHash: "none"}); limit != 2*time.Hour || cold != 0 {
+		t.Errorf("without a record: limit %s from %s, want the builder's 2h", limit, cold)
+	}
+	err := &InfraError{Op: "make bzImage", Err: ErrTimeout, usage: &Usage{}, resource: "time"}
+	l := b.compare(warm, err, 80*time.Minute, 20*time.Minute)
+	if l == nil || !l.Once || !strings.Contains(l.String(), "a cold build of the whole kernel took 20m0s on this host") ||
+		strings.Contains(l.String(), "twice") {
+		t.Errorf("compare = %v", l)
 	}
 }

@@ -31,24 +31,44 @@ func (b *Builder) Patched(ctx context.Context, base *Build, patches [][]byte) (*
 	if hold := pin(base.Dir); hold != nil {
 		defer hold.Close()
 	}
-	bd := patchedRecord(base, patches)
+	limit, cold := b.patchedTimeout(base)
+	record := func() *Build {
+		bd := patchedRecord(base, patches)
+		bd.Timeout = limit
+		return bd
+	}
+	bd := record()
 	name := fmt.Sprintf("patched %s+%d", short(bd.Commit), len(patches))
 	build := func(bd *Build) func(ctx context.Context, st *stages, sb *sandbox, log *buildLog) error {
 		return b.patchedBuild(base, patches, bd)
 	}
 	got, err := b.cached(ctx, bd, name, start, build(bd))
-	if lim := b.compare(base, err); lim != nil && ctx.Err() == nil {
-		// A limit the base kept within: the patch's, if it happens again
-		// (limits.go).
-		fmt.Fprintf(progressOr(b.Progress), "[%s] stopped at its %s limit, which the base kept within: building once more\n", name, lim.Resource)
-		bd = patchedRecord(base, patches)
-		got, err = b.cached(ctx, bd, name, time.Now(), build(bd))
-		if lim := b.compare(base, err); lim != nil {
+	if lim := b.compare(base, err, limit, cold); lim != nil && ctx.Err() == nil {
+		if lim.Resource == "time" && cold > 0 {
+			// Far past what a cold build of the whole kernel takes on
+			// this host: the patch's, answered at once (limits.go).
 			err = limitError(lim, err, bd.Log)
+		} else {
+			// A limit the base kept within: the patch's, if it happens
+			// again (limits.go).
+			fmt.Fprintf(progressOr(b.Progress), "[%s] stopped at its %s limit, which the base kept within: building once more\n", name, lim.Resource)
+			bd = record()
+			got, err = b.cached(ctx, bd, name, time.Now(), build(bd))
+			if lim := b.compare(base, err, limit, cold); lim != nil {
+				err = limitError(lim, err, bd.Log)
+			}
 		}
 	}
 	if err != nil {
 		return nil, err
+	}
+	if got.Cached && len(got.Changes) == 0 {
+		// A record from before the changed lines were kept: the patches'
+		// own hunks (exact for one patch; for a series, each patch's
+		// lines as numbered after the patches before it).
+		for _, p := range patches {
+			got.Changes = mergeChanges(got.Changes, parseChanges(p))
+		}
 	}
 	got.NewWarnings = newWarnings(base.Warnings, got.Warnings)
 	if n := len(got.NewWarnings); n > maxNewWarnings {
@@ -78,6 +98,9 @@ func (b *Builder) patchedBuild(base *Build, patches [][]byte, bd *Build) func(ct
 			return infra("reading the patched commit", err)
 		}
 		bd.Head = strings.TrimSpace(string(head))
+		if bd.Changes, err = changes(ctx, tree, base.Commit); err != nil {
+			return err
+		}
 		v := patchedView(base, tree)
 		if err := sb.own(v.out); err != nil {
 			return err

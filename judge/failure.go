@@ -27,6 +27,11 @@ type Failure struct {
 	Excerpt string `json:"excerpt,omitempty"`
 	// Kernel is the kernel that failed ("patched" unless said otherwise).
 	Kernel string `json:"kernel,omitempty"`
+	// Trouble is the patched kernel's own report of its trouble (an
+	// oops, a BUG, a lockup, a hung task, an RCU stall, a panic) or its
+	// hang, with the decoded trace and where it came (trouble.go); nil for
+	// any other failure.
+	Trouble *Trouble `json:"trouble,omitempty"`
 
 	// The evidence in the stage's own terms, for a caller that shows more
 	// than the reply (patchbot build --json, the per-patch list); the run
@@ -94,6 +99,12 @@ func FailureOf(err error) *Failure {
 		f.Stage, f.Detail = StageConfig, err.Error()
 	case errors.As(err, &bo):
 		f.Stage, f.Detail, f.Excerpt = StageBoot, bo.Reason, string(bo.Excerpt)
+		if f.Trouble = TroubleOf(err); f.Trouble != nil {
+			f.Detail = f.Trouble.Headline()
+			if bo.Op != "" {
+				f.Stage = StageKernel
+			}
+		}
 	case errors.As(err, &ge):
 		f.Stage, f.Detail = StageSuite, "the suite failed in the guest: "+ge.Msg
 	case blame.IsPatch(err):

@@ -29,7 +29,7 @@ const (
 
 // FindingOf is what a recorded run found (LoadRun's, with its results).
 func FindingOf(run *Run) (Finding, error) {
-	if run.Failure != nil {
+	if run.Failure != nil || run.KernelTrouble() {
 		return findingOf(run, nil), nil
 	}
 	c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
@@ -42,6 +42,9 @@ func FindingOf(run *Run) (Finding, error) {
 // findingOf is the finding of a run and, when it measured, its
 // comparison.
 func findingOf(run *Run, c *judge.Comparison) Finding {
+	if run.KernelTrouble() {
+		return FindingTrouble
+	}
 	if f := run.Failure; f != nil {
 		switch f.Stage {
 		case judge.StageBuild, judge.StageBoot, judge.StageSuite:

@@ -17,6 +17,17 @@ func TestFindingOf(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", stage, got, err, want)
 		}
 	}
+	// A kernel that measured but printed a warning the base never did
+	// is trouble, whatever its numbers: the list hears it. A stall the
+	// host may have caused (transient) is not.
+	warned := &Run{KernelWarnings: []judge.WarningCount{{Title: "WARNING: at fs/squashfs/cache.c:70", Kind: "WARNING", Patched: 1}}}
+	if got, _ := FindingOf(warned); got != FindingTrouble {
+		t.Errorf("a new warning: %q, want %q", got, FindingTrouble)
+	}
+	stalled := &Run{KernelWarnings: []judge.WarningCount{{Title: "rcu: INFO: rcu_sched self-detected stall", Kind: "RCU stall", Patched: 1}}}
+	if got, _ := FindingOf(stalled); got == FindingTrouble {
+		t.Errorf("a transient stall on the patched kernel alone: %q, want not trouble", got)
+	}
 	if got, err := FindingOf(&Run{}); got != "" || err == nil {
 		t.Errorf("a run without results: %q, %v; want an error", got, err)
 	}

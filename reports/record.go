@@ -81,6 +81,8 @@ func (run *Run) Record(f Findings) {
 	if f.Failed != nil && run.Failure == nil {
 		run.Failure = judge.FailureOf(f.Failed)
 	}
+	run.KernelWarnings = judge.Warnings(run.Base, run.Patched)
+	run.Reach = judge.ReachOf(run.Base, run.Patched)
 	run.Commands = f.Repro.Commands()
 	for i := range run.Base {
 		if run.Model = ModelOf(&run.Base[i]); run.Model != nil {

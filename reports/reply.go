@@ -105,7 +105,8 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	}
 
 	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
-		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run)}
+		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run),
+		WarningsLead: warningsLead(run), Warnings: warningsText(run), Reach: reachText(run)}
 	var finding Finding
 	if run.Failure == nil {
 		c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
@@ -114,7 +115,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		}
 		finding = findingOf(run, c)
 		c.AA = run.PatchedCommit == run.BaseCommit
-		data.Verdict = Verdict(c)
+		data.Verdict = reachLead(run, Verdict(c))
 		data.Headline = Headline(c)
 		data.Notes = Notes(c)
 		data.RunsLine = RunsLine(c)
@@ -148,6 +149,10 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 	} else {
 		data.Verdict = failureVerdict(run)
 		finding = findingOf(run, nil)
+		if t := run.Failure.Trouble; t != nil {
+			data.WarningsLead = ""
+			data.Trouble, data.Bisection = troubleEvidence(t), troubleBisectText(run)
+		}
 	}
 
 	var body bytes.Buffer
@@ -265,6 +270,10 @@ type replyData struct {
 	Base, Builds, Bisection, Previous string
 	// Attest is who sent each patch (attest.go).
 	Attest string
+	// The kernel's health (health.go): the trouble's report and trace,
+	// the sentence on new warnings ahead of the verdict and their list,
+	// and whether the suites ran the changed code.
+	Trouble, WarningsLead, Warnings, Reach string
 }
 
 func failureVerdict(run *Run) string {
@@ -275,6 +284,9 @@ func failureVerdict(run *Run) string {
 	patch := ""
 	if f.Patch != "" {
 		patch = " (" + f.Patch + ")"
+	}
+	if f.Trouble != nil {
+		return troubleVerdict(run, f.Trouble, patch)
 	}
 	base := short(run.BaseCommit)
 	if run.BaseTitle != "" {

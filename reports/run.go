@@ -162,6 +162,19 @@ type Run struct {
 	// Attestation is who signed each patch's mail, in order, as
 	// verified when it came; empty when not checked.
 	Attestation []Attested `json:"attestation,omitempty"`
+	// KernelWarnings are the kernel warnings (WARN_ON(), WARN()) the
+	// kernels' consoles showed, by title, counted on each kernel over
+	// every suite (judge.Warnings); one the base never showed is the
+	// patch's (judge.WarningCount.New). Fatal kernel trouble is in
+	// Failure.Trouble.
+	KernelWarnings []judge.WarningCount `json:"kernel_warnings,omitempty"`
+	// Reach says whether the suites ran the code the series changed:
+	// each changed function's calls during the measured rounds, on both
+	// kernels (judge.ReachOf); nil when not counted.
+	Reach *judge.Reach `json:"reach,omitempty"`
+	// TroubleBisection names the patch of a series that brought the
+	// kernel trouble in Failure.Trouble (bisect.Trouble).
+	TroubleBisection *bisect.TroubleResult `json:"trouble_bisection,omitempty"`
 
 	// Base and Patched are the raw results, kept in their own files of
 	// the run directory.

@@ -67,11 +67,11 @@ type Outcome struct {
 // data path: the series' mail (mailbox), the base chosen and built and the
 // series built on it, prefix by prefix when it has more than one patch
 // (images.BuildSeries), each suite measured A against B (invm.Measure),
-// the change traced to its patch when the series changed a primary metric
-// and has more than one patch (bisect.Run), and the run recorded, set
-// beside the earlier version's and answered (reports.Finish). A stage
-// that finds the patch at fault leaves the later ones nothing to do but
-// the report.
+// the change (bisect.Run) or the kernel's trouble (bisect.Trouble) traced
+// to its patch in a series of more than one, and the run recorded, set
+// beside the earlier version's and answered (reports.Finish). A stage that
+// finds the patch at fault leaves the later ones nothing to do but the
+// report.
 func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir string) (*Outcome, error) {
 	// A failure to read the history leaves the reply without the earlier
 	// version's figures, and is said on progress.
@@ -143,18 +143,23 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 		run.Accel, run.CPUs, run.MemMiB = m.Accel, m.CPUs, m.MemMiB
 	}
 
-	// The patch the change comes from.
-	if kernels.Err == nil && failed == nil && !req.AA && last-first >= 1 {
-		run.Bisection, err = bisect.Run(ctx, bisect.Config{Tester: p.Tester, Base: run.Base, Patched: run.Patched,
-			Options: opts, A: kernels.A, Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles,
-			Profile: req.Profile, Runs: req.Runs, RunDir: runDir, Progress: p.Progress, OnStep: st.extra})
+	// The patch the change, or the kernel's trouble, comes from.
+	if kernels.Err == nil && !req.AA && last-first >= 1 {
+		if failed == nil {
+			run.Bisection, err = bisect.Run(ctx, bisect.Config{Tester: p.Tester, Base: run.Base, Patched: run.Patched,
+				Options: opts, A: kernels.A, Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles,
+				Profile: req.Profile, Runs: req.Runs, RunDir: runDir, Progress: p.Progress, OnStep: st.extra})
+		} else if t := judge.TroubleOf(failed); t != nil && blame.KernelOf(failed) == blame.Patched {
+			run.TroubleBisection, err = bisect.Trouble(ctx, bisect.TroubleConfig{Tester: p.Tester, A: kernels.A,
+				Prefixes: kernels.Prefixes, First: first, Last: last, Titles: titles, Trouble: t, Profile: req.Profile,
+				Progress: p.Progress, OnStep: st.extra})
+		}
 		if err != nil {
 			return nil, err
 		}
 	}
 
-	// The report: the run recorded, beside the earlier version's, and its
-	// reply.
+	// The report: the run recorded beside the earlier version's, its reply.
 	reply, raw, err := reports.Finish(ctx, runDir, run, reports.Findings{Kernels: kernels, Subjects: subjects,
 		Titles: titles, Failed: failed, Repro: repro, Earlier: earlier, Version: series.Version, OnStep: st.stage},
 		p.Reply, p.Publish, p.Progress)

@@ -375,6 +375,7 @@ func join(a, b *Result) *Result {
 	out := *a
 	out.Samples = append(append([]Sample{}, a.Samples...), b.Samples...)
 	out.Rounds = append(append([]Round{}, a.Rounds...), b.Rounds...)
+	out.Calls = AddCalls(a.Calls, b.Calls)
 	out.Finished, out.Plan, out.Stop = b.Finished, b.Plan, b.Stop
 	out.Noisy = a.Noisy || b.Noisy
 	out.Phases = map[string]float64{}
@@ -470,6 +471,7 @@ func merge(acc, round *Result) *Result {
 		return round
 	}
 	acc.Samples = append(acc.Samples, round.Samples...)
+	acc.Calls = AddCalls(acc.Calls, round.Calls)
 	for _, m := range round.Missing {
 		dup := false
 		for _, have := range acc.Missing {

@@ -69,6 +69,33 @@ type Result struct {
 	// the same base, kernel, config, profile and host (invm's base
 	// rounds); they were not interleaved with the other side's.
 	Reused int `json:"reused,omitempty"`
+	// Calls counts the calls of the functions the series changed during
+	// the rounds (ParamProbes; calls.go), summed over them.
+	Calls []Calls `json:"calls,omitempty"`
+	// Warnings are the kernel warnings (WARN_ON(), WARN()) this kernel's
+	// console showed while the suite ran on it, as the host read them
+	// (vmrunner/report): each title once, with its count.
+	Warnings []KernelWarning `json:"warnings,omitempty"`
+	// MoreWarnings counts warnings whose titles came after the ones kept.
+	MoreWarnings int `json:"more_warnings,omitempty"`
+}
+
+// KernelWarning is one kernel warning title and how often the console
+// showed it.
+type KernelWarning struct {
+	// Title names it: "WARNING in squashfs_cache_get".
+	Title string `json:"title"`
+	// Kind is "WARNING", or the kind of a transient report that passed
+	// ("soft lockup", "RCU stall": vmrunner/report.Kind.Transient).
+	Kind string `json:"kind,omitempty"`
+	// Where is its place in the source: the guilty function with its
+	// decoded file:line, or the file:line the kernel printed.
+	Where string `json:"where,omitempty"`
+	Count int    `json:"count"`
+	// Report is the first one's console lines, with its trace decoded
+	// (frame and file:line, one a line).
+	Report []string `json:"report,omitempty"`
+	Trace  []string `json:"trace,omitempty"`
 }
 
 // Calibration is a short fixed workload timed on the host before the

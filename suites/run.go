@@ -55,8 +55,17 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	default:
 		return nil, fmt.Errorf("suite %q has no runner", cfg.Suite)
 	}
+	calls, err := startCalls(req.Params)
+	if err != nil {
+		return nil, fmt.Errorf("suite %s round %d: counting the changed functions' calls: %w", cfg.Suite, req.Round, err)
+	}
 	if err := run(r); err != nil {
 		return nil, fmt.Errorf("suite %s round %d: %w", cfg.Suite, req.Round, err)
+	}
+	if calls != nil {
+		if r.res.Calls, err = calls.done(); err != nil {
+			return nil, fmt.Errorf("suite %s round %d: counting the changed functions' calls: %w", cfg.Suite, req.Round, err)
+		}
 	}
 	r.res.Finished = time.Now().UTC()
 	return r.res, nil
@@ -84,6 +93,9 @@ func Prepare(ctx context.Context, req proto.Request) (*Prepared, error) {
 		if err := ArmReleaseTrace(); err != nil {
 			return nil, fmt.Errorf("preparing %s: %w", cfg.Suite, err)
 		}
+	}
+	if err := ArmCalls(req.Params); err != nil {
+		return nil, fmt.Errorf("preparing %s: probing the changed functions: %w", cfg.Suite, err)
 	}
 	return &Prepared{Phases: map[string]float64{PhasePrepare: time.Since(t0).Seconds()}}, nil
 }

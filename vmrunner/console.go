@@ -6,31 +6,19 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/patchbot/patchbot/internal/inert"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
-// trouble names console lines that mean the kernel is broken, in the
-// order they are looked for in a line: the first trouble line decides the
-// reason of a BootError. Each is a plain substring, so that a line costs
-// one pass per sign, whatever it holds.
-var trouble = []struct {
-	signs  []string
-	reason string
-}{
-	{[]string{"Kernel panic - not syncing"}, "kernel panic"},
-	{[]string{"Oops: ", "general protection fault", "BUG: unable to handle", "BUG: kernel NULL pointer"}, "oops"},
-	{[]string{"BUG: soft lockup", "BUG: hard lockup", "BUG: lockup"}, "lockup"},
-	{[]string{"kernel BUG at", "BUG: "}, "kernel BUG"},
-}
+// The console's trouble is read by report.Reader: each whole line is
+// given to it once, and its first fatal report (an oops, a BUG, a
+// lockup, a hung task, an RCU stall, a panic) is the kernel's trouble; its
+// warnings are counted.
 
-// generic is the class whose sign ("BUG: ") starts the signs of others:
-// in an unfinished line it decides nothing yet ("BUG: soft lockup" may be
-// on its way).
-const generic = 3
-
-// longestSign bounds how much of a line's end is kept to find a sign split
-// between two reads.
+// longestSign bounds how much of a line's end is kept to find the banner
+// split between two reads.
 const longestSign = 32
 
 // What the console may cost: a BootError quotes at most excerptBefore
@@ -54,15 +42,15 @@ type scanner struct {
 	head    []byte // the current line's first excerptLine/2 bytes
 	tail    []byte // and its last excerptLine/2 (the signs' end of it)
 	lineLen int
-	signs   [4]bool // the trouble classes the current line shows so far
-	last    ring    // the last excerptTail lines, as received (cut)
-	banner  bool    // "Linux version" was seen: the kernel is alive
+	last    ring // the last excerptTail lines, as received (cut)
+	banner  bool // "Linux version" was seen: the kernel is alive
 	total   int64
+	rep     report.Reader
+	ended   bool // finish was called: the console will not grow
 
-	reason  string   // the first trouble, once found
-	found   []string // its excerpt: the lines before it, its own, those after
-	pending bool     // the trouble line has not ended yet: found lacks it
-	after   int      // lines added after the trouble line
+	reason string   // the first fatal report's kind, once found
+	found  []string // its excerpt: the lines before it, its own, those after
+	after  int      // lines added after the trouble line
 }
 
 // write scans p, the console's next bytes.
@@ -76,7 +64,6 @@ func (s *scanner) write(p []byte) {
 		}
 		s.add(chunk)
 		if i < 0 {
-			s.decide(false)
 			return
 		}
 		s.endLine()
@@ -86,7 +73,7 @@ func (s *scanner) write(p []byte) {
 
 // add takes the next piece of the current line.
 func (s *scanner) add(chunk []byte) {
-	if s.reason == "" || !s.banner {
+	if !s.banner {
 		// The line's end so far and the piece's start: a sign split
 		// between two reads.
 		if len(s.tail) > 0 {
@@ -113,67 +100,58 @@ func (s *scanner) add(chunk []byte) {
 
 var linuxVersion = []byte("Linux version")
 
-// mark notes the trouble classes and the banner in b.
+// mark notes the banner in b.
 func (s *scanner) mark(b []byte) {
 	if !s.banner && bytes.Contains(b, linuxVersion) {
 		s.banner = true
 	}
-	if s.reason != "" {
-		return
-	}
-	bug := bytes.Contains(b, []byte("BUG"))
-	for _, sg := range signBytes {
-		if !s.signs[sg.class] && (bug || !sg.bug) && bytes.Contains(b, sg.sign) {
-			s.signs[sg.class] = true
-		}
-	}
 }
 
-// signBytes are trouble's signs as bytes, each with its class; those with
-// "BUG" in them are looked for only in a line that has it.
-var signBytes = func() (out []struct {
-	sign  []byte
-	class int
-	bug   bool
-}) {
-	for c, t := range trouble {
-		for _, sign := range t.signs {
-			out = append(out, struct {
-				sign  []byte
-				class int
-				bug   bool
-			}{[]byte(sign), c, strings.Contains(sign, "BUG")})
-		}
+// line is the current line as the report reader gets it: whole when
+// short, else its start and its end around a note of its length.
+func (s *scanner) line() []byte {
+	const half = excerptLine / 2
+	switch {
+	case s.lineLen <= half:
+		return s.head
+	case s.lineLen <= excerptLine:
+		return append(append([]byte{}, s.head...), s.tail[len(s.head)+len(s.tail)-s.lineLen:]...)
 	}
-	return out
-}()
-
-// decide takes the first trouble the current line shows; ended says the
-// line is whole (an unfinished one does not decide on the generic sign).
-func (s *scanner) decide(ended bool) {
-	if s.reason != "" {
-		return
-	}
-	for c, t := range trouble {
-		if s.signs[c] && (ended || c != generic) {
-			s.reason, s.pending = t.reason, true
-			s.found = s.last.quoted(excerptBefore)
-			return
-		}
-	}
+	return fmt.Appendf(append([]byte{}, s.head...), " [line cut: %d bytes] %s", s.lineLen, s.tail)
 }
 
 func (s *scanner) endLine() {
-	s.decide(true)
+	s.rep.Line(s.line())
 	switch {
-	case s.pending:
-		s.found, s.pending = append(s.found, s.quoted()), false
+	case s.reason == "" && s.rep.FatalKind() != "":
+		s.reason = string(s.rep.FatalKind())
+		s.found = append(s.last.quoted(excerptBefore), s.quoted())
 	case s.reason != "" && s.after < excerptAfter-1:
 		s.found = append(s.found, s.quoted())
 		s.after++
 	}
 	s.last.add(s.head, s.tail, s.lineLen)
-	s.head, s.tail, s.lineLen, s.signs = s.head[:0], s.tail[:0], 0, [4]bool{}
+	s.head, s.tail, s.lineLen = s.head[:0], s.tail[:0], 0
+}
+
+// finish says the console has ended (the VM stopped, or a request gave
+// up on it): its unfinished line is read as a whole one, and the report
+// it was in is closed as it stands.
+func (s *scanner) finish() {
+	if s.ended {
+		return
+	}
+	s.ended = true
+	if s.lineLen > 0 {
+		s.endLine()
+	}
+	s.rep.End()
+	if s.reason == "" && s.rep.FatalKind() != "" {
+		// A transient report that nothing confirmed, made fatal by the
+		// console's end: it is somewhere in the last lines.
+		s.reason = string(s.rep.FatalKind())
+		s.found = s.last.quoted(excerptTail)
+	}
 }
 
 // quoted is the current line as an excerpt quotes it: escaped, and when
@@ -228,7 +206,7 @@ func (s *scanner) excerpt() []byte {
 	if s.reason == "" {
 		lines = s.last.quoted(excerptTail)
 	}
-	if (s.reason == "" || s.pending) && s.lineLen > 0 {
+	if s.reason == "" && s.lineLen > 0 {
 		lines = append(append([]string{}, lines...), s.quoted())
 	}
 	var b bytes.Buffer
@@ -253,6 +231,10 @@ type console struct {
 	kept []byte // the first maxConsole of them
 	rbuf []byte
 	scan scanner
+	// grew is when the console last grew, fatalAt when its first fatal
+	// report began (zero before): a report is taken once it is whole, the
+	// console quiet, or a few seconds old (fatal).
+	grew, fatalAt time.Time
 }
 
 // refresh reads what the console has gained since the last call and scans
@@ -273,11 +255,15 @@ func (c *console) refresh() {
 	for {
 		n, err := f.ReadAt(buf, c.off)
 		if n > 0 {
+			c.grew = time.Now()
 			c.off += int64(n)
 			if room := maxConsole - len(c.kept); room > 0 {
 				c.kept = append(c.kept, buf[:min(n, room)]...)
 			}
 			c.scan.write(buf[:n])
+			if c.fatalAt.IsZero() && c.scan.reason != "" {
+				c.fatalAt = c.grew
+			}
 		}
 		if err != nil || n == 0 {
 			return // io.EOF: all read for now
@@ -285,15 +271,49 @@ func (c *console) refresh() {
 	}
 }
 
-// trouble is a BootError for the first sign of trouble seen, or nil.
-func (c *console) trouble() *BootError {
+// trouble is a BootError for the first fatal report seen, or nil. A
+// report still being printed is taken when it is whole, when the console
+// has been quiet for reportQuiet, or reportWait after it began; ended
+// says that the console will not grow (the VM stopped), and takes it as
+// it stands.
+func (c *console) trouble(ended bool) *BootError {
 	c.refresh()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if ended {
+		c.scan.finish()
+		if c.fatalAt.IsZero() && c.scan.reason != "" {
+			c.fatalAt = time.Now()
+		}
+	}
 	if c.scan.reason == "" {
 		return nil
 	}
-	return &BootError{Reason: c.scan.reason, Excerpt: c.scan.excerpt()}
+	rep := c.scan.rep.Fatal()
+	now := time.Now()
+	if !rep.Complete() && !ended && now.Sub(c.grew) < reportQuiet && now.Sub(c.fatalAt) < reportWait {
+		return nil
+	}
+	return &BootError{Reason: c.scan.reason, Excerpt: c.scan.excerpt(), Report: rep}
+}
+
+// How long a fatal report still being printed is waited for: until the
+// console is quiet for reportQuiet, at most reportWait after it began.
+// An oops ends with its own marker and, with panic_on_oops, the VM; a
+// lockup or a hung task has no marker, and the kernel prints its trace
+// in a burst.
+var (
+	reportQuiet = time.Second
+	reportWait  = 5 * time.Second
+)
+
+// warnings are the warnings the console showed so far, with their
+// counts; more counts those past report.MaxWarnings titles.
+func (c *console) warnings() (ws []report.Warning, more int) {
+	c.refresh()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.scan.rep.Warnings()
 }
 
 // tail is the console's last lines, for a hang or a VM that stopped.

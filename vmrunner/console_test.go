@@ -28,16 +28,23 @@ func TestScanTrouble(t *testing.T) {
 		{"clean", boot, "", ""},
 		{"panic", boot + "[    1.0] Kernel panic - not syncing: VFS: Unable to mount root fs\n[    1.1] CPU: 0 PID: 1\n", "kernel panic", "Kernel panic"},
 		{"oops then panic", boot + "[    1.0] BUG: kernel NULL pointer dereference, address: 0000000000000008\n[    1.1] Oops: 0000 [#1] SMP\n[    2.0] Kernel panic - not syncing: Fatal exception\n", "oops", "BUG: kernel NULL pointer"},
-		{"gpf", boot + "[    1.0] general protection fault, probably for non-canonical address\n", "oops", "general protection fault"},
-		{"soft lockup", boot + "[   30.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s!\n", "lockup", "soft lockup"},
+		{"gpf", boot + "[    1.0] general protection fault, probably for non-canonical address 0xdead000000000100: 0000 [#1] SMP\n", "oops", "general protection fault"},
+		{"invalid opcode", boot + "[    1.0] invalid opcode: 0000 [#1] SMP\n", "oops", "invalid opcode"},
+		{"soft lockup", boot + "[   30.0] watchdog: BUG: soft lockup - CPU#0 stuck for 22s! [agent:94]\n", "soft lockup", "soft lockup"},
 		{"kernel BUG", boot + "[    1.0] kernel BUG at fs/squashfs/cache.c:123!\n", "kernel BUG", "kernel BUG at"},
-		// A panic line whose newline has not arrived yet.
+		{"hung task", boot + "[   60.0] INFO: task agent:94 blocked for more than 30 seconds.\n", "hung task", "blocked for more"},
+		{"rcu stall", boot + "[   30.0] rcu: INFO: rcu_sched detected stalls on CPUs/tasks:\n", "RCU stall", "detected stalls"},
+		// A warning is counted, not trouble that ends a round.
+		{"warning", boot + "[    1.0] WARNING: CPU: 1 PID: 1 at fs/x.c:12 f+0x1/0x2\n[    1.1] ---[ end trace 0000000000000000 ]---\n", "", ""},
+		// A panic line whose newline has not arrived yet: read when the
+		// console ends (the VM stopped).
 		{"unfinished panic line", boot + "[    1.0] Kernel panic - not syncing: Attempted to kill init!", "kernel panic", "Kernel panic"},
 	}
 	for _, tt := range tests {
 		for _, n := range []int{1, 7, 1 << 20} {
 			t.Run(fmt.Sprintf("%s/reads of %d", tt.name, n), func(t *testing.T) {
 				s := scanAll(tt.console, n)
+				s.finish()
 				if s.reason != tt.reason {
 					t.Fatalf("reason = %q, want %q", s.reason, tt.reason)
 				}
@@ -121,7 +128,7 @@ func TestConsoleReadsIncrementally(t *testing.T) {
 	defer f.Close()
 	c := &console{path: path}
 	f.WriteString("Linux version 6.1\n" + strings.Repeat("x", 1<<20) + " Kernel pan")
-	if c.trouble() != nil {
+	if c.trouble(false) != nil {
 		t.Fatal("trouble before the sign is whole")
 	}
 	if c.scan.total != int64(1<<20+len("Linux version 6.1\n Kernel pan")) {
@@ -131,9 +138,9 @@ func TestConsoleReadsIncrementally(t *testing.T) {
 	if c.scan.total != int64(1<<20+len("Linux version 6.1\n Kernel pan")) {
 		t.Fatalf("a refresh with nothing new scanned again: %d bytes", c.scan.total)
 	}
-	f.WriteString("ic - not syncing")
-	be := c.trouble()
-	if be == nil || be.Reason != "kernel panic" {
+	f.WriteString("ic - not syncing: split\n")
+	be := c.trouble(true)
+	if be == nil || be.Reason != "kernel panic" || be.Report == nil || be.Report.Message != "split" {
 		t.Fatalf("trouble = %v, want the panic split between two writes", be)
 	}
 	if !c.alive() {
@@ -179,7 +186,7 @@ func BenchmarkConsoleScan(b *testing.B) {
 				c := &console{path: path}
 				for i := 0; i < len(bc.text); i += 64 << 10 {
 					f.WriteString(bc.text[i:min(i+64<<10, len(bc.text))])
-					if c.trouble() != nil {
+					if c.trouble(false) != nil {
 						b.Fatal("trouble in a clean console")
 					}
 				}

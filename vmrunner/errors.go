@@ -4,19 +4,47 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
-// BootError is the kernel's fault: it panicked, oopsed, hung past a
-// deadline, or never reported ready. Excerpt is the console around the
-// first sign of trouble, to quote to the patch's author.
+// BootError is the kernel's fault: it panicked, oopsed, locked up, hung
+// past a deadline, or never reported ready, at boot or during a request.
+// Excerpt is the console around the first sign of trouble, to quote to
+// the patch's author.
 type BootError struct {
-	Reason  string // e.g. "kernel panic", "oops", "no agent ready within 60s"
+	// Reason is the kind of trouble: a report.Kind ("oops", "kernel
+	// BUG", "soft lockup", "hung task", "RCU stall", "kernel panic", ...)
+	// when the kernel reported it, else what was seen ("hang: no answer
+	// to run-suite within 5m0s", "the VM stopped running run-suite").
+	Reason  string
 	Excerpt []byte
 	// Limit, when set, says that the kernel failed twice at a limit its
 	// base kept within in the same VM (Compared): "time", "the VM's".
 	Limit string `json:",omitempty"`
+	// Report is the kernel's own report of the trouble, read from the
+	// console, its trace decoded to function and file:line from the
+	// kernel's vmlinux; nil when the kernel reported nothing (a hang, a
+	// VM that stopped).
+	Report *report.Report `json:",omitempty"`
+	// Op is the request the trouble came during ("run-suite",
+	// "prepare-suite"), "" at boot, and Suite and Round the suite and
+	// round it ran; After is how long after the request (or the launch)
+	// it was seen.
+	Op    string        `json:",omitempty"`
+	Suite string        `json:",omitempty"`
+	Round int           `json:",omitempty"`
+	After time.Duration `json:",omitempty"`
+}
+
+// at says during which request (none at boot) the trouble came, and how
+// long after it began.
+func (e *BootError) at(req proto.Request, since time.Time) {
+	e.Op, e.Suite, e.Round = req.Op, req.Suite, req.Round
+	e.After = time.Since(since).Round(time.Millisecond)
 }
 
 // Blame: a kernel that does not boot is at fault (which kernel, base or
@@ -24,10 +52,19 @@ type BootError struct {
 func (e *BootError) Blame() blame.Blame { return blame.Patch }
 
 func (e *BootError) Error() string {
-	if len(e.Excerpt) == 0 {
-		return "boot failure: " + e.Reason
+	what := "boot failure: " + e.Reason
+	switch {
+	case e.Report != nil && e.Op != "":
+		what = fmt.Sprintf("kernel trouble during %s: %s", e.Op, e.Report.Title)
+	case e.Report != nil:
+		what = "boot failure: " + e.Report.Title
+	case e.Op != "":
+		what = fmt.Sprintf("kernel trouble during %s: %s", e.Op, e.Reason)
 	}
-	return fmt.Sprintf("boot failure: %s:\n%s", e.Reason, bytes.TrimRight(e.Excerpt, "\n"))
+	if len(e.Excerpt) == 0 {
+		return what
+	}
+	return fmt.Sprintf("%s:\n%s", what, bytes.TrimRight(e.Excerpt, "\n"))
 }
 
 // InfraError is ours: QEMU missing, libvirtd unreachable, the VM would not

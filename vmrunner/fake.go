@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/patchbot/patchbot/vmrunner/agent"
+	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
 // The fake backend runs the real agent protocol in this process, over a
@@ -22,6 +23,11 @@ import (
 //	fake.nostart the hypervisor fails to start (an *InfraError)
 //	fake.silent  the console stays empty and the agent silent
 //	fake.crash   the hypervisor fails once the kernel runs (an *InfraError, as QEMU's exit with an error)
+//	fake.trouble=KIND@N  in run-suite round N (0: prepare-suite) the
+//	             "kernel" prints the sample of KIND (oops, warn, hang: see
+//	             fakeTrouble) on its console; after an oops the request
+//	             never answers, as a dead kernel's; after a warning it goes
+//	             on; a hang prints nothing and never answers
 //
 // The kernel release it reports is "fake".
 func init() {
@@ -73,7 +79,7 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 	if f.has("fake.panic") || f.has("fake.hang") || f.has("fake.silent") {
 		return l, nil
 	}
-	h := agent.Handler{RunSuite: f.runSuite, KernelRelease: "fake", PowerOff: f.stop}
+	h := agent.Handler{RunSuite: f.scripted(f.runSuite), PrepareSuite: f.scripted(nil), KernelRelease: "fake", PowerOff: f.stop}
 	go agent.Serve(context.Background(), f.guest, h)
 	return l, nil
 }
@@ -112,4 +118,77 @@ func (f *fakeVM) stop() {
 func (f *fakeVM) destroy() error {
 	f.stop()
 	return nil
+}
+
+// fakeTrouble is what the scripted kernel prints for fake.trouble=KIND@N,
+// in the form a 6.1 kernel prints it.
+var fakeTrouble = map[string]string{
+	"oops": `[   50.101010] ------------[ cut here ]------------
+[   50.101020] kernel BUG at fs/squashfs/cache.c:71!
+[   50.101030] invalid opcode: 0000 [#1] SMP
+[   50.101040] CPU: 1 PID: 94 Comm: patchbot-agent Not tainted 6.1.0 #1
+[   50.101050] RIP: 0010:squashfs_cache_get+0x70/0x243
+[   50.101060] Call Trace:
+[   50.101070]  <TASK>
+[   50.101080]  squashfs_read_metadata+0x5d/0xf0
+[   50.101090]  squashfs_read_inode+0x8c/0x700
+[   50.101100]  </TASK>
+[   50.101110] ---[ end trace 0000000000000000 ]---
+[   50.101120] Kernel panic - not syncing: Fatal exception
+`,
+	"warn": `[   50.101010] ------------[ cut here ]------------
+[   50.101020] squashfs: scripted warning
+[   50.101030] WARNING: CPU: 0 PID: 94 at fs/squashfs/cache.c:80 squashfs_cache_get+0x1a3/0x243
+[   50.101040] RIP: 0010:squashfs_cache_get+0x1a3/0x243
+[   50.101050] Call Trace:
+[   50.101060]  <TASK>
+[   50.101070]  squashfs_read_metadata+0x5d/0xf0
+[   50.101080]  </TASK>
+[   50.101090] ---[ end trace 0000000000000000 ]---
+`,
+	"hang": "",
+}
+
+// scripted wraps run-suite (or, with run nil, prepare-suite) with the
+// fake.trouble=KIND@N word, if any.
+func (f *fakeVM) scripted(run agent.RunSuiteFunc) agent.RunSuiteFunc {
+	kind, round := "", -1
+	for _, w := range strings.Fields(f.spec.Cmdline) {
+		if v, ok := strings.CutPrefix(w, "fake.trouble="); ok {
+			k, n, _ := strings.Cut(v, "@")
+			fmt.Sscan(n, &round)
+			kind = k
+		}
+	}
+	text, ok := fakeTrouble[kind]
+	prepare := run == nil
+	if !ok || round < 0 || prepare != (round == 0) {
+		return run
+	}
+	return func(ctx context.Context, req proto.Request) (any, error) {
+		if !prepare && req.Round != round {
+			if run == nil {
+				return nil, errors.New("fake backend: no suite runner")
+			}
+			return run(ctx, req)
+		}
+		if text != "" {
+			con, err := os.OpenFile(f.spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0)
+			if err == nil {
+				con.WriteString(text)
+				con.Close()
+			}
+		}
+		if kind == "warn" {
+			if run == nil {
+				return nil, nil
+			}
+			return run(ctx, req)
+		}
+		select { // a dead kernel answers nothing
+		case <-ctx.Done():
+		case <-f.done:
+		}
+		return nil, errors.New("fake backend: the VM stopped")
+	}
 }

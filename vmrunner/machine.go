@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
 // hypervisor is what a backend does for one VM. Everything else — waiting
@@ -154,7 +155,7 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 	defer cancel()
 	conn, err := m.dialLoop(ctx)
 	if err != nil {
-		return info, m.blame(ctx, err, "waiting for the agent port")
+		return info, m.blame(ctx, err, "waiting for the agent port", proto.Request{}, start)
 	}
 	m.ch = newChannel(conn)
 	m.chMu.Lock()
@@ -173,7 +174,7 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 		select {
 		case ev, ok := <-m.ch.events:
 			if !ok {
-				return info, m.blame(ctx, m.ch.readErr(), "waiting for the agent's ready")
+				return info, m.blame(ctx, m.ch.readErr(), "waiting for the agent's ready", proto.Request{}, start)
 			}
 			if ev.Type == proto.EventReady {
 				info.KernelRelease = ev.KernelRelease
@@ -182,7 +183,7 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 				return info, nil
 			}
 		case <-tick.C:
-			if err := m.checkConsole(); err != nil {
+			if err := m.checkConsole(false, proto.Request{}, start); err != nil {
 				return info, err
 			}
 		case <-probe:
@@ -190,9 +191,9 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 				return info, errNoProgress
 			}
 		case <-m.hv.stopped():
-			return info, m.blame(ctx, nil, "waiting for the agent's ready")
+			return info, m.blame(ctx, nil, "waiting for the agent's ready", proto.Request{}, start)
 		case <-ctx.Done():
-			return info, m.blame(ctx, ctx.Err(), "waiting for the agent's ready")
+			return info, m.blame(ctx, ctx.Err(), "waiting for the agent's ready", proto.Request{}, start)
 		}
 	}
 }
@@ -215,34 +216,107 @@ func (m *machine) dialLoop(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 }
 
-// checkConsole returns a BootError at the first sign of trouble. The
-// console is scanned as it arrives, each byte once (console.go): a suite
-// may run for long, and a guest may print without end.
-func (m *machine) checkConsole() error {
-	if be := m.con.trouble(); be != nil {
-		return be
+// checkConsole returns a BootError for the kernel's first fatal report,
+// once it is whole (console.trouble), its trace decoded; ended says the
+// console will not grow. The console is scanned as it arrives, each byte
+// once (console.go): a suite may run for long, and a guest may print
+// without end. req is the request running (none at boot), since when.
+func (m *machine) checkConsole(ended bool, req proto.Request, since time.Time) error {
+	be := m.con.trouble(ended)
+	if be == nil {
+		return nil
 	}
-	return nil
+	be.at(req, since)
+	if be.Report != nil {
+		m.decode(be.Report)
+		m.log.Warn("kernel trouble", "name", m.spec.Name, "op", req.Op, "suite", req.Suite, "round", req.Round,
+			"title", be.Report.Title, "where", be.Report.Where())
+	}
+	return be
+}
+
+// vmlinux is the kernel's ELF with its debug information: Spec.Vmlinux,
+// or the "vmlinux" beside the bzImage (where images keeps it).
+func (m *machine) vmlinux() string {
+	if m.spec.Vmlinux != "" {
+		return m.spec.Vmlinux
+	}
+	if p := filepath.Join(filepath.Dir(m.spec.Kernel), "vmlinux"); p != m.spec.Kernel {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// decode turns a report's trace into function and file:line, from the
+// kernel's own vmlinux.
+func (m *machine) decode(r *report.Report) {
+	if r == nil || len(r.Frames) == 0 || r.Decoded != "" {
+		return
+	}
+	v := m.vmlinux()
+	if v == "" {
+		r.Decoded = report.ErrNoVmlinux.Error()
+		return
+	}
+	report.Decode(v, r)
+}
+
+// Warnings are the kernel warnings (WARN_ON(), WARN()) its console showed
+// since boot, each with its count and its first report, decoded; more
+// counts warnings whose titles came after report.MaxWarnings others.
+func (m *machine) Warnings() ([]report.Warning, int) {
+	ws, more := m.con.warnings()
+	var sym *report.Symbolizer
+	for _, w := range ws {
+		if len(w.Report.Frames) == 0 {
+			continue
+		}
+		if sym == nil {
+			v := m.vmlinux()
+			if v == "" {
+				w.Report.Decoded = report.ErrNoVmlinux.Error()
+				continue
+			}
+			s, err := report.Open(v)
+			if err != nil {
+				w.Report.Decoded = err.Error()
+				continue
+			}
+			defer s.Close()
+			sym = s
+		}
+		sym.Decode(w.Report)
+	}
+	return ws, more
 }
 
 // blame turns a failure to reach or hear the agent into the right error:
 // trouble on the console or a guest that ended the VM is the kernel's
 // fault; a hypervisor that failed is ours; a deadline is a hang; the
 // caller's cancellation is passed through.
-func (m *machine) blame(ctx context.Context, cause error, doing string) error {
+func (m *machine) blame(ctx context.Context, cause error, doing string, req proto.Request, since time.Time) error {
 	// Give QEMU a moment to flush the console of a dying guest.
+	stopped := false
 	select {
 	case <-m.hv.stopped():
+		stopped = true
 	case <-time.After(200 * time.Millisecond):
 	}
-	if err := m.checkConsole(); err != nil {
+	// A VM that stopped, or a request that hit our own deadline, ends
+	// the console: a report it holds is taken as it stands.
+	ended := stopped || errors.Is(context.Cause(ctx), errDeadline)
+	if err := m.checkConsole(ended, req, since); err != nil {
 		return err
 	}
 	select {
 	case <-m.hv.stopped():
 		guestEnded, err, output := m.hv.exitStatus()
 		if guestEnded {
-			return &BootError{Reason: "the VM stopped " + doing, Excerpt: m.con.tail()}
+			be := &BootError{Reason: "the VM stopped " + doing, Excerpt: m.con.tail()}
+			be.at(req, since)
+			return be
 		}
 		return &InfraError{Op: fmt.Sprintf("run %s (%s)", m.spec.Name, doing), Err: err, Output: output, running: true}
 	default:
@@ -250,7 +324,14 @@ func (m *machine) blame(ctx context.Context, cause error, doing string) error {
 	// Only our own deadline is a hang; the caller's deadline or
 	// cancellation is passed through as it is.
 	if errors.Is(context.Cause(ctx), errDeadline) {
-		return &BootError{Reason: fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing), Excerpt: m.con.tail()}
+		reason := fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing)
+		var h *hangCause
+		if errors.As(context.Cause(ctx), &h) {
+			reason = "hang: " + h.reason
+		}
+		be := &BootError{Reason: reason, Excerpt: m.con.tail()}
+		be.at(req, since)
+		return be
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %s: %w", m.spec.Name, doing, ctx.Err())
@@ -272,6 +353,7 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 	// the console and the deadline are still watched.
 	sent := make(chan error, 1)
 	ch := m.ch
+	start := time.Now()
 	go func() { sent <- ch.send(req) }()
 	runCtx, cancel := context.WithTimeoutCause(ctx, m.spec.RunTimeout, errDeadline)
 	defer cancel()
@@ -285,11 +367,11 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 		select {
 		case err := <-sent:
 			if err != nil {
-				return nil, m.blameRun(runCtx, err, req)
+				return nil, m.blameRun(runCtx, err, req, start)
 			}
 		case ev, ok := <-m.ch.events:
 			if !ok {
-				return nil, m.blameRun(runCtx, m.ch.readErr(), req)
+				return nil, m.blameRun(runCtx, m.ch.readErr(), req, start)
 			}
 			if ev.ID != req.ID {
 				continue // a repeated "ready", or a late event of an abandoned request
@@ -306,24 +388,28 @@ func (m *machine) Do(ctx context.Context, req proto.Request, onEvent func(proto.
 				return result, guestErr
 			}
 		case <-tick.C:
-			if err := m.checkConsole(); err != nil {
+			if req.Op == proto.OpPowerOff {
+				continue // a kernel going down may print anything
+			}
+			if err := m.checkConsole(false, req, start); err != nil {
 				return nil, err
 			}
 		case <-m.hv.stopped():
 			if req.Op == proto.OpPowerOff {
 				return nil, nil // it may stop before "done" reaches us
 			}
-			return nil, m.blameRun(runCtx, nil, req)
+			return nil, m.blameRun(runCtx, nil, req, start)
 		case <-runCtx.Done():
-			return nil, m.blameRun(runCtx, runCtx.Err(), req)
+			return nil, m.blameRun(runCtx, runCtx.Err(), req, start)
 		}
 	}
 }
 
-func (m *machine) blameRun(ctx context.Context, cause error, req proto.Request) error {
-	err := m.blame(ctx, cause, "running "+req.Op)
+func (m *machine) blameRun(ctx context.Context, cause error, req proto.Request, start time.Time) error {
+	err := m.blame(ctx, cause, "running "+req.Op, req, start)
 	var be *BootError
-	if errors.As(err, &be) && strings.HasPrefix(be.Reason, "hang:") {
+	var h *hangCause
+	if errors.As(err, &be) && strings.HasPrefix(be.Reason, "hang:") && !errors.As(context.Cause(ctx), &h) {
 		be.Reason = fmt.Sprintf("hang: no answer to %s within %s", req.Op, m.spec.RunTimeout)
 	}
 	return err

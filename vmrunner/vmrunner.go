@@ -9,6 +9,14 @@
 // Failures carry blame: a kernel that panics, oopses, hangs or never reports
 // ready is a *BootError (the kernel's fault, with the console excerpt); a
 // VM that could not be started is an *InfraError (ours, worth a retry).
+//
+// The console is read once, as it arrives, into typed reports
+// (vmrunner/report): the kernel's first fatal report (an oops, a BUG, a
+// lockup, a hung task, an RCU stall, a panic) ends the boot or the request
+// within seconds, as a *BootError carrying the report with its trace
+// decoded to file:line; warnings are counted (Instance.Warnings). A
+// request that outlives a generous multiple of the base kernel's own time
+// for it is a hang (Pace).
 package vmrunner
 
 import (
@@ -24,6 +32,7 @@ import (
 
 	"github.com/patchbot/patchbot/vmrunner/agent"
 	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
 // Spec describes one VM.
@@ -130,6 +139,11 @@ type Instance interface {
 	Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error)
 	// Console returns the serial console output so far.
 	Console() []byte
+	// Warnings are the kernel warnings (WARN_ON(), WARN()) the console
+	// showed since boot, each with its count and first report, decoded;
+	// more counts those past report.MaxWarnings titles. A warning does not
+	// end a request; any other trouble the kernel reports does (Do).
+	Warnings() (ws []report.Warning, more int)
 	// Close destroys the domain or kills and reaps QEMU; idempotent.
 	Close() error
 }

@@ -36,7 +36,9 @@ directory; the reply is queued in the state's outbox and sent only with --send
 
 Exit status: 0 the series was tested (the reply may report a regression),
 1 it could not be tested (infrastructure, or no complete series in the mail),
-2 usage error, 3 the patch's fault (it does not apply, build or boot).`,
+2 usage error, 3 the patch's fault (it does not apply, build or boot, or its
+kernel reports trouble the base kernel does not: an oops, a BUG, a lockup, a
+hung task, an RCU stall, a panic, a hang, or a new warning).`,
 		example: `patchbot run --mbox testdata/mbox/squashfs-thundering-herd.mbox
 patchbot run --msgid 20260724190556.1950693-1-usama.arif@linux.dev --suites cache-contention --runs 7
 patchbot run --mbox series.mbox --aa   # the base against itself: must find no change
@@ -168,7 +170,7 @@ func runSeriesTest(ctx context.Context, cfg config.Config, sc mailbox.SourceConf
 	} else if !sending {
 		fmt.Fprintln(stderr, "(not sent: the reply is in the outbox; --send or smtp.enabled sends it)")
 	}
-	if out.Run.Failure != nil {
+	if out.Run.Failure != nil || out.Run.KernelTrouble() {
 		return exitError{exitPatchFault}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
@@ -97,4 +98,30 @@ func fakeKernels(t *testing.T) Spec {
 	return Spec{Suite: "locks", Plan: FixedPlan("quick", 1, nil),
 		Base:    &images.Build{BzImage: filepath.Join(dir, "base")},
 		Patched: &images.Build{BzImage: filepath.Join(dir, "patched")}}
+}
+
+// The patched kernel's oops as it prepares a suite is the patch's,
+// carries the kernel's report and says which suite; it ends the run within
+// seconds, not at the run deadline. (The fake backend runs no rounds: its
+// trouble in a round is vmrunner's TestTroubleEndsTheRound.)
+func TestTroubleInASuiteIsThePatchs(t *testing.T) {
+	spec := fakeKernels(t)
+	tester := Tester{VM: VMConfig{Backend: "fake"}, PatchedCmdline: "fake.trouble=oops@0"}
+	start := time.Now()
+	_, err := tester.Test(context.Background(), spec)
+	var be *vmrunner.BootError
+	if !errors.As(err, &be) || be.Report == nil || !blame.IsPatch(err) || blame.KernelOf(err) != blame.Patched {
+		t.Fatalf("err = %v, want the patched kernel's report, the patch's fault", err)
+	}
+	if be.Suite != "locks" || be.Op != "prepare-suite" || be.Report.Title != "kernel BUG in squashfs_cache_get" {
+		t.Errorf("trouble %q in %s %s", be.Report.Title, be.Op, be.Suite)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the run ended %s after it began", took)
+	}
+	// The same on the base kernel is the infrastructure's.
+	tester = Tester{VM: VMConfig{Backend: "fake"}, BaseCmdline: "fake.trouble=oops@0"}
+	if _, err := tester.Test(context.Background(), spec); blame.Of(err) != blame.Infra || blame.KernelOf(err) != blame.Base {
+		t.Errorf("the base kernel's oops: blame %q on %q, want the infrastructure's on the base", blame.Of(err), blame.KernelOf(err))
+	}
 }

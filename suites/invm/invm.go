@@ -85,6 +85,9 @@ type Options struct {
 	// the same base when they are kept and the host has not drifted
 	// (reuse.go); nil measures both afresh.
 	Reuse *Reuse
+	// Probes names the functions whose calls every round counts, on
+	// both kernels alike (suites.ParamProbes); "" counts none.
+	Probes string
 }
 
 // VMConfig is the VM shape and backend of a measurement (the `vm:` part of
@@ -199,6 +202,9 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		disks = []string{img}
 		params[suites.ParamImage] = "/dev/vda"
 	}
+	if o.Probes != "" {
+		params[suites.ParamProbes] = o.Probes
+	}
 
 	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels)), // every side is up at once, for interleaving
 		Boot: vm.Boot, Log: o.Log}
@@ -272,6 +278,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
 		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Params: params})
 	}
+	pace(sides)
 	var results []*suites.Result
 	if rr, ok := o.Plan.Stop.(Reusing); ok && o.Reuse != nil && len(sides) == 2 {
 		results, err = o.Reuse.run(ctx, cfg, sides, rr, o.Plan.Quiet, progress)
@@ -281,6 +288,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	warned(results, insts)
 	pred, err := suites.Predict(cfg)
 	if err != nil {
 		return nil, err
@@ -366,8 +374,9 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	if _, ok := s.Plan.Stop.(Reusing); ok && t.Bases != nil && s.Base != nil && s.Base.Commit != "" && s.Base != s.Patched {
 		reuse = &Reuse{Bases: t.Bases, Key: BaseKey(s.Suite, s.Plan.Profile, s.Base, t.VM.withDefaults()), Log: t.Log}
 	}
+	funcs, more, ferr := ChangedFunctions(s.Patched)
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse,
+		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse, Probes: probes(funcs),
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
@@ -378,6 +387,9 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	}
 	if len(res) != 2 {
 		return nil, fmt.Errorf("suite %s: got %d results, want 2", s.Suite, len(res))
+	}
+	if s.Patched != nil && s.Patched.Series > 0 {
+		NoteChanged(res, funcs, more, ferr)
 	}
 	vm := t.VM.withDefaults()
 	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel,

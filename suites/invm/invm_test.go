@@ -146,7 +146,7 @@ func TestPVHRoundUnderTCG(t *testing.T) {
 // guestKernel skips the test where a VM cannot be booted here, and
 // returns the default kernel, whose build is shared (cached) with the
 // other packages' tests.
-func guestKernel(t *testing.T) *images.Build {
+func guestKernel(t testing.TB) *images.Build {
 	t.Helper()
 	testenv.NeedsVM(t)
 	testenv.NeedsKernel(t)
@@ -158,7 +158,7 @@ func guestKernel(t *testing.T) *images.Build {
 	return k
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))

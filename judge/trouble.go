@@ -1,0 +1,130 @@
+package judge
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/patchbot/patchbot/vmrunner"
+)
+
+// Kernel trouble: what a real kernel reports (an oops, a BUG, a lockup, a
+// hung task, an RCU stall, a panic) or a hang of the patched kernel, read
+// by vmrunner from the console (vmrunner/report). It ends the run: the
+// outcome is the trouble, not a throughput verdict. It is the patch's only
+// when the base kernel ran the same work clean: the sides boot and
+// prepare at once and run their rounds interleaved, the base's first, so
+// a patched kernel's trouble in round n comes after the base's round n;
+// a base kernel in trouble is the infrastructure's (blame.KernelError)
+// and never reaches a reply.
+
+// Trouble is the patched kernel's trouble as a reply quotes it, in the
+// run's record (Failure.Trouble): the field a reader of runs (the
+// dashboard, the daemon's outcome classes) looks at for kernel trouble.
+type Trouble struct {
+	// Kind is the report's kind ("oops", "kernel BUG", "WARNING", "soft
+	// lockup", "hard lockup", "hung task", "RCU stall", "kernel panic"),
+	// or "hang" when the kernel reported nothing and outlived the base's
+	// time (vmrunner.Pace), or "stopped" when its VM ended.
+	Kind string `json:"kind"`
+	// Title names it as the kernel test robot does: "kernel BUG in
+	// squashfs_cache_get"; for a hang, what was not answered.
+	Title string `json:"title"`
+	// Where is the guilty function and its decoded file:line.
+	Where string `json:"where,omitempty"`
+	// Suite, Round and Op say when it came: the request ("run-suite",
+	// "prepare-suite"; "" at boot), its suite and round (0: none).
+	Suite string `json:"suite,omitempty"`
+	Round int    `json:"round,omitempty"`
+	Op    string `json:"op,omitempty"`
+	// After is how long after the request (or the launch) it was seen,
+	// in seconds.
+	After float64 `json:"after_s,omitempty"`
+	// Base says what the base kernel did over the same work: the reason
+	// the trouble is the patch's.
+	Base string `json:"base"`
+	// Report is the report's console lines (a hang's: the console's last
+	// lines); Trace its frames decoded to function and file:line, one a
+	// line, the guilty one marked; Decoded where the lines came from.
+	Report  []string `json:"report,omitempty"`
+	Trace   []string `json:"trace,omitempty"`
+	Decoded string   `json:"decoded,omitempty"`
+	// Corrupted says why the report is not whole, "" when it is.
+	Corrupted string `json:"corrupted,omitempty"`
+}
+
+// StageKernel is a run that stopped at the patched kernel's trouble
+// during a request (a suite's preparation or round); trouble at boot stays
+// StageBoot. Both carry Failure.Trouble.
+const StageKernel Stage = "kernel"
+
+// TroubleOf is the kernel trouble in err, nil when err is none: a
+// vmrunner.BootError that carries the kernel's report, a hang of a
+// request, or a VM that stopped during one.
+func TroubleOf(err error) *Trouble {
+	var be *vmrunner.BootError
+	if !errors.As(err, &be) {
+		return nil
+	}
+	t := &Trouble{Suite: be.Suite, Round: be.Round, Op: be.Op, After: be.After.Seconds(), Base: baseDid(be)}
+	switch r := be.Report; {
+	case r != nil:
+		t.Kind, t.Title, t.Where = string(r.Kind), r.Title, r.Where()
+		t.Report, t.Trace, t.Decoded, t.Corrupted = r.Lines, r.Trace(), r.Decoded, r.Corrupted
+	case strings.HasPrefix(be.Reason, "hang:"):
+		t.Kind, t.Title = "hang", strings.TrimSpace(strings.TrimPrefix(be.Reason, "hang:"))
+		t.Report = strings.Split(strings.TrimRight(string(be.Excerpt), "\n"), "\n")
+	case be.Op != "":
+		t.Kind, t.Title = "stopped", be.Reason
+		t.Report = strings.Split(strings.TrimRight(string(be.Excerpt), "\n"), "\n")
+	default:
+		return nil // a boot failure without a report: the boot's evidence says it
+	}
+	return t
+}
+
+// baseDid says what the base kernel did over the work the patched kernel
+// failed at, from where the trouble came.
+func baseDid(be *vmrunner.BootError) string {
+	switch {
+	case be.Op == "" && be.Limit != "":
+		return "" // the boot's comparison with the base is in its reason
+	case be.Op == "":
+		return "the base kernel booted clean in a VM of the same shape, at the same time"
+	case be.Round > 0:
+		rounds := "round 1"
+		if be.Round > 1 {
+			rounds = fmt.Sprintf("rounds 1 to %d", be.Round)
+		}
+		return fmt.Sprintf("the base kernel ran %s of %s clean, in a VM of the same shape: the rounds are interleaved, the base's first", rounds, be.Suite)
+	}
+	return fmt.Sprintf("the base kernel ran %s of %s clean, in a VM of the same shape, at the same time", be.Op, be.Suite)
+}
+
+// Headline is the trouble in one line: "kernel BUG in
+// squashfs_cache_get (fs/squashfs/cache.c:71)".
+func (t *Trouble) Headline() string {
+	s := t.Title
+	if t.Where != "" && !strings.Contains(t.Title, t.Where) {
+		if fn, _, ok := strings.Cut(t.Where, " ("); ok && strings.HasSuffix(t.Title, " in "+fn) {
+			s += strings.TrimPrefix(t.Where, fn) // the title names the function: add its line
+		} else {
+			s += " at " + t.Where
+		}
+	}
+	return s
+}
+
+// When says when the trouble came: "in round 2 of cache-contention",
+// "while cache-contention was prepared", "at boot".
+func (t *Trouble) When() string {
+	switch {
+	case t.Op == "":
+		return "at boot"
+	case t.Round > 0:
+		return fmt.Sprintf("in round %d of %s", t.Round, t.Suite)
+	case t.Suite != "":
+		return fmt.Sprintf("while %s was prepared", t.Suite)
+	}
+	return "during " + t.Op
+}

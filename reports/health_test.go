@@ -1,0 +1,164 @@
+package reports
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/patchbot/patchbot/blame"
+	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner"
+	"github.com/patchbot/patchbot/vmrunner/report"
+)
+
+// healthRun is a run of the seed's thread, finished, with nothing
+// measured yet.
+func healthRun(t *testing.T) *Run {
+	t.Helper()
+	run, err := LoadRun("testdata/runs/boot-panic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Failure = nil
+	run.Finished = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	return run
+}
+
+// sampleReport is a real kernel's report (vmrunner/report/testdata), its
+// guilty frame decoded as Decode would.
+func sampleReport(t *testing.T, name string) *report.Report {
+	t.Helper()
+	data, err := os.ReadFile("../vmrunner/report/testdata/" + name + ".console")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps := report.Parse(data)
+	if len(reps) == 0 {
+		t.Fatalf("%s: no report", name)
+	}
+	r := reps[0]
+	r.Frames[r.Guilty].File, r.Frames[r.Guilty].Line = "fs/squashfs/super.c", 640
+	r.Decoded = "DWARF of the patched kernel's vmlinux: 1 of 9 frames placed"
+	return r
+}
+
+func checkColumns(t *testing.T, body string) {
+	t.Helper()
+	for i, line := range strings.Split(body, "\n") {
+		if n := utf8.RuneCountInString(line); n > MaxColumns {
+			t.Errorf("line %d is %d columns: %q", i+1, n, line)
+		}
+	}
+}
+
+// The patched kernel's BUG in a round: the reply quotes the report and
+// its decoded trace, names the suite and round and what the base did, and
+// is no throughput verdict.
+func TestReplyKernelTrouble(t *testing.T) {
+	run := healthRun(t)
+	err := blame.On(blame.Patched, &vmrunner.BootError{Reason: "kernel BUG", Report: sampleReport(t, "bug-verbose"),
+		Op: "run-suite", Suite: "cache-contention", Round: 2, After: 51 * time.Second})
+	run.Record(Findings{Failed: err})
+	f := run.Failure
+	if f == nil || f.Stage != judge.StageKernel || f.Trouble == nil || f.Trouble.Kind != "kernel BUG" {
+		t.Fatalf("failure %+v", f)
+	}
+	reply, rerr := Render(run, testOptions)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	prose := strings.Join(strings.Fields(reply.Body), " ")
+	for _, want := range []string{
+		"The kernel with the patch applied reported a kernel BUG in round 2 of cache-contention",
+		"kernel BUG in squashfs_sample (fs/squashfs/super.c:640)",
+		"The base kernel ran rounds 1 to 2 of cache-contention clean",
+		"no throughput or latency was compared",
+	} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("reply lacks %q:\n%s", want, reply.Body)
+		}
+	}
+	for _, want := range []string{
+		"| [    1.688215] kernel BUG at fs/squashfs/super.c:640!",
+		"| RIP: squashfs_sample+0x2b/0x12f fs/squashfs/super.c:640  <-- guilty",
+		"do_one_initcall+0x79/0x16a",
+	} {
+		if !strings.Contains(reply.Body, want) {
+			t.Errorf("reply lacks %q:\n%s", want, reply.Body)
+		}
+	}
+	for _, deny := range []string{"does not boot", "Improvement", "No change", "%change"} {
+		if strings.Contains(reply.Body, deny) {
+			t.Errorf("reply says %q", deny)
+		}
+	}
+	checkColumns(t, reply.Body)
+}
+
+// A run that measured, with a warning the base never printed and the
+// changed functions' calls: the warning leads, is listed beside the table
+// counted on both kernels, and the reach names each function.
+func TestReplyWarningsAndReach(t *testing.T) {
+	run, err := LoadRun("testdata/runs/squashfs-improvement")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := sampleReport(t, "warn-once")
+	kw := suites.KernelWarning{Title: w.Title, Where: w.Where(), Count: 3, Report: w.Lines, Trace: w.Trace()}
+	run.Patched[0].Warnings = []suites.KernelWarning{kw}
+	run.Patched[0].Calls = []suites.Calls{
+		{Func: "squashfs_cache_get", Count: 123456, Rounds: 5, Lines: []string{"fs/squashfs/cache.c:91-92"}, Inlined: []string{"squashfs_cache_wake_block"}},
+		{Func: "squashfs_cache_wake_function", Count: 0, Rounds: 5, Lines: []string{"fs/squashfs/cache.c:60-75"}},
+	}
+	run.Base[0].Calls = []suites.Calls{{Func: "squashfs_cache_get", Count: 120001, Rounds: 5}}
+	run.Record(Findings{})
+	if len(run.KernelWarnings) != 1 || !run.KernelWarnings[0].New() || run.Reach == nil || len(run.Reach.Funcs) != 2 {
+		t.Fatalf("warnings %+v, reach %+v", run.KernelWarnings, run.Reach)
+	}
+	reply, rerr := Render(run, testOptions)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	prose := strings.Join(strings.Fields(reply.Body), " ")
+	lead := strings.Index(prose, "Kernel warnings: the patched kernel printed 1 warning the base kernel did not")
+	verdict := strings.Index(prose, "Improvement:")
+	if lead < 0 || verdict < 0 || lead > verdict {
+		t.Errorf("the new warning does not lead the verdict:\n%s", reply.Body)
+	}
+	for _, want := range []string{
+		"WARNING in squashfs_sample (new) 0 3",
+		"squashfs_cache_get 123456 calls (base: 120001)",
+		"holds the inlined squashfs_cache_wake_block",
+		"squashfs_cache_wake_function 0 calls not exercised",
+		"| [ 1.174888] squashfs: sample warning",
+	} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("reply lacks %q:\n%s", want, reply.Body)
+		}
+	}
+	checkColumns(t, reply.Body)
+}
+
+// A "No change" on code no measured round ran says so in its first
+// sentence.
+func TestReplyNoChangeOnCodeNeverRun(t *testing.T) {
+	run, err := LoadRun("testdata/runs/aa-no-change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range run.Patched {
+		run.Patched[i].Calls = []suites.Calls{{Func: "squashfs_readahead", Rounds: 5}}
+	}
+	run.Record(Findings{})
+	reply, rerr := Render(run, testOptions)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	first := strings.SplitN(strings.Join(strings.Fields(strings.SplitN(reply.Body, "\n\n", 3)[1]), " "), ". ", 2)[0]
+	if !strings.Contains(first, "No change, on code the suites never ran") || !strings.Contains(first, "squashfs_readahead") {
+		t.Errorf("the first sentence %q does not say the changed code never ran", first)
+	}
+}

@@ -1,0 +1,166 @@
+package vmrunner
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/proto"
+)
+
+// A patched kernel that hangs without reporting it (a livelock, a loop
+// that yields, a request lost in the kernel) would hold its round until
+// Spec.RunTimeout, half an hour. The base kernel ran the same request just
+// before, in a VM of the same shape on the same host: a patched request
+// that outlives a generous multiple of the base's own time is a hang of
+// the patched kernel, reported with the console's last lines and what the
+// base did. The multiple is generous because a patch may make a workload
+// slower, and a slower workload is a regression to measure, not a hang:
+// on the panel the slowest patched round took 3.05 times its base round
+// in cache-contention, and 13 times in the 1-second readahead rounds,
+// which the floor covers.
+
+// Defaults of a Pace.
+const (
+	DefaultHangFactor = 6
+	DefaultHangMin    = 3 * time.Minute
+)
+
+// Doer is what runs a request on a guest: an Instance, or a paced one.
+type Doer interface {
+	Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error)
+}
+
+// Pace times the base kernel's requests and gives the patched kernel's the
+// deadline they imply: Factor times the base's time for the same request
+// (the same op, suite and round; the longest of the op and suite when
+// the base did not run that round), and at least Min. A request the base
+// has not run yet (both kernels prepare at once) gets its deadline as
+// soon as the base's is known. The zero value is not usable: NewPace.
+type Pace struct {
+	Factor float64
+	Min    time.Duration
+
+	mu      sync.Mutex
+	took    map[string]time.Duration // op/suite/round -> the base's time
+	longest map[string]time.Duration // op/suite -> the base's longest
+	changed chan struct{}            // closed and replaced when took grows
+}
+
+// NewPace is a Pace with the default factor and floor.
+func NewPace() *Pace {
+	return &Pace{Factor: DefaultHangFactor, Min: DefaultHangMin,
+		took: map[string]time.Duration{}, longest: map[string]time.Duration{}, changed: make(chan struct{})}
+}
+
+func paceKeys(req proto.Request) (round, kind string) {
+	kind = req.Op + "/" + req.Suite
+	return fmt.Sprintf("%s/%d", kind, req.Round), kind
+}
+
+// Base wraps the base kernel's guest: its requests are timed.
+func (p *Pace) Base(g Doer) Doer { return &paced{p: p, g: g, base: true} }
+
+// Patched wraps the patched kernel's guest: its requests get the base's
+// deadline.
+func (p *Pace) Patched(g Doer) Doer { return &paced{p: p, g: g} }
+
+type paced struct {
+	p    *Pace
+	g    Doer
+	base bool
+}
+
+func (d *paced) Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error) {
+	if d.base {
+		start := time.Now()
+		out, err := d.g.Do(ctx, req, onEvent)
+		if err == nil {
+			d.p.record(req, time.Since(start))
+		}
+		return out, err
+	}
+	if req.Op == proto.OpPowerOff {
+		return d.g.Do(ctx, req, onEvent)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go d.p.watch(req, time.Now(), cancel, done)
+	return d.g.Do(ctx, req, onEvent)
+}
+
+func (p *Pace) record(req proto.Request, took time.Duration) {
+	round, kind := paceKeys(req)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.took[round] = took
+	p.longest[kind] = max(p.longest[kind], took)
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// limit is the deadline of a patched request and what it comes from;
+// ok is false while the base has not run it.
+func (p *Pace) limit(req proto.Request) (limit time.Duration, why string, changed <-chan struct{}, ok bool) {
+	round, kind := paceKeys(req)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	base, same := p.took[round]
+	if !same {
+		base = p.longest[kind]
+	}
+	if base == 0 {
+		return 0, "", p.changed, false
+	}
+	what := req.Op
+	if req.Suite != "" {
+		what += " " + req.Suite
+	}
+	if req.Round > 0 {
+		what += fmt.Sprintf(" round %d", req.Round)
+	}
+	limit = max(time.Duration(p.Factor*float64(base)), p.Min)
+	did := fmt.Sprintf("the base kernel's same request took %s", base.Round(100*time.Millisecond))
+	if !same {
+		did = fmt.Sprintf("the base kernel's longest %s took %s", kind, base.Round(100*time.Millisecond))
+	}
+	why = fmt.Sprintf("no answer to %s within %s; %s in a VM of the same shape (a hang is %g times the base's time, at least %s)",
+		what, limit.Round(time.Second), did, p.Factor, p.Min)
+	return limit, why, p.changed, true
+}
+
+// watch cancels a patched request (cancel) with a hang cause once it
+// outlives its limit; done ends the watch.
+func (p *Pace) watch(req proto.Request, start time.Time, cancel context.CancelCauseFunc, done <-chan struct{}) {
+	for {
+		limit, why, changed, ok := p.limit(req)
+		if !ok {
+			select {
+			case <-changed:
+				continue
+			case <-done:
+				return
+			}
+		}
+		t := time.NewTimer(time.Until(start.Add(limit)))
+		select {
+		case <-t.C:
+			cancel(&hangCause{reason: why})
+			return
+		case <-done:
+			t.Stop()
+			return
+		}
+	}
+}
+
+// hangCause is a request's context cancelled for a hang: machine.blame
+// takes it for its own deadline (errDeadline), with the reason.
+type hangCause struct{ reason string }
+
+func (h *hangCause) Error() string        { return "hang: " + h.reason }
+func (h *hangCause) Is(target error) bool { return target == errDeadline }

@@ -1,0 +1,194 @@
+package report
+
+import (
+	"debug/dwarf"
+	"debug/elf"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Which functions did a series change? The lines it changed (images
+// records them per patched build) are looked up in the patched vmlinux's
+// DWARF line table: every instruction made from a changed line lies in
+// some function of the kernel's symbol table, and that function is what a
+// kprobe can count. A changed line of an inline function (a static
+// helper, a header's static inline) has its instructions in the functions
+// it was inlined into: those are the ones named, with the inlined one
+// said, for an inlined function has no symbol of its own to probe; its
+// calls are its callers'. A changed line that made no instruction (a
+// comment, a declaration, a macro no code uses) names no function.
+
+// Changed is a function of the patched kernel that holds code from lines
+// the series changed.
+type Changed struct {
+	// Func is the function's symbol: what a kprobe names.
+	Func string `json:"func"`
+	// Lines are the changed lines whose code is in it, "file:line" or
+	// "file:first-last".
+	Lines []string `json:"lines"`
+	// Inlined are the functions the changed lines belong to that were
+	// inlined into Func.
+	Inlined []string `json:"inlined,omitempty"`
+}
+
+// MaxChanged bounds the functions Changed returns.
+const MaxChanged = 64
+
+// Changed is the functions holding code from the changed lines (file ->
+// inclusive line ranges, paths relative to the source tree), in the order
+// of their first changed line; more counts those past MaxChanged.
+func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more int) {
+	if len(changes) == 0 {
+		return nil, 0
+	}
+	type hit struct {
+		file string
+		line int
+		pc   uint64
+		cu   *dwarf.Entry
+	}
+	byFunc := map[string][]hit{}
+	var order []string
+	syms := s.sortedFuncs()
+	for _, cu := range s.cus {
+		lr, err := s.dw.LineReader(cu)
+		if err != nil || lr == nil {
+			continue
+		}
+		root := ""
+		if dir, ok := cu.Val(dwarf.AttrCompDir).(string); ok {
+			root = parentDir(dir)
+		}
+		relevant := false
+		for _, f := range lr.Files() {
+			if f != nil {
+				if _, ok := changes[relPath(f.Name, root)]; ok {
+					relevant = true
+					break
+				}
+			}
+		}
+		if !relevant {
+			continue
+		}
+		var le dwarf.LineEntry
+		for lr.Next(&le) == nil {
+			if le.EndSequence || le.File == nil {
+				continue
+			}
+			file := relPath(le.File.Name, root)
+			ranges, ok := changes[file]
+			if !ok || !inRanges(ranges, le.Line) {
+				continue
+			}
+			fn := symbolAt(syms, le.Address)
+			if fn == "" {
+				continue
+			}
+			if _, seen := byFunc[fn]; !seen {
+				order = append(order, fn)
+			}
+			byFunc[fn] = append(byFunc[fn], hit{file, le.Line, le.Address, cu})
+		}
+	}
+	for _, fn := range order {
+		if len(out) == MaxChanged {
+			more++
+			continue
+		}
+		c := Changed{Func: fn}
+		lines := map[string][]int{}
+		var files []string
+		inlined := map[string]bool{}
+		for _, h := range byFunc[fn] {
+			if _, ok := lines[h.file]; !ok {
+				files = append(files, h.file)
+			}
+			lines[h.file] = append(lines[h.file], h.line)
+			if chain := s.inlineChain(h.cu, h.pc); len(chain) > 1 {
+				if name := s.name(chain[len(chain)-1]); name != "?" && name != baseName(fn) {
+					inlined[name] = true
+				}
+			}
+		}
+		for _, f := range files {
+			c.Lines = append(c.Lines, spans(f, lines[f])...)
+		}
+		for name := range inlined {
+			c.Inlined = append(c.Inlined, name)
+		}
+		sort.Strings(c.Inlined)
+		out = append(out, c)
+	}
+	return out, more
+}
+
+type funcSym struct {
+	lo, hi uint64
+	name   string
+}
+
+// sortedFuncs are the function symbols by address, a ".cold" part under
+// its function's name.
+func (s *Symbolizer) sortedFuncs() []funcSym {
+	var out []funcSym
+	for name, syms := range s.funcs {
+		for _, sym := range syms {
+			if sym.Size == 0 || elf.ST_TYPE(sym.Info) != elf.STT_FUNC {
+				continue
+			}
+			n := name
+			if base, ok := strings.CutSuffix(name, ".cold"); ok && len(s.funcs[base]) > 0 {
+				n = base
+			}
+			out = append(out, funcSym{lo: sym.Value, hi: sym.Value + sym.Size, name: n})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].lo < out[j].lo })
+	return out
+}
+
+func symbolAt(syms []funcSym, pc uint64) string {
+	i := sort.Search(len(syms), func(i int) bool { return syms[i].lo > pc }) - 1
+	if i >= 0 && pc < syms[i].hi {
+		return syms[i].name
+	}
+	return ""
+}
+
+func inRanges(ranges [][2]int, line int) bool {
+	for _, r := range ranges {
+		if r[0] <= line && line <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// baseName is a symbol's function: "f" of "f.isra.0" or "f.constprop.0".
+func baseName(sym string) string {
+	if i := strings.IndexByte(sym, '.'); i > 0 {
+		return sym[:i]
+	}
+	return sym
+}
+
+// spans writes a file's lines as "file:a-b" runs.
+func spans(file string, lines []int) []string {
+	sort.Ints(lines)
+	var out []string
+	for i := 0; i < len(lines); {
+		j := i
+		for j+1 < len(lines) && lines[j+1] <= lines[j]+1 {
+			j++
+		}
+		if lines[i] == lines[j] {
+			out = append(out, fmt.Sprintf("%s:%d", file, lines[i]))
+		} else {
+			out = append(out, fmt.Sprintf("%s:%d-%d", file, lines[i], lines[j]))
+		}
+		i = j + 1
+	}
+	return out
+}

@@ -1,0 +1,123 @@
+package report
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
+)
+
+// The default kernel's vmlinux decodes a frame to the function's own
+// source file, and the changed lines of a file to the functions that hold
+// their code.
+func TestDecodeDefaultKernel(t *testing.T) {
+	testenv.NeedsKernel(t)
+	k, err := images.DefaultKernel(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.Open(k.Vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syms, err := f.Symbols()
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var get, put elf.Symbol
+	for _, s := range syms {
+		switch s.Name {
+		case "squashfs_cache_get":
+			get = s
+		case "squashfs_cache_put":
+			put = s
+		}
+	}
+	if get.Size == 0 || put.Size == 0 {
+		t.Fatal("no squashfs_cache_get or squashfs_cache_put in the default kernel")
+	}
+	r := &Report{Frames: []Frame{
+		{Func: "squashfs_cache_get", Offset: 0x10, Size: get.Size, Context: "RIP"},
+		{Func: "squashfs_cache_put", Offset: put.Size / 2, Size: put.Size},
+		{Func: "no_such_function", Offset: 1, Size: 2},
+	}}
+	Decode(k.Vmlinux, r)
+	for _, fr := range r.Frames[:2] {
+		if fr.File != "fs/squashfs/cache.c" || fr.Line < 40 || fr.Line > 250 {
+			t.Errorf("%s decoded to %s:%d, want a line of fs/squashfs/cache.c", fr.Func, fr.File, fr.Line)
+		}
+	}
+	if r.Frames[2].File != "" || !strings.Contains(r.Decoded, "2 of 3 frames placed") {
+		t.Errorf("decoded %q, the unknown frame at %q", r.Decoded, r.Frames[2].File)
+	}
+	s, err := Open(k.Vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// squashfs_cache_put's body (lines 177-191 of the 6.1 file).
+	changed, more := s.Changed(map[string][][2]int{"fs/squashfs/cache.c": {{178, 182}}, "README": {{1, 1}}})
+	if more != 0 || len(changed) != 1 || changed[0].Func != "squashfs_cache_put" {
+		t.Fatalf("changed functions %+v (more %d), want squashfs_cache_put", changed, more)
+	}
+	// A comment makes no code.
+	if changed, _ := s.Changed(map[string][][2]int{"fs/squashfs/cache.c": {{181, 184}}}); len(changed) != 0 {
+		t.Errorf("a comment's lines are in %+v", changed)
+	}
+}
+
+// The samples' traces decode on the kernel that printed them: the
+// sampler patch built on the default kernel, as it was for the samples
+// (the same source, config and compiler make the same code). Each guilty
+// frame is a line of the sampler's code in fs/squashfs/super.c, and a
+// BUG()'s faulting instruction decodes to the very line the kernel
+// printed.
+func TestDecodeSamples(t *testing.T) {
+	testenv.NeedsKernel(t)
+	ctx := context.Background()
+	base, err := images.DefaultKernel(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := images.DefaultBuilder(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Cache = t.TempDir() // the sampler stays out of the shared cache
+	raw, err := os.ReadFile("testdata/sampler.patch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := b.Patched(ctx, base, [][]byte{raw})
+	if err != nil {
+		t.Fatalf("the sampler does not build: %v", err)
+	}
+	s, err := Open(k.Vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, smp := range loadSamples(t) {
+		t.Run(smp.name, func(t *testing.T) {
+			reps := Parse(smp.console)
+			if len(reps) == 0 {
+				t.Fatal("no report")
+			}
+			r := reps[0]
+			s.Decode(r)
+			g := r.GuiltyFrame()
+			if g == nil || g.File != "fs/squashfs/super.c" || g.Line < 593 || g.Line > 657 {
+				t.Fatalf("guilty frame %+v: want a line of the sampler in fs/squashfs/super.c (%s)", g, r.Decoded)
+			}
+			if r.Location != "" && r.Frames[0].Context == "RIP" && r.Location != fmt.Sprintf("%s:%d", r.Frames[0].File, r.Frames[0].Line) {
+				t.Errorf("the faulting instruction decodes to %s:%d, the kernel printed %s", r.Frames[0].File, r.Frames[0].Line, r.Location)
+			}
+		})
+	}
+}

@@ -1,0 +1,134 @@
+package vmrunner
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/proto"
+	"github.com/patchbot/patchbot/vmrunner/report"
+)
+
+func bootFake(t *testing.T, cmdline string) Instance {
+	t.Helper()
+	p := newFakePool(t, Config{RunSuite: func(ctx context.Context, req proto.Request) (any, error) {
+		return map[string]int{"round": req.Round}, nil
+	}})
+	vm, err := p.Create(context.Background(), Spec{Kernel: fakeKernel(t), Cmdline: cmdline})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	if _, err := vm.Boot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return vm
+}
+
+func round(n int) proto.Request {
+	return proto.Request{Op: proto.OpRunSuite, Suite: "cache-contention", Round: n}
+}
+
+// An oops in a round ends it within seconds, not at the run deadline, as
+// a BootError that carries the kernel's report and says which round.
+func TestTroubleEndsTheRound(t *testing.T) {
+	vm := bootFake(t, "fake.trouble=oops@2")
+	if _, err := vm.Do(context.Background(), round(1), nil); err != nil {
+		t.Fatalf("round 1: %v", err)
+	}
+	start := time.Now()
+	_, err := vm.Do(context.Background(), round(2), nil)
+	took := time.Since(start)
+	var be *BootError
+	if !errors.As(err, &be) || be.Report == nil {
+		t.Fatalf("round 2: err = %v, want a BootError with a report", err)
+	}
+	if took > reportWait+time.Second {
+		t.Errorf("the round ended %s after the oops, want within %s", took, reportWait)
+	}
+	if be.Reason != string(report.KindBUG) || be.Report.Title != "kernel BUG in squashfs_cache_get" ||
+		be.Report.Location != "fs/squashfs/cache.c:71" {
+		t.Errorf("reason %q, title %q, location %q", be.Reason, be.Report.Title, be.Report.Location)
+	}
+	if be.Op != proto.OpRunSuite || be.Suite != "cache-contention" || be.Round != 2 {
+		t.Errorf("trouble placed at %s %s round %d", be.Op, be.Suite, be.Round)
+	}
+	if !strings.Contains(be.Error(), "kernel trouble during run-suite: kernel BUG in squashfs_cache_get") {
+		t.Errorf("error text %q", be.Error())
+	}
+	// The fake kernel has no vmlinux: the report says so, and keeps its
+	// frames as printed.
+	if be.Report.Decoded != report.ErrNoVmlinux.Error() || len(be.Report.Frames) != 3 {
+		t.Errorf("decoded %q, %d frames", be.Report.Decoded, len(be.Report.Frames))
+	}
+}
+
+// A warning does not end the round: it is counted.
+func TestWarningIsCounted(t *testing.T) {
+	vm := bootFake(t, "fake.trouble=warn@1")
+	for n := 1; n <= 2; n++ {
+		if _, err := vm.Do(context.Background(), round(n), nil); err != nil {
+			t.Fatalf("round %d: %v", n, err)
+		}
+	}
+	ws, more := vm.Warnings()
+	if len(ws) != 1 || more != 0 || ws[0].Count != 1 || ws[0].Report.Title != "WARNING in squashfs_cache_get" ||
+		ws[0].Report.Message != "squashfs: scripted warning" {
+		t.Fatalf("warnings %+v (more %d)", ws, more)
+	}
+}
+
+// A patched request that outlives Factor times the base's own time for
+// it is a hang, said with what the base did; one within it is not.
+func TestPaceHang(t *testing.T) {
+	base := bootFake(t, "")
+	patched := bootFake(t, "fake.trouble=hang@1")
+	p := NewPace()
+	p.Factor, p.Min = 3, 300*time.Millisecond
+	if _, err := p.Base(base).Do(context.Background(), round(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := p.Patched(patched).Do(context.Background(), round(1), nil)
+	took := time.Since(start)
+	var be *BootError
+	if !errors.As(err, &be) || !strings.HasPrefix(be.Reason, "hang: no answer to run-suite cache-contention round 1 within") ||
+		!strings.Contains(be.Reason, "the base kernel's same request took") {
+		t.Fatalf("err = %v, want a hang that says what the base did", err)
+	}
+	if took < p.Min || took > p.Min+2*time.Second {
+		t.Errorf("the hang was called after %s, want about %s", took, p.Min)
+	}
+	if !Recheck(err) {
+		t.Error("a hang is not rechecked against the base")
+	}
+	// A round the base has not run takes the longest of its kind.
+	if _, err := p.Patched(base).Do(context.Background(), round(2), nil); err != nil {
+		t.Errorf("a quick round 2 on a healthy kernel: %v", err)
+	}
+}
+
+// A patched request started before the base's (both kernels prepare at
+// once) gets its deadline when the base's time is known.
+func TestPaceWaitsForTheBase(t *testing.T) {
+	base := bootFake(t, "")
+	patched := bootFake(t, "fake.trouble=hang@1")
+	p := NewPace()
+	p.Factor, p.Min = 2, 200*time.Millisecond
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := p.Patched(patched).Do(context.Background(), round(1), nil)
+		errc <- err
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, err := p.Base(base).Do(context.Background(), round(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	err := <-errc
+	if !errors.As(err, new(*BootError)) || time.Since(start) < 500*time.Millisecond {
+		t.Fatalf("err = %v after %s", err, time.Since(start))
+	}
+}
