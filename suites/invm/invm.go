@@ -105,6 +105,11 @@ type VMConfig struct {
 	// a suite round refuses the guest's jiffy clock (docs/vmrunner.md).
 	// Under KVM the PVH guest has kvm-clock.
 	Boot string `yaml:"boot"`
+	// Clock is how a TCG guest keeps time: "" (auto: instruction-counted
+	// where this QEMU can, docs/vmrunner.md), "icount" or "host" (TCG's
+	// real time, as every measurement before 2026-12-05). KVM guests
+	// keep real time.
+	Clock string `yaml:"clock"`
 }
 
 // Defaults: the shape the figures in docs/suites.md were measured in. Two
@@ -138,6 +143,11 @@ func (c VMConfig) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("vm.concurrency: want at least 1"))
+	}
+	switch c.Clock {
+	case vmrunner.ClockAuto, vmrunner.ClockHost, vmrunner.ClockICount:
+	default:
+		errs = append(errs, fmt.Errorf("vm.clock %q: want %q or %q", c.Clock, vmrunner.ClockICount, vmrunner.ClockHost))
 	}
 	switch c.Boot {
 	case "", vmrunner.BootLegacy, vmrunner.BootPVH:
@@ -201,7 +211,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	}
 
 	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels)), // every side is up at once, for interleaving
-		Boot: vm.Boot, Log: o.Log}
+		Boot: vm.Boot, Clock: vm.Clock, Log: o.Log}
 	if pcfg.Boot == "" {
 		pcfg.Boot = vmrunner.BootLegacy
 	}
@@ -270,7 +280,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		info := infos[i]
 		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
-		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Params: params})
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Clock: info.Clock, Params: params})
 	}
 	var results []*suites.Result
 	if rr, ok := o.Plan.Stop.(Reusing); ok && o.Reuse != nil && len(sides) == 2 {
