@@ -46,6 +46,12 @@ type profileDef struct {
 // Params are the workload knobs of every suite; each suite uses the ones
 // its workloads name and Validate checks those.
 type Params struct {
+	// Windows is how many times a round runs its workloads (every suite):
+	// each metric's value in a round is the mean of its windows, which a
+	// sample keeps (Sample.Windows) so that the spread within a round can
+	// be told from the spread between rounds (patchbot suite variance).
+	// 0 is 1.
+	Windows int `yaml:"windows"`
 	Threads int `yaml:"threads"` // cache-contention: OS threads per workload
 	Ops     int `yaml:"ops"`     // cache-contention mixed: operations per thread
 	// Readers are the parallel reader counts of the readahead table.
