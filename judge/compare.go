@@ -524,7 +524,7 @@ func (c *Comparison) judgeFamily(f *family, t stats.Test) {
 	st := f.suite
 	level := st.j.Rule.Level(st.j.Runs)
 	st.j.Level = level
-	js := stats.JudgeFamily(t, level, st.j.SmallestEffect, f.pairs)
+	js := stats.JudgeFamily(t, st.j.Rule.Corrects(), level, st.j.SmallestEffect, f.pairs)
 	for i, j := range js {
 		r := &c.Rows[f.idx[i]]
 		r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level

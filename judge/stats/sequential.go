@@ -51,6 +51,18 @@ type Rule struct {
 	// current trend). 0 is PromisingBefore, the rules recorded before it
 	// was a key.
 	Promising float64 `json:"promising,omitempty"`
+	// Correction adjusts each family's p-values for its size; "" is
+	// CorrectHolm, the correction of the rules recorded before it was a
+	// key.
+	Correction Correction `json:"correction,omitempty"`
+}
+
+// Corrects is the rule's family correction.
+func (r Rule) Corrects() Correction {
+	if r.Correction == "" {
+		return CorrectHolm
+	}
+	return r.Correction
 }
 
 // DefaultRule is the pipeline's: at least 3 runs a side, at most 10, alpha
@@ -148,6 +160,9 @@ func (r Rule) Validate() error {
 			return errors.New("sequential rule: interim levels must be positive")
 		}
 	}
+	if !r.Correction.valid() {
+		return fmt.Errorf("sequential rule: correction %q: want %s or %s", r.Correction, CorrectHolm, CorrectHochberg)
+	}
 	if r.Promising < 0 || r.Promising >= 1 {
 		return fmt.Errorf("sequential rule: promising %v: want a chance below 1", r.Promising)
 	}
@@ -196,7 +211,11 @@ func (r Rule) Final() float64 {
 // levels=0.001,0.005,...", or "fixed alpha=0.05".
 func (r Rule) String() string {
 	if !r.Sequential() {
-		return "fixed alpha=" + ftoa(r.Alpha)
+		s := "fixed alpha=" + ftoa(r.Alpha)
+		if r.Correction != "" {
+			s += " correction=" + string(r.Correction)
+		}
+		return s
 	}
 	levels := make([]string, len(r.Levels))
 	for i, l := range r.Levels {
@@ -208,6 +227,9 @@ func (r Rule) String() string {
 		if r.Promising > 0 {
 			s += " promising=" + ftoa(r.Promising)
 		}
+	}
+	if r.Correction != "" {
+		s += " correction=" + string(r.Correction)
 	}
 	return s
 }
@@ -242,6 +264,8 @@ func ParseRule(s string) (Rule, error) {
 			r.FutileFrom, err = strconv.Atoi(v)
 		case "promising":
 			r.Promising, err = strconv.ParseFloat(v, 64)
+		case "correction":
+			r.Correction = Correction(v)
 		case "levels":
 			for _, l := range strings.Split(v, ",") {
 				var x float64
