@@ -352,6 +352,7 @@ type Outcome struct {
 	Base, Patched *suites.Result
 	Backend       string
 	Accel         string
+	Clock         string // the guests' time: "host" or "icount" (vmrunner.Info.Clock)
 	CPUs, MemMiB  int
 }
 
@@ -390,6 +391,6 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 		return nil, fmt.Errorf("suite %s: got %d results, want 2", s.Suite, len(res))
 	}
 	vm := t.VM.withDefaults()
-	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel,
+	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel, Clock: res[0].Clock,
 		CPUs: res[0].CPUs, MemMiB: res[0].MemMiB}, nil
 }
