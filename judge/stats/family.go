@@ -91,17 +91,24 @@ type Judgement struct {
 	// Within: the interval excludes every change larger than the smallest
 	// effect of interest.
 	Within bool
+	// Detectable is the metric's minimum detectable effect at this look
+	// (Detectable); Reaches says whether it is as small as the smallest
+	// effect of interest, or the rule does not ask (Rule.Reach).
+	Detectable float64
+	Reaches    bool
 }
 
 // Settled reports whether more runs are not needed for this metric: it
-// changed significantly, or it cannot have changed by as much as matters.
-func (j Judgement) Settled() bool { return j.Judged && (j.Significant || j.Within) }
+// changed significantly, or it cannot have changed by as much as matters
+// and, where the rule asks, the run could have seen such a change.
+func (j Judgement) Settled() bool { return j.Judged && (j.Significant || j.Within && j.Reaches) }
 
-// JudgeFamily judges the metrics of one family together at level: each by
-// test t with its Confidence interval, corrected for the family's size by
-// c (among the judged metrics only), and Within against smallest, the
-// smallest effect of interest as a fraction (0.1 for 10%).
-func JudgeFamily(t Test, c Correction, level, smallest float64, family []Pair) []Judgement {
+// JudgeFamily judges the metrics of one family together at level under
+// rule: each by test t with its Confidence interval, corrected for the
+// family's size by the rule's correction (among the judged metrics only),
+// Within against smallest, the smallest effect of interest as a fraction
+// (0.1 for 10%), and with its minimum detectable effect at level.
+func JudgeFamily(t Test, rule Rule, level, smallest float64, family []Pair) []Judgement {
 	out := make([]Judgement, len(family))
 	var idx []int
 	var ps []float64
@@ -123,10 +130,14 @@ func JudgeFamily(t Test, c Correction, level, smallest float64, family []Pair) [
 		idx = append(idx, i)
 		ps = append(ps, j.P)
 	}
-	for k, adj := range c.Adjust(ps) {
+	for k, adj := range rule.Corrects().Adjust(ps) {
 		j := &out[idx[k]]
 		j.AdjustedP = adj
 		j.Significant = adj < level
+	}
+	for i := range out {
+		out[i].Detectable = Detectable(out, i, level)
+		out[i].Reaches = !rule.Reach || out[i].Detectable <= smallest
 	}
 	return out
 }

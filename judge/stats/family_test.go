@@ -75,7 +75,7 @@ func TestFamilyCorrections(t *testing.T) {
 		for i := 0; i < families; i++ {
 			fam := drawFamily(rng, m, runs, cv, rho, nil)
 			for _, c := range []Correction{CorrectHolm, CorrectHochberg} {
-				for _, j := range JudgeFamily(LogWelch, c, level, 0.1, fam) {
+				for _, j := range JudgeFamily(LogWelch, Rule{Alpha: level, Correction: c}, level, 0.1, fam) {
 					if j.Significant {
 						flagged[c]++
 						break
@@ -102,7 +102,7 @@ func TestFamilyCorrections(t *testing.T) {
 		rng := rand.New(rand.NewPCG(43, 1))
 		found := 0
 		for i := 0; i < families; i++ {
-			js := JudgeFamily(LogWelch, c, level, 0.1, drawFamily(rng, m, runs, cv, 0.3, effect))
+			js := JudgeFamily(LogWelch, Rule{Alpha: level, Correction: c}, level, 0.1, drawFamily(rng, m, runs, cv, 0.3, effect))
 			if js[which].Significant {
 				found++
 			}

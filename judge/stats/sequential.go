@@ -55,6 +55,12 @@ type Rule struct {
 	// CorrectHolm, the correction of the rules recorded before it was a
 	// key.
 	Correction Correction `json:"correction,omitempty"`
+	// Reach: a metric settles as unchanged (its interval within the
+	// smallest effect of interest) only at a look whose minimum detectable
+	// effect is within it too, so that a "no change" is never said at a
+	// look that could not have seen the change it rules out. Rules recorded
+	// before it was a key settle on the interval alone.
+	Reach bool `json:"reach,omitempty"`
 }
 
 // Corrects is the rule's family correction.
@@ -122,7 +128,11 @@ func (r Rule) Futile(js []Judgement, n int, smallest float64) bool {
 		if j.Estimate.SettleChance(r.Max, level, 0) >= r.promising() {
 			return false
 		}
-		if j.Estimate.SettleChance(r.Max, level, smallest) < r.Futility {
+		within := smallest
+		if r.Reach && j.Estimate.DetectableAt(r.Max, level) > smallest {
+			within = 0 // even at Max the run could not see the change it would rule out
+		}
+		if j.Estimate.SettleChance(r.Max, level, within) < r.Futility {
 			hopeless = true
 		}
 	}
@@ -231,6 +241,9 @@ func (r Rule) String() string {
 	if r.Correction != "" {
 		s += " correction=" + string(r.Correction)
 	}
+	if r.Reach {
+		s += " reach=true"
+	}
 	return s
 }
 
@@ -266,6 +279,8 @@ func ParseRule(s string) (Rule, error) {
 			r.Promising, err = strconv.ParseFloat(v, 64)
 		case "correction":
 			r.Correction = Correction(v)
+		case "reach":
+			r.Reach, err = strconv.ParseBool(v)
 		case "levels":
 			for _, l := range strings.Split(v, ",") {
 				var x float64

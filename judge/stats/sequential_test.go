@@ -174,7 +174,7 @@ func (s sim) runFamily(rng *rand.Rand) ([]Judgement, []Pair, int) {
 		if n < s.rule.Min {
 			continue
 		}
-		js := JudgeFamily(LogWelch, s.rule.Corrects(), s.level(n), s.smallest, fam)
+		js := JudgeFamily(LogWelch, s.rule, s.level(n), s.smallest, fam)
 		if n >= s.rule.Max || Settled(js) || s.greedy && anySignificant(js) || !s.greedy && s.rule.Futile(js, n, s.smallest) {
 			return js, fam, n
 		}
@@ -485,6 +485,6 @@ func BenchmarkJudgeFamily(b *testing.B) {
 		}
 	}
 	for b.Loop() {
-		JudgeFamily(LogWelch, CorrectHolm, 0.05, 0.1, fam)
+		JudgeFamily(LogWelch, Fixed(0.05), 0.05, 0.1, fam)
 	}
 }
