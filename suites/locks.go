@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,6 +153,7 @@ func runLocks(r *round) error {
 	d := time.Duration(r.cfg.Params.Duration)
 	r.res.Notes["duration_per_cell"] = d.String()
 	for _, kind := range r.cfg.Workloads {
+		logSum, cells := 0.0, 0
 		for _, n := range r.cfg.Params.Contenders {
 			if err := r.ctx.Err(); err != nil {
 				return err
@@ -161,7 +163,19 @@ func runLocks(r *round) error {
 			if err != nil {
 				return fmt.Errorf("%s, %d contenders: %w", kind, n, err)
 			}
-			r.sample(kind, params, mAcqPerS, float64(total)/d.Seconds())
+			rate := float64(total) / d.Seconds()
+			r.sample(kind, params, mAcqPerS, rate)
+			if rate > 0 {
+				logSum += math.Log(rate)
+				cells++
+			}
+		}
+		// The curve as one figure: the geometric mean over its contender
+		// counts, which a change of the lock code moves wherever it moves
+		// the curve, with a fraction of one cell's spread (docs/suites.md,
+		// "locks").
+		if cells == len(r.cfg.Params.Contenders) && cells > 1 {
+			r.sample(kind, nil, mAcqCurve, math.Exp(logSum/float64(cells)))
 		}
 	}
 	return nil

@@ -237,6 +237,7 @@ var (
 	mLatMax      = metric{"latency_max", "ms", false}
 	mElapsed     = metric{"elapsed", "s", false}
 	mAcqPerS     = metric{"acquisitions_per_s", "locks/s", true}
+	mAcqCurve    = metric{"curve_acquisitions_per_s", "locks/s", true} // geometric mean over the contender counts
 	mSchedWakeup = metric{"sched_wakeup", "count", false}
 	mCtxt        = metric{"context_switches", "count", false}
 	mTTWU        = metric{"ttwu", "count", false}

@@ -224,7 +224,7 @@ func metricsOf(suite, workload string) []string {
 	case "readahead/bucket-read":
 		own = []string{"elapsed", "mib_per_s"}
 	case "locks/posix", "locks/flock":
-		own = []string{"acquisitions_per_s"}
+		own = []string{"acquisitions_per_s", "curve_acquisitions_per_s"}
 	case "fuse-waitq/bonnie":
 		own = []string{"ops_per_s", "latency_mean", "latency_max"}
 	}
