@@ -32,6 +32,7 @@ import (
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/reports/publish"
 	"github.com/patchbot/patchbot/store"
+	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
 )
 
@@ -192,7 +193,7 @@ func DefaultConfig() Config {
 		VM:       invm.DefaultVM(),
 		Trees:    images.DefaultTrees(),
 		// Runs 0: the sequential rule decides, from 3 to 10 a side.
-		Suites:          SuitesConfig{Profile: "quick"},
+		Suites:          SuitesConfig{Profile: suites.DefaultProfile},
 		Reply:           reports.ReplyOptions{From: "patchbot <patchbot@localhost>"},
 		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
 		Limits:          DefaultLimits(),

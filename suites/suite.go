@@ -31,8 +31,9 @@ type Suite struct {
 	// Verdict says which metrics the suite exists for and what size of
 	// change matters: how reports/ judges its results.
 	Verdict Verdict `yaml:"verdict"`
-	// Profiles override Params and Image; "quick" is for CI, "full" for
-	// real runs. Kept as YAML so that each override decodes over a copy of
+	// Profiles override Params and Image; "standard" is the pipeline's
+	// (DefaultProfile), "quick" for CI (QuickProfile), "full" the seed's
+	// shape. Kept as YAML so that each override decodes over a copy of
 	// the defaults with the same strictness as the file itself.
 	Profiles map[string]profileDef `yaml:"profiles"`
 }
@@ -364,8 +365,10 @@ func (s *Suite) validate() error {
 	if err := s.Verdict.validate(s.Name, s.Workloads); err != nil {
 		return err
 	}
-	if _, ok := s.Profiles["quick"]; !ok {
-		return fmt.Errorf("suite %q: no quick profile", s.Name)
+	for _, p := range []string{QuickProfile, DefaultProfile} {
+		if _, ok := s.Profiles[p]; !ok {
+			return fmt.Errorf("suite %q: no %s profile", s.Name, p)
+		}
 	}
 	for p := range s.Profiles {
 		if _, err := s.Resolve(p); err != nil {
@@ -385,11 +388,22 @@ func (s *Suite) ProfileNames() []string {
 	return out
 }
 
+// Every suite has these profiles.
+const (
+	// DefaultProfile is the pipeline's: sized so that a run reaches the
+	// suite's smallest effect (Verdict.SmallestEffect) within the rule's
+	// rounds, on guests with instruction-counted time.
+	DefaultProfile = "standard"
+	// QuickProfile is short, for CI and a first look: its reach is wider
+	// than the suite promises, and the reply says so.
+	QuickProfile = "quick"
+)
+
 // Resolve applies a profile's overrides to the suite's defaults. The empty
-// profile name means "quick".
+// profile name means DefaultProfile.
 func (s *Suite) Resolve(profile string) (*Config, error) {
 	if profile == "" {
-		profile = "quick"
+		profile = DefaultProfile
 	}
 	p, ok := s.Profiles[profile]
 	if !ok {

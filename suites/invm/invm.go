@@ -44,7 +44,7 @@ type Kernel struct {
 // goes. It is made once per test (the pipeline's, a bisection step's, a
 // command's) and handed whole from Job to Spec to Options.
 type Plan struct {
-	Profile string // default "quick"
+	Profile string // default suites.DefaultProfile
 	// Stop says when the rounds stop: suites.Fixed(n), or judge.Rounds's
 	// sequential rule; nil runs one round.
 	Stop suites.Stopping

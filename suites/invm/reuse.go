@@ -49,7 +49,7 @@ func BaseKey(suite, profile string, base *images.Build, vm VMConfig) string {
 		commit = base.Head
 	}
 	if profile == "" {
-		profile = "quick"
+		profile = suites.DefaultProfile
 	}
 	parts := []string{commit, base.ConfigHash, suite, profile, vm.Backend, vm.Boot, vm.Clock,
 		fmt.Sprintf("%dx%d", vm.CPUs, vm.MemMiB), host}
