@@ -35,7 +35,11 @@ type Config struct {
 // DefaultKCFLAGS keeps tail calls as calls: the suites attribute wake-ups
 // to their caller (squashfs_cache_put's tail call to wake_up must show its
 // caller frame), and base and patched kernels must use the same flags.
-const DefaultKCFLAGS = "-fno-optimize-sibling-calls"
+// -g1 sets the level of the debug information health.config asks for:
+// line tables and inlined calls, what decoding a trace to file:line
+// needs, without the types and variables of -g (docs/images.md measures
+// both).
+const DefaultKCFLAGS = "-fno-optimize-sibling-calls -g1"
 
 // DefaultConfig is the documented config of images/configs: a small kernel
 // that boots fast under QEMU TCG and has what the guest agent and the

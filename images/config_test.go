@@ -45,12 +45,15 @@ func TestDefaultConfig(t *testing.T) {
 	// The options the guest agent and the suites cannot do without.
 	for _, opt := range []string{"CONFIG_SMP=y", "CONFIG_NR_CPUS=64", "CONFIG_SERIAL_8250_CONSOLE=y",
 		"CONFIG_BLK_DEV_INITRD=y", "CONFIG_SQUASHFS_DECOMP_MULTI_PERCPU=y", "CONFIG_KPROBE_EVENTS=y",
-		"CONFIG_MODULES=y", "CONFIG_SCHEDSTATS=y", "CONFIG_FUSE_FS=y", "CONFIG_VIRTIO_CONSOLE=y"} {
+		"CONFIG_MODULES=y", "CONFIG_SCHEDSTATS=y", "CONFIG_FUSE_FS=y", "CONFIG_VIRTIO_CONSOLE=y",
+		// what a real kernel reports, and what decodes its traces
+		"CONFIG_BUG=y", "CONFIG_DEBUG_BUGVERBOSE=y", "CONFIG_SOFTLOCKUP_DETECTOR=y", "CONFIG_DETECT_HUNG_TASK=y",
+		"CONFIG_PANIC_ON_OOPS=y", "CONFIG_DEBUG_INFO_DWARF_TOOLCHAIN_DEFAULT=y"} {
 		if !strings.Contains(all.String(), opt+"\n") {
 			t.Errorf("default config lacks %s", opt)
 		}
 	}
-	if !reflect.DeepEqual(c.MakeVars, []string{"KCFLAGS=-fno-optimize-sibling-calls"}) {
+	if !reflect.DeepEqual(c.MakeVars, []string{"KCFLAGS=-fno-optimize-sibling-calls -g1"}) {
 		t.Errorf("MakeVars = %v", c.MakeVars)
 	}
 	d := DefaultConfig()
