@@ -14,7 +14,7 @@ func TestDecode(t *testing.T) {
 		check   func(t *testing.T, c Config)
 	}{
 		{name: "empty keeps defaults", yaml: "", check: func(t *testing.T, c Config) {
-			if c.VM.Backend != "qemu" || c.Suites.Profile != "quick" || c.SMTP.Enabled {
+			if c.VM.Backend != "qemu" || c.Suites.Profile != "standard" || c.SMTP.Enabled {
 				t.Errorf("defaults not kept: %+v", c)
 			}
 		}},

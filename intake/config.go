@@ -7,6 +7,7 @@ import (
 
 	"github.com/patchbot/patchbot/mailbox"
 	"github.com/patchbot/patchbot/mailbox/outbox"
+	"github.com/patchbot/patchbot/suites"
 )
 
 // Config is the front desk's part of patchbot.yaml (top-level keys: the
@@ -89,14 +90,14 @@ type LimitsConfig struct {
 }
 
 // DefaultConfig is the front desk's part of the embedded default: the
-// seed's paths, the quick profile with as many rounds as the evidence
+// seed's paths, the standard profile with as many rounds as the evidence
 // needs, a series' author and authenticated senders may ask, and the
 // default limits.
 func DefaultConfig() Config {
 	return Config{
 		Paths: []string{"fs/squashfs/", "fs/fuse/", "mm/readahead.c", "fs/locks.c"},
-		// Runs 0: the sequential rule decides, from 3 to 10 a side.
-		Suites:          SuitesConfig{Profile: "quick"},
+		// Runs 0: the sequential rule decides, from 3 to 6 a side.
+		Suites:          SuitesConfig{Profile: suites.DefaultProfile},
 		Commands:        CommandsConfig{AllowAuthor: true, PerSenderPerHour: 4, AnswerRefused: true},
 		Limits:          DefaultLimits(),
 		IncompleteAfter: 6 * time.Hour,

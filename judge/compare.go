@@ -79,6 +79,10 @@ type Row struct {
 	// Detectable is the minimum detectable effect of the row's last look,
 	// a fraction (stats.Detectable).
 	Detectable float64 `json:"detectable,omitempty"`
+	// ShortOfReach: the rule settles a metric as unchanged only where the
+	// run could have seen the smallest effect (stats.Rule.Reach), and this
+	// look could not: its Detectable is beyond it.
+	ShortOfReach bool `json:"short_of_reach,omitempty"`
 	// Judged is false when a side has fewer than stats.MinSamples runs.
 	Judged      bool `json:"judged"`
 	Significant bool `json:"significant"`
@@ -122,7 +126,7 @@ func (r Row) moved() bool {
 
 // Settled reports whether more runs are not needed for this row: it
 // changed significantly, or not by as much as matters.
-func (r Row) Settled() bool { return r.Judged && (r.Significant || r.Within) }
+func (r Row) Settled() bool { return r.Judged && (r.Significant || r.Within && !r.ShortOfReach) }
 
 // HasChange is false when the change cannot be expressed relative to the
 // base (a zero base mean) or a side has no samples.
@@ -524,12 +528,12 @@ func (c *Comparison) judgeFamily(f *family, t stats.Test) {
 	st := f.suite
 	level := st.j.Rule.Level(st.j.Runs)
 	st.j.Level = level
-	js := stats.JudgeFamily(t, level, st.j.SmallestEffect, f.pairs)
+	js := stats.JudgeFamily(t, st.j.Rule, level, st.j.SmallestEffect, f.pairs)
 	for i, j := range js {
 		r := &c.Rows[f.idx[i]]
 		r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
 		r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
-		r.Paired, r.Detectable = j.Estimate.Paired, stats.Detectable(js, i, level)
+		r.Paired, r.Detectable, r.ShortOfReach = j.Estimate.Paired, j.Detectable, !j.Reaches
 		if r.Significant {
 			r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
 			r.Called = r.Guard == ""

@@ -160,7 +160,7 @@ func TestCompareUsesTheRecordedRule(t *testing.T) {
 		b[0].Plan, p[0].Plan = plan, plan
 		return b, p
 	}
-	rule := stats.DefaultRule.String()
+	rule := stats.RuleBefore.String()
 	const old = "min=3 max=10 alpha=0.05 interim=0.001"
 	for _, tt := range []struct {
 		n     int
@@ -184,8 +184,8 @@ func TestCompareUsesTheRecordedRule(t *testing.T) {
 
 // Rounds stops the rounds once the primary metrics are settled.
 func TestRoundsSettle(t *testing.T) {
-	plan := Rounds{Rule: stats.DefaultRule}
-	if lo, hi := plan.Bounds(); lo != 3 || hi != 10 || plan.Plan() != stats.DefaultRule.String() {
+	plan := Rounds{Rule: stats.RuleBefore}
+	if lo, hi := plan.Bounds(); lo != 3 || hi != 10 || plan.Plan() != stats.RuleBefore.String() {
 		t.Fatalf("rounds %+v", plan)
 	}
 	settled := func(ms []metric) bool {

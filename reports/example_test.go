@@ -42,12 +42,12 @@ func Example() {
 	// Improvement: the patch improves read-storm throughput by 50.1% (95% interval 42.7% to 57.8%). Behind it: the patch cuts read-storm scheduler wake-ups per cache release from 9.7 to 1.1, by 88.7% (95% interval 87.7% to 89.5%).
 	// patchbot noticed a 50.1% improvement of cache-contention.read-storm.files_per_s
 	//
-	//      base   patched  change  95% interval       metric
+	//      base   patched  change  95% interval       reach  metric
 	// cache-contention / read-storm
-	//     199.9     299.9  +50.1% [+42.7%, +57.8%]   better files_per_s (files/s)
+	//     199.9     299.9  +50.1% [+42.7%, +57.8%]        - better files_per_s
 	// mechanism counters (they explain a change, never decide it):
 	// cache-contention / read-storm
-	//      9.70      1.10  -88.7% [-89.5%, -87.7%]   better wakeups_per_release
+	//      9.70      1.10  -88.7% [-89.5%, -87.7%]        - better wakeups_per_release
 	//
 	//          %stddev     %change         %stddev
 	//              \          |                \

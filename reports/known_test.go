@@ -48,7 +48,7 @@ func TestKnownAnswers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := judge.Replay(base, patched, stats.DefaultRule, judge.Options{})
+			c, err := judge.Replay(base, patched, stats.RuleBefore, judge.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,7 +23,7 @@ func TestPairingOnKnownAA(t *testing.T) {
 	if err != nil || len(dirs) < 10 {
 		t.Fatalf("want the recorded A/A runs, found %d (%v)", len(dirs), err)
 	}
-	rule := stats.Fixed(stats.DefaultRule.Final())
+	rule := stats.Fixed(stats.RuleBefore.Final())
 	calls := map[stats.Test]int{}
 	var ratios []float64
 	runs := 0

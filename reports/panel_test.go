@@ -88,7 +88,7 @@ func TestJudgePanel(t *testing.T) {
 	seed := judge.PanelPatch{Name: "seed", Suite: "cache-contention", Expect: judge.Improvement,
 		Metrics: map[string]string{"read-storm.files_per_s": "better"}}
 	b, p := load("seed-19")
-	v, err := judge.JudgePanel(seed, b, p, stats.DefaultRule, judge.Options{})
+	v, err := judge.JudgePanel(seed, b, p, stats.RuleBefore, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestJudgePanel(t *testing.T) {
 		t.Errorf("seed-19: right %v, wrong %v, %d runs, stop %q", v.Right, v.WrongDirection, v.Runs, v.Stop)
 	}
 	// Backwards, the seed is a regression: the wrong direction.
-	v, err = judge.JudgePanel(seed, p, b, stats.DefaultRule, judge.Options{})
+	v, err = judge.JudgePanel(seed, p, b, stats.RuleBefore, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestJudgePanel(t *testing.T) {
 	}
 	noop := judge.PanelPatch{Name: "noop", Suite: "cache-contention", Expect: judge.NoChange}
 	b, p = load("aa-19")
-	if v, err = judge.JudgePanel(noop, b, p, stats.DefaultRule, judge.Options{}); err != nil || !v.Right || v.Stop != "futile" {
+	if v, err = judge.JudgePanel(noop, b, p, stats.RuleBefore, judge.Options{}); err != nil || !v.Right || v.Stop != "futile" {
 		t.Errorf("aa-19 as a no-op: %+v, %v", v, err)
 	}
 	var out strings.Builder

@@ -259,7 +259,7 @@ func TestRenderLongFields(t *testing.T) {
 	run.Commands = []string{"patchbot run --mbox /var/lib/patchbot/runs/2026-11-29T10:20:00Z-squashfs-make-the-fragment-cache/series.mbox --suite cache-contention"}
 	run.Layout = LayoutNote([]byte("CONFIG_DEBUG_FORCE_FUNCTION_ALIGN_64B=y\n"))
 	// The sequential rule's runs line, the longest setup value.
-	run.Options.Rule = &stats.DefaultRule
+	run.Options.Rule = &stats.RuleBefore
 	for i := range run.Patched {
 		for j := range run.Patched[i].Samples {
 			run.Patched[i].Samples[j].Workload += "-with-a-very-long-workload-name-for-the-heading"

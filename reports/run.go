@@ -122,7 +122,11 @@ type Run struct {
 	CPUs       int    `json:"cpus"`
 	MemMiB     int    `json:"mem_mib"`
 	Accel      string `json:"accel"` // "kvm" or "tcg"
-	Runs       int    `json:"runs"`  // runs per kernel, interleaved
+	// Clock is the guests' time under TCG: "icount" (instruction-counted,
+	// vmrunner.ICountShift) or "host" (real time); empty in runs recorded
+	// before it was kept, which were real time.
+	Clock string `json:"clock,omitempty"`
+	Runs  int    `json:"runs"` // runs per kernel, interleaved
 	// Commands reproduce the run with patchbot, one shell line each.
 	Commands    []string       `json:"commands"`
 	NewWarnings []string       `json:"new_warnings,omitempty"`

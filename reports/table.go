@@ -84,7 +84,9 @@ func groupName(r judge.Row) string {
 
 // WritePrimary writes the primary metrics with how big each change is: the
 // two kernels' geometric means (means where a value is not positive), the
-// change with its 95% interval, and the judgement:
+// change with its 95% interval, the reach (the smallest change the run
+// could have detected, stats.DetectablePower; "-" for a change called),
+// and the judgement:
 //
 //	better, worse  a change, called
 //	same           the interval excludes a change of the smallest effect of interest
@@ -100,7 +102,7 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 	byRank(rows)
 	mech := c.MechanismRows()
 	byRank(mech)
-	tw.line("     base   patched  change  95%% interval       metric")
+	tw.line("     base   patched  change  95%% interval       reach  metric")
 	group := ""
 	for i, r := range append(rows, mech...) {
 		if i == len(rows) {
@@ -116,8 +118,12 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 		if r.Interval.Defined {
 			change, iv = intervalText(r.Interval)
 		}
+		reach := "-"
+		if r.Judged && !r.Called && r.Detectable > 0 {
+			reach = "±" + pct(r.Detectable)
+		}
 		prefix := pad(formatValue(b), 9, true) + " " + pad(formatValue(p), 9, true) + " " +
-			pad(change, 7, true) + " " + pad(iv, 18, false) + " " + pad(judgement(r), 6, false) + " "
+			pad(change, 7, true) + " " + pad(iv, 18, false) + " " + pad(reach, 6, true) + " " + pad(judgement(r), 6, false) + " "
 		name := metricName(r.Metric, r.Unit)
 		if utf8.RuneCountInString(prefix+name) > MaxColumns {
 			name = r.Metric
@@ -240,11 +246,11 @@ func (t *lineWriter) legend(c *judge.Comparison, noise float64) {
 		fams = append(fams, "the "+plural(derived, "derived counter"))
 	}
 	t.line("%s", wrap(fmt.Sprintf("%%change: patched vs base mean. Judged by %s, two-sided, "+
-		"Holm-Bonferroni within each family (%s) at %s. "+
+		"%s within each family (%s) at %s. "+
 		"\"%s\": not significant. \"%s\": significant, but below the noise floor or with the two kernels' runs "+
 		"overlapping, so not called a change. \"%s\": fewer than %d runs a side, not judged. "+
 		"±N%%: stddev, shown from %g%% of the mean.",
-		c.Test, strings.Join(fams, "; "), levelText(c),
+		c.Test, correctionText(c), strings.Join(fams, "; "), levelText(c),
 		markNotSignificant, markGuarded, markNotJudged, stats.MinSamples, noise*100), MaxColumns))
 }
 
@@ -268,6 +274,23 @@ func levelText(c *judge.Comparison) string {
 		return "alpha " + strconv.FormatFloat(c.Alpha, 'g', 3, 64)
 	}
 	return strings.Join(parts, "; ")
+}
+
+// correctionText names the family correction of the comparison's rules.
+func correctionText(c *judge.Comparison) string {
+	name := map[stats.Correction]string{stats.CorrectHolm: "Holm-Bonferroni", stats.CorrectHochberg: "Hochberg's step-up"}
+	seen := map[stats.Correction]bool{}
+	var out []string
+	for _, s := range c.Suites {
+		if k := s.Rule.Corrects(); !seen[k] {
+			seen[k] = true
+			out = append(out, name[k])
+		}
+	}
+	if len(out) == 0 {
+		return name[stats.CorrectHolm]
+	}
+	return strings.Join(out, " or ")
 }
 
 // plural is "1 judged metric" or "16 judged metrics".

@@ -214,7 +214,7 @@ func TestWritePrimary(t *testing.T) {
 
 func TestRunsLine(t *testing.T) {
 	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(100, 0.3), runs(100, 0.3)}})
-	b[0].Plan, p[0].Plan = stats.DefaultRule.String(), stats.DefaultRule.String()
+	b[0].Plan, p[0].Plan = stats.RuleBefore.String(), stats.RuleBefore.String()
 	b[0].Stop, p[0].Stop = suites.StopMax, suites.StopMax
 	c, err := judge.Compare(b, p, judge.Options{})
 	if err != nil {

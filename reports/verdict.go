@@ -15,25 +15,26 @@ import (
 // phrases turn metric names into words for the verdict sentence. A metric
 // not listed here reads as its name with spaces.
 var phrases = map[string]string{
-	"files_per_s":           "throughput",
-	"mib_per_s":             "throughput",
-	"ops_per_s":             "throughput",
-	"latency_mean":          "mean latency",
-	"latency_p50":           "median latency",
-	"latency_p99":           "99th percentile latency",
-	"latency_max":           "worst-case latency",
-	"elapsed":               "time",
-	"acquisitions_per_s":    "lock acquisitions per second",
-	"sched_wakeup":          "scheduler wake-ups",
-	"context_switches":      "context switches",
-	"ttwu":                  "try-to-wake-up calls",
-	"wakeups_per_release":   "scheduler wake-ups per cache release",
-	"cache_releases":        "cache releases",
-	"release_wake_calls":    "release wake calls",
-	"release_wakeups":       "release wake-ups",
-	"cache_puts":            "cache puts",
-	"cache_wakeups":         "cache wake-ups",
-	"cache_wakeups_per_put": "cache wake-ups per put",
+	"files_per_s":              "throughput",
+	"mib_per_s":                "throughput",
+	"ops_per_s":                "throughput",
+	"latency_mean":             "mean latency",
+	"latency_p50":              "median latency",
+	"latency_p99":              "99th percentile latency",
+	"latency_max":              "worst-case latency",
+	"elapsed":                  "time",
+	"acquisitions_per_s":       "lock acquisitions per second",
+	"curve_acquisitions_per_s": "lock acquisitions per second over the curve (geometric mean)",
+	"sched_wakeup":             "scheduler wake-ups",
+	"context_switches":         "context switches",
+	"ttwu":                     "try-to-wake-up calls",
+	"wakeups_per_release":      "scheduler wake-ups per cache release",
+	"cache_releases":           "cache releases",
+	"release_wake_calls":       "release wake calls",
+	"release_wakeups":          "release wake-ups",
+	"cache_puts":               "cache puts",
+	"cache_wakeups":            "cache wake-ups",
+	"cache_wakeups_per_put":    "cache wake-ups per put",
 }
 
 // describe names a row for a reader: "read-storm throughput", or for a
@@ -226,6 +227,12 @@ func Verdict(c *judge.Comparison) string {
 				called, judgedDerived(c), of)
 		}
 	}
+	// Where the run could not see what the suite promises, the first
+	// paragraph says so, next to the outcome: a "No change" with a wide
+	// reach is not a "fine".
+	if t := reachSentence(c, rest); t != "" {
+		s += " " + t
+	}
 	if o != judge.NoChange {
 		if t := mechanismSentence(c, false); t != "" {
 			s += " " + t
@@ -334,8 +341,8 @@ func detectableSentence(c *judge.Comparison, rest []judge.Row, all bool) string 
 	var parts []string
 	byRank(rest)
 	for _, r := range rest {
-		if r.Called || r.Detectable <= 0 || !all && r.Settled() {
-			continue
+		if r.Called || r.Detectable <= 0 || !all && r.Settled() || shortOfPromise(c, r) {
+			continue // the short ones are in the reach sentence
 		}
 		parts = append(parts, describe(r)+" "+pct(r.Detectable))
 	}
@@ -480,4 +487,52 @@ func joinAnd(parts []string) string {
 		return parts[0]
 	}
 	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}
+
+// shortOfPromise reports whether a primary metric that was not called a
+// change could not have been seen to change by its suite's smallest
+// effect (suites.Verdict.SmallestEffect): its minimum detectable effect
+// at the run's last look is wider.
+func shortOfPromise(c *judge.Comparison, r judge.Row) bool {
+	if !r.Primary || !r.Judged || r.Called || r.Detectable <= 0 {
+		return false
+	}
+	promise := judge.DefaultSmallestEffect
+	for _, s := range c.Suites {
+		if s.Suite == r.Suite && s.SmallestEffect > 0 {
+			promise = s.SmallestEffect
+		}
+	}
+	return r.Detectable > promise+1e-9
+}
+
+// reachSentence says, when some primary metric's reach is wider than its
+// suite promises, how wide: "The reach is short of cache-contention's
+// promise to see a change of 10%: this run could only have seen mixed p99
+// latency change from 14.2% (80% power)." "" when every metric reaches.
+func reachSentence(c *judge.Comparison, rest []judge.Row) string {
+	bySuite := map[string][]string{}
+	var order []string
+	byRank(rest)
+	for _, r := range rest {
+		if !shortOfPromise(c, r) {
+			continue
+		}
+		if _, ok := bySuite[r.Suite]; !ok {
+			order = append(order, r.Suite)
+		}
+		bySuite[r.Suite] = append(bySuite[r.Suite], describe(r)+" from "+pct(r.Detectable))
+	}
+	var parts []string
+	for _, suite := range order {
+		promise := judge.DefaultSmallestEffect
+		for _, s := range c.Suites {
+			if s.Suite == suite && s.SmallestEffect > 0 {
+				promise = s.SmallestEffect
+			}
+		}
+		parts = append(parts, fmt.Sprintf("The reach is short of %s's promise to see a change of %s: this run could only have seen %s (%g%% power), and a smaller change may have gone unseen.",
+			suite, pct(promise), joinAnd(bySuite[suite]), 100*stats.DetectablePower))
+	}
+	return strings.Join(parts, " ")
 }

@@ -140,7 +140,7 @@ func (p *Pipeline) Execute(ctx context.Context, req *intake.Request, runDir stri
 		}
 		failed = err
 		run.Base, run.Patched = m.Base, m.Patched
-		run.Accel, run.CPUs, run.MemMiB = m.Accel, m.CPUs, m.MemMiB
+		run.Accel, run.Clock, run.CPUs, run.MemMiB = m.Accel, m.Clock, m.CPUs, m.MemMiB
 	}
 
 	// The patch the change, or the kernel's trouble, comes from.

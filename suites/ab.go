@@ -37,6 +37,7 @@ type Side struct {
 	Kernel blame.Kernel
 	Guest  Guest
 	Accel  string // from the boot, for the Result
+	Clock  string // the guest's time, from the boot (vmrunner.Info.Clock)
 	// Params are extra request parameters, e.g. ParamImage = "/dev/vda".
 	Params map[string]string
 	// Done are the side's rounds measured before, when the run goes on
@@ -262,9 +263,33 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 		fmt.Fprintf(progress, "%s prepared %s in %s\n",
 			cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
 	}
+	together := counted(sides)
+	if together {
+		fmt.Fprintf(progress, "%s: the guests keep instruction-counted time, so their rounds run at once and the host's load does not repeat them\n", cfg.Suite)
+	}
 	for n < hi {
 		n++
+		if together {
+			res, recs, err := roundTogether(ctx, cfg, sides, n, read)
+			for i, rec := range recs {
+				if rec == nil {
+					continue
+				}
+				fmt.Fprintf(progress, "%s round %d/%s %-8s %6.1fs  (%s elapsed)\n",
+					cfg.Suite, n, of, sides[i].Label, rec.Seconds, time.Since(start).Round(time.Second))
+				records[i] = append(records[i], *rec)
+				if res[i] != nil {
+					fresh[i] = merge(fresh[i], res[i])
+				}
+			}
+			if err != nil {
+				return fresh, err
+			}
+		}
 		for i, s := range sides {
+			if together {
+				break
+			}
 			if s.Guest == nil {
 				continue
 			}
@@ -428,9 +453,78 @@ func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error)
 	return out, errors.Join(errs...)
 }
 
+// counted reports whether every side that runs keeps instruction-counted
+// time (vmrunner.ClockICount): their figures count the guest's
+// instructions, which the host's load cannot move, so their rounds may
+// run at once, each guest on its own host thread.
+func counted(sides []Side) bool {
+	n := 0
+	for _, s := range sides {
+		if s.Guest == nil {
+			continue
+		}
+		if s.Clock != "icount" {
+			return false
+		}
+		n++
+	}
+	return n > 0
+}
+
+// roundTogether runs round n on every side with a guest at once, and
+// records each side's round (the host read before and after, never
+// repeated). The first side to fail stops the others; its error is the
+// one returned.
+func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read func() *HostLoad) ([]*Result, []*Round, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := make([]*Result, len(sides))
+	recs := make([]*Round, len(sides))
+	before := read()
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for i, s := range sides {
+		if s.Guest == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rec := &Round{N: n, Started: time.Now().UTC(), Before: before}
+			r, err := runOne(ctx, cfg, s, n)
+			rec.Seconds = time.Since(rec.Started).Seconds()
+			mu.Lock()
+			defer mu.Unlock()
+			recs[i] = rec
+			if err != nil {
+				if first == nil {
+					first = err
+					cancel()
+				}
+				return
+			}
+			res[i] = r
+		}()
+	}
+	wg.Wait()
+	after := read()
+	for _, r := range recs {
+		if r != nil {
+			r.After = after
+		}
+	}
+	return res, recs, first
+}
+
 // runOne runs round n of cfg on one side.
 func runOne(ctx context.Context, cfg *Config, s Side, n int) (*Result, error) {
 	params := map[string]string{ParamKernel: s.Label, ParamAccel: s.Accel}
+	if s.Clock != "" {
+		params[ParamClock] = s.Clock
+	}
 	for k, v := range s.Params {
 		params[k] = v
 	}
@@ -647,7 +741,7 @@ func plural(n int, noun string) string {
 // run's start); later's note says where its rounds began.
 func Continue(earlier, later *Result) (*Result, error) {
 	if earlier.Suite != later.Suite || earlier.Profile != later.Profile || earlier.Kernel != later.Kernel ||
-		earlier.KernelRelease != later.KernelRelease || earlier.Accel != later.Accel ||
+		earlier.KernelRelease != later.KernelRelease || earlier.Accel != later.Accel || earlier.Clock != later.Clock ||
 		earlier.CPUs != later.CPUs || earlier.MemMiB != later.MemMiB {
 		return nil, fmt.Errorf("continuing %s with %s: not the same run", runShape(earlier), runShape(later))
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -393,5 +394,88 @@ func TestRunABGoesOnFromDone(t *testing.T) {
 	}
 	if first[0].Plan != "" || first[0].Stop != StopFixed {
 		t.Error("going on changed the results it went on from")
+	}
+}
+
+// togetherGuest answers a round only once every side's guest is in the
+// same round: sides run one at a time would never meet.
+type togetherGuest struct {
+	meet *meeting
+	fail int // round to fail at
+}
+
+type meeting struct {
+	mu    sync.Mutex
+	in    map[int]int // round → sides arrived
+	sides int
+}
+
+func (g togetherGuest) Do(ctx context.Context, req proto.Request, _ func(proto.Event)) (json.RawMessage, error) {
+	if req.Op == proto.OpPrepare {
+		return json.Marshal(Prepared{})
+	}
+	if req.Params[ParamClock] != "icount" {
+		return nil, errors.New("the round's request does not say the clock")
+	}
+	if req.Round == g.fail {
+		return nil, errors.New("kernel BUG in the patched guest")
+	}
+	m := g.meet
+	m.mu.Lock()
+	m.in[req.Round]++
+	deadline := time.Now().Add(5 * time.Second)
+	for m.in[req.Round] < m.sides && time.Now().Before(deadline) && ctx.Err() == nil {
+		m.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		m.mu.Lock()
+	}
+	met := m.in[req.Round] >= m.sides
+	m.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !met {
+		return nil, fmt.Errorf("round %d: the other side never came", req.Round)
+	}
+	return json.Marshal(&Result{Suite: req.Suite, Kernel: req.Params[ParamKernel], Accel: req.Params[ParamAccel], Clock: req.Params[ParamClock],
+		Samples: []Sample{{Workload: "w", Metric: "m", Round: req.Round, Value: float64(req.Round)}}})
+}
+
+// Guests with instruction-counted time run each round at once, and a busy
+// host repeats nothing: their figures count instructions, not the host's
+// seconds. The first side to fail ends the round with its error.
+func TestRunABCountedRoundsRunTogether(t *testing.T) {
+	s, _ := Lookup("cache-contention")
+	cfg, _ := s.Resolve("quick")
+	busy := func() (HostLoad, error) { return HostLoad{Load1: 3, Busy: 0.95, Window: 0.25}, nil }
+	sides := func(fail int) []Side {
+		m := &meeting{in: map[int]int{}, sides: 2}
+		return []Side{
+			{Label: "base", Kernel: blame.Base, Guest: togetherGuest{m, 0}, Accel: "tcg", Clock: "icount"},
+			{Label: "patched", Kernel: blame.Patched, Guest: togetherGuest{m, fail}, Accel: "tcg", Clock: "icount"},
+		}
+	}
+	var progress strings.Builder
+	res, err := RunAB(context.Background(), cfg, sides(0), Fixed(3), Quiet{Host: busy, Repeats: 2}, &progress)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	for _, r := range res {
+		if len(r.Rounds) != 3 || len(r.Samples) != 3 || r.Noisy || r.Clock != "icount" {
+			t.Errorf("%s: %d rounds, %d samples, noisy %v, clock %q; want 3, 3, false, icount", r.Kernel, len(r.Rounds), len(r.Samples), r.Noisy, r.Clock)
+		}
+		for _, rd := range r.Rounds {
+			if rd.Busy || rd.Repeated || rd.Before == nil || rd.After == nil {
+				t.Errorf("%s round %d: busy %v, repeated %v, readings %v %v", r.Kernel, rd.N, rd.Busy, rd.Repeated, rd.Before, rd.After)
+			}
+		}
+	}
+	if !strings.Contains(progress.String(), "instruction-counted time") {
+		t.Errorf("progress does not say why the rounds run at once:\n%s", progress.String())
+	}
+	_, err = RunAB(context.Background(), cfg, sides(2), Fixed(3), Quiet{}, io.Discard)
+	var ke *blame.KernelError
+	if err == nil || !strings.Contains(err.Error(), "kernel BUG") || !errors.As(err, &ke) || ke.Kernel != blame.Patched {
+		t.Errorf("a patched guest failing in round 2: %v, want its error, on the patched kernel", err)
 	}
 }

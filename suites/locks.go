@@ -4,9 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -68,6 +70,9 @@ func lockContender() error {
 	if lock == nil {
 		return fmt.Errorf("unknown lock kind %q", kind)
 	}
+	if err := pin(idx); err != nil {
+		return err
+	}
 	if _, err := os.Stdout.Write([]byte{1}); err != nil {
 		return err
 	}
@@ -91,6 +96,36 @@ func lockContender() error {
 		return err
 	}
 	return counts.Close()
+}
+
+// pin keeps contender idx on CPU idx mod the CPUs it may run on, so that
+// both kernels measure the same placement. Left to the scheduler, where
+// two contenders happened to run moved a cell by up to 3x from one window
+// to the next under instruction-counted time (13 to 40 thousand posix
+// acquisitions a second, one kernel, one boot): the scheduler's luck, not
+// the lock code's.
+func pin(idx int) error {
+	// The affinity is a thread's: the locking loop stays on this one.
+	runtime.LockOSThread()
+	var all unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &all); err != nil {
+		return fmt.Errorf("reading the CPUs a contender may use: %w", err)
+	}
+	var cpus []int
+	for c := 0; c < len(all)*64 && len(cpus) < all.Count(); c++ {
+		if all.IsSet(c) {
+			cpus = append(cpus, c)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil
+	}
+	var one unix.CPUSet
+	one.Set(cpus[idx%len(cpus)])
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return fmt.Errorf("pinning contender %d: %w", idx, err)
+	}
+	return nil
 }
 
 func lockOps(kind string, fd int) (lock, unlock func() error) {
@@ -118,6 +153,7 @@ func runLocks(r *round) error {
 	d := time.Duration(r.cfg.Params.Duration)
 	r.res.Notes["duration_per_cell"] = d.String()
 	for _, kind := range r.cfg.Workloads {
+		logSum, cells := 0.0, 0
 		for _, n := range r.cfg.Params.Contenders {
 			if err := r.ctx.Err(); err != nil {
 				return err
@@ -127,7 +163,19 @@ func runLocks(r *round) error {
 			if err != nil {
 				return fmt.Errorf("%s, %d contenders: %w", kind, n, err)
 			}
-			r.sample(kind, params, mAcqPerS, float64(total)/d.Seconds())
+			rate := float64(total) / d.Seconds()
+			r.sample(kind, params, mAcqPerS, rate)
+			if rate > 0 {
+				logSum += math.Log(rate)
+				cells++
+			}
+		}
+		// The curve as one figure: the geometric mean over its contender
+		// counts, which a change of the lock code moves wherever it moves
+		// the curve, with a fraction of one cell's spread (docs/suites.md,
+		// "locks").
+		if cells == len(r.cfg.Params.Contenders) && cells > 1 {
+			r.sample(kind, nil, mAcqCurve, math.Exp(logSum/float64(cells)))
 		}
 	}
 	return nil

@@ -18,6 +18,10 @@ type Sample struct {
 	HigherIsBetter bool              `json:"higher_is_better"`
 	Round          int               `json:"round"`
 	Value          float64           `json:"value"`
+	// Windows are the values of the round's windows, in the order they
+	// ran, when it ran its workloads more than once (Params.Windows):
+	// Value is their mean.
+	Windows []float64 `json:"windows,omitempty"`
 }
 
 // Missing records a counter the kernel could not provide: it is reported as
@@ -31,17 +35,21 @@ type Missing struct {
 
 // Result is everything one suite run on one kernel produced.
 type Result struct {
-	Suite         string    `json:"suite"`
-	Profile       string    `json:"profile"`
-	Kernel        string    `json:"kernel"`         // label: "base", "patched", or a path
-	KernelRelease string    `json:"kernel_release"` // uname -r in the guest (or host with --local)
-	Accel         string    `json:"accel"`          // "kvm", "tcg", or "host"
-	CPUs          int       `json:"cpus"`
-	MemMiB        int       `json:"mem_mib"`
-	Started       time.Time `json:"started"`
-	Finished      time.Time `json:"finished"`
-	Samples       []Sample  `json:"samples"`
-	Missing       []Missing `json:"missing,omitempty"`
+	Suite         string `json:"suite"`
+	Profile       string `json:"profile"`
+	Kernel        string `json:"kernel"`         // label: "base", "patched", or a path
+	KernelRelease string `json:"kernel_release"` // uname -r in the guest (or host with --local)
+	Accel         string `json:"accel"`          // "kvm", "tcg", or "host"
+	// Clock is the guest's time: "host" (real time) or "icount"
+	// (instruction-counted, vmrunner.ICountShift); empty in results
+	// recorded before it was kept, which were real time.
+	Clock    string    `json:"clock,omitempty"`
+	CPUs     int       `json:"cpus"`
+	MemMiB   int       `json:"mem_mib"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Samples  []Sample  `json:"samples"`
+	Missing  []Missing `json:"missing,omitempty"`
 	// Notes carries facts a reader of the report needs, e.g. which probe
 	// counted releases.
 	Notes map[string]string `json:"notes,omitempty"`

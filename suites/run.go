@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,9 +21,11 @@ const (
 	// ParamImage is the squashfs image of the suite: a file, or a block
 	// device such as /dev/vda in the guest. Needed by suites with an image.
 	ParamImage = "image"
-	// ParamKernel and ParamAccel label the Result (e.g. "base", "tcg").
+	// ParamKernel, ParamAccel and ParamClock label the Result (e.g.
+	// "base", "tcg", "icount").
 	ParamKernel = "kernel"
 	ParamAccel  = "accel"
+	ParamClock  = "clock"
 )
 
 // RunRound runs one round of the suite workload that req names on the
@@ -42,16 +45,17 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	if clock != "" {
 		r.res.Notes["clocksource"] = clock
 	}
-	var run func(*round) error
+	var run func(*round, *mountedImage) error
+	image := false
 	switch cfg.Suite {
 	case "cache-contention":
-		run = withImage(runCacheContention)
+		run, image = runCacheContention, true
 	case "readahead":
-		run = withImage(runReadahead)
+		run, image = runReadahead, true
 	case "locks":
-		run = runLocks
+		run = func(r *round, _ *mountedImage) error { return runLocks(r) }
 	case "fuse-waitq":
-		run = runFuseWaitq
+		run = func(r *round, _ *mountedImage) error { return runFuseWaitq(r) }
 	default:
 		return nil, fmt.Errorf("suite %q has no runner", cfg.Suite)
 	}
@@ -59,7 +63,21 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("suite %s round %d: counting the changed functions' calls: %w", cfg.Suite, req.Round, err)
 	}
-	if err := run(r); err != nil {
+	windows := func(r *round, img *mountedImage) error {
+		for w := 0; w < max(1, cfg.Params.Windows); w++ {
+			if err := run(r, img); err != nil {
+				return err
+			}
+		}
+		r.res.Samples = foldWindows(r.res.Samples)
+		return nil
+	}
+	if image {
+		err = withImage(windows)(r)
+	} else {
+		err = windows(r, nil)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("suite %s round %d: %w", cfg.Suite, req.Round, err)
 	}
 	if calls != nil {
@@ -69,6 +87,59 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	}
 	r.res.Finished = time.Now().UTC()
 	return r.res, nil
+}
+
+// foldWindows makes the samples of a round that ran its workloads more
+// than once one sample per metric and cell: the mean of its windows, which
+// it keeps in Windows, in the order of the first window.
+func foldWindows(samples []Sample) []Sample {
+	type cell struct{ workload, params, metric string }
+	keyOf := func(s Sample) cell {
+		return cell{s.Workload, paramsKey(s.Params), s.Metric}
+	}
+	idx := map[cell]int{}
+	var out []Sample
+	for _, s := range samples {
+		k := keyOf(s)
+		i, ok := idx[k]
+		if !ok {
+			idx[k] = len(out)
+			out = append(out, s)
+			out[len(out)-1].Windows = []float64{s.Value}
+			continue
+		}
+		out[i].Windows = append(out[i].Windows, s.Value)
+	}
+	for i := range out {
+		w := out[i].Windows
+		if len(w) < 2 {
+			out[i].Windows = nil
+			continue
+		}
+		sum := 0.0
+		for _, v := range w {
+			sum += v
+		}
+		out[i].Value = sum / float64(len(w))
+	}
+	return out
+}
+
+// paramsKey writes a cell's parameters in a fixed order.
+func paramsKey(p map[string]string) string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(p[k])
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // Prepared is what Prepare did, for the host's record of a run's phases.
@@ -137,7 +208,7 @@ func newResult(cfg *Config, req proto.Request) *Result {
 	}
 	return &Result{
 		Suite: cfg.Suite, Profile: cfg.Profile, Kernel: kernel,
-		KernelRelease: kernelRelease(), Accel: accel,
+		KernelRelease: kernelRelease(), Accel: accel, Clock: req.Params[ParamClock],
 		CPUs: runtime.NumCPU(), MemMiB: memMiB(),
 		Started: time.Now().UTC(), Notes: map[string]string{},
 	}
@@ -178,6 +249,7 @@ var (
 	mLatMax      = metric{"latency_max", "ms", false}
 	mElapsed     = metric{"elapsed", "s", false}
 	mAcqPerS     = metric{"acquisitions_per_s", "locks/s", true}
+	mAcqCurve    = metric{"curve_acquisitions_per_s", "locks/s", true} // geometric mean over the contender counts
 	mSchedWakeup = metric{"sched_wakeup", "count", false}
 	mCtxt        = metric{"context_switches", "count", false}
 	mTTWU        = metric{"ttwu", "count", false}

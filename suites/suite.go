@@ -31,8 +31,9 @@ type Suite struct {
 	// Verdict says which metrics the suite exists for and what size of
 	// change matters: how reports/ judges its results.
 	Verdict Verdict `yaml:"verdict"`
-	// Profiles override Params and Image; "quick" is for CI, "full" for
-	// real runs. Kept as YAML so that each override decodes over a copy of
+	// Profiles override Params and Image; "standard" is the pipeline's
+	// (DefaultProfile), "quick" for CI (QuickProfile), "full" the seed's
+	// shape. Kept as YAML so that each override decodes over a copy of
 	// the defaults with the same strictness as the file itself.
 	Profiles map[string]profileDef `yaml:"profiles"`
 }
@@ -46,6 +47,12 @@ type profileDef struct {
 // Params are the workload knobs of every suite; each suite uses the ones
 // its workloads name and Validate checks those.
 type Params struct {
+	// Windows is how many times a round runs its workloads (every suite):
+	// each metric's value in a round is the mean of its windows, which a
+	// sample keeps (Sample.Windows) so that the spread within a round can
+	// be told from the spread between rounds (patchbot suite variance).
+	// 0 is 1.
+	Windows int `yaml:"windows"`
 	Threads int `yaml:"threads"` // cache-contention: OS threads per workload
 	Ops     int `yaml:"ops"`     // cache-contention mixed: operations per thread
 	// Readers are the parallel reader counts of the readahead table.
@@ -218,7 +225,7 @@ func metricsOf(suite, workload string) []string {
 	case "readahead/bucket-read":
 		own = []string{"elapsed", "mib_per_s"}
 	case "locks/posix", "locks/flock":
-		own = []string{"acquisitions_per_s"}
+		own = []string{"acquisitions_per_s", "curve_acquisitions_per_s"}
 	case "fuse-waitq/bonnie":
 		own = []string{"ops_per_s", "latency_mean", "latency_max"}
 	}
@@ -358,8 +365,10 @@ func (s *Suite) validate() error {
 	if err := s.Verdict.validate(s.Name, s.Workloads); err != nil {
 		return err
 	}
-	if _, ok := s.Profiles["quick"]; !ok {
-		return fmt.Errorf("suite %q: no quick profile", s.Name)
+	for _, p := range []string{QuickProfile, DefaultProfile} {
+		if _, ok := s.Profiles[p]; !ok {
+			return fmt.Errorf("suite %q: no %s profile", s.Name, p)
+		}
 	}
 	for p := range s.Profiles {
 		if _, err := s.Resolve(p); err != nil {
@@ -379,11 +388,22 @@ func (s *Suite) ProfileNames() []string {
 	return out
 }
 
+// Every suite has these profiles.
+const (
+	// DefaultProfile is the pipeline's: sized so that a run reaches the
+	// suite's smallest effect (Verdict.SmallestEffect) within the rule's
+	// rounds, on guests with instruction-counted time.
+	DefaultProfile = "standard"
+	// QuickProfile is short, for CI and a first look: its reach is wider
+	// than the suite promises, and the reply says so.
+	QuickProfile = "quick"
+)
+
 // Resolve applies a profile's overrides to the suite's defaults. The empty
-// profile name means "quick".
+// profile name means DefaultProfile.
 func (s *Suite) Resolve(profile string) (*Config, error) {
 	if profile == "" {
-		profile = "quick"
+		profile = DefaultProfile
 	}
 	p, ok := s.Profiles[profile]
 	if !ok {

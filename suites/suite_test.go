@@ -41,6 +41,7 @@ verdict:
   noise_floor: 0.05
 profiles:
   quick: {params: {contenders: [3]}}
+  standard: {params: {windows: 2}}
 `
 	tests := []struct {
 		name, yaml, want string
@@ -54,6 +55,7 @@ profiles:
 		{"unknown suite", strings.Replace(base, "name: locks", "name: bogus", 1), "no such suite"},
 		{"unknown workload", strings.Replace(base, "[posix]", "[ofd]", 1), "unknown workload"},
 		{"no quick", strings.Replace(base, "quick:", "slow:", 1), "no quick profile"},
+		{"no standard", strings.Replace(base, "standard:", "slow:", 1), "no standard profile"},
 		{"bad value", strings.Replace(base, "contenders: [3]", "contenders: [0]", 1), "want at least 1"},
 		{"no primary metric", strings.Replace(base, "primary: [{workload: posix, metric: acquisitions_per_s}]", "primary: []", 1), "no primary metrics"},
 		{"primary of a workload not run", strings.Replace(base, "{workload: posix,", "{workload: flock,", 1), "which the suite does not run"},
@@ -87,12 +89,16 @@ func TestProfileOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quick, err := s.Resolve("")
+	standard, err := s.Resolve("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if quick.Profile != "quick" {
-		t.Errorf("empty profile resolved to %q, want quick", quick.Profile)
+	if standard.Profile != DefaultProfile {
+		t.Errorf("empty profile resolved to %q, want %s", standard.Profile, DefaultProfile)
+	}
+	quick, err := s.Resolve("quick")
+	if err != nil {
+		t.Fatal(err)
 	}
 	if quick.Params.Ops >= full.Params.Ops || len(quick.Image.Files()) >= len(full.Image.Files()) {
 		t.Errorf("quick (ops %d, %d files) is not smaller than full (ops %d, %d files)",

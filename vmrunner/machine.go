@@ -66,6 +66,7 @@ func handOver(mu *sync.Mutex, c *io.ReadWriteCloser, none string) (io.ReadWriteC
 // launch describes a started VM.
 type launch struct {
 	accel string
+	clock string // ClockHost or ClockICount
 	boot  string // BootPVH or BootLegacy
 	repro string // what reproduces it by hand
 	// probe, when non-zero, is how long the kernel has to show a sign of
@@ -145,11 +146,14 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 func (m *machine) boot(ctx context.Context) (Info, error) {
 	start := time.Now()
 	l, err := m.hv.start(ctx)
-	info := Info{Backend: m.backend, Accel: l.accel, Repro: l.repro, Boot: l.boot}
+	info := Info{Backend: m.backend, Accel: l.accel, Clock: l.clock, Repro: l.repro, Boot: l.boot}
+	if info.Clock == "" {
+		info.Clock = ClockHost
+	}
 	if err != nil {
 		return info, err
 	}
-	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "boot", l.boot, "repro", l.repro)
+	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "clock", info.Clock, "boot", l.boot, "repro", l.repro)
 
 	ctx, cancel := context.WithTimeoutCause(ctx, m.spec.BootTimeout, errDeadline)
 	defer cancel()

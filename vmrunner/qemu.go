@@ -45,6 +45,15 @@ func pvhCmdline(tcgHere bool, hz int) string {
 	return strings.TrimSpace("reboot=t " + TCGClockCmdline(hz))
 }
 
+// pvhClockCmdline is pvhCmdline for a guest with the given accelerator and
+// clock: under -icount its TSC's rate is exact (icountClockCmdline).
+func pvhClockCmdline(accel, clock string, hz int) string {
+	if accel == "tcg" && clock == ClockICount {
+		return "reboot=t " + icountClockCmdline(hz)
+	}
+	return pvhCmdline(accel != "kvm", hz)
+}
+
 // maxConsole bounds the console log: a guest printing without end must
 // not fill the disk or patchbot's memory.
 const maxConsole = 16 << 20
@@ -131,6 +140,31 @@ func newQEMUPool(cfg Config) (Pool, error) {
 	default:
 		return nil, fmt.Errorf("qemu: unknown accelerator %q (want kvm or tcg)", cfg.Accel)
 	}
+	if err := checkClock(cfg.Clock); err != nil {
+		return nil, err
+	}
+	mode := cfg.Accel
+	if cfg.Clock == ClockICount {
+		if cfg.Accel == "kvm" {
+			return nil, errors.New("qemu: instruction-counted time (clock icount) needs TCG, not KVM")
+		}
+		mode = "tcg" // icount is TCG's
+	}
+	// Whether this QEMU brings up an SMP guest under -icount; a single
+	// vCPU runs under any.
+	smpICount := false
+	if cfg.Clock != ClockHost {
+		v, err := qemuVersion(path)
+		smpICount = err == nil && atLeast(v, ICountSMPSince)
+		if !smpICount && cfg.Clock == ClockAuto {
+			why := fmt.Sprintf("it is %d.%d", v[0], v[1])
+			if err != nil {
+				why = err.Error()
+			}
+			cfg.Log.Warn("this QEMU runs only single-vCPU guests under instruction-counted time; SMP guests keep TCG's real time",
+				"qemu", path, "why", why, "want", fmt.Sprintf("%d.%d or later", ICountSMPSince[0], ICountSMPSince[1]))
+		}
+	}
 	if err := checkBoot(cfg.Boot); err != nil {
 		return nil, err
 	}
@@ -138,7 +172,7 @@ func newQEMUPool(cfg Config) (Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	acc := &accelState{mode: cfg.Accel, dir: cfg.RunDir, log: cfg.Log.Warn}
+	acc := &accelState{mode: mode, dir: cfg.RunDir, log: cfg.Log.Warn}
 	if err := privateDir(acc.dir); err != nil {
 		cfg.Log.Warn("no private directory for host facts; the KVM probe will run in each process", "dir", acc.dir, "err", err)
 		acc.dir = ""
@@ -148,7 +182,13 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz}, nil
+		icount := cfg.Clock != ClockHost && (smpICount || s.CPUs <= 1)
+		if cfg.Clock == ClockICount && !icount {
+			return nil, &InfraError{Op: "instruction-counted time", Err: fmt.Errorf(
+				"this QEMU cannot run a %d-vCPU guest under -icount (%d.%d or later can; scripts/install-deps.sh installs it)",
+				s.CPUs, ICountSMPSince[0], ICountSMPSince[1])}
+		}
+		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz, icount: icount}, nil
 	}), nil
 }
 
@@ -167,6 +207,9 @@ type qemuVM struct {
 	boot   string // BootPVH or BootLegacy
 	kernel string // the file booted: the PVH ELF or the bzImage
 	hz     int    // the PVH kernel's CONFIG_HZ, 0 if unknown (kernelHZ)
+	// icount: under TCG, the guest keeps instruction-counted time
+	// (ClockICount); under KVM it keeps real time whatever this says.
+	icount bool
 	dir    string
 	acc    *accelState
 	jail   *jail
@@ -189,8 +232,17 @@ type qemuFiles struct {
 	agent          string   // -chardev value of the agent's channel
 }
 
+// clockOf is the guest's clock under accel.
+func (q *qemuVM) clockOf(accel string) string {
+	if accel == "tcg" && q.icount {
+		return ClockICount
+	}
+	return ClockHost
+}
+
 // args is the QEMU command line for this VM.
 func (q *qemuVM) args(accel string, f qemuFiles) []string {
+	clock := q.clockOf(accel)
 	cmdline := baseCmdline
 	machine := "pc"
 	serialDev, blkDev := "virtio-serial-pci", "virtio-blk-pci"
@@ -207,7 +259,13 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		// for the wall clock.
 		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
-		cmdline += " " + pvhCmdline(accel != "kvm", q.hz)
+		cmdline += " " + pvhClockCmdline(accel, clock, q.hz)
+	} else if clock == ClockICount {
+		// The vCPUs' TSCs count the same virtual clock, but the boot's
+		// sync check needs them running at once, which turn-taking vCPUs
+		// never are: it marks the TSC unstable and the guest reads the
+		// HPET, a trip into QEMU at every clock read.
+		cmdline += " tsc=reliable"
 	}
 	a := append([]string{}, f.pre...)
 	a = append(a,
@@ -232,9 +290,14 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		// resource-control system calls.
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 	)
-	if accel == "kvm" {
+	switch {
+	case accel == "kvm":
 		a = append(a, "-accel", "kvm", "-cpu", "host")
-	} else {
+	case clock == ClockICount:
+		// icount needs single-threaded TCG: the vCPUs take turns.
+		a = append(a, "-accel", fmt.Sprintf("tcg,thread=single,tb-size=%d", tbSizeMiB), "-cpu", "max")
+		a = append(a, icountArgs()...)
+	default:
 		a = append(a, "-accel", fmt.Sprintf("tcg,thread=multi,tb-size=%d", tbSizeMiB), "-cpu", "max")
 	}
 	if f.initrd != "" {
@@ -327,7 +390,7 @@ func (q *qemuVM) handout() (files []*os.File, names qemuFiles, host net.Conn, er
 
 func (q *qemuVM) start(ctx context.Context) (launch, error) {
 	accel, probe := q.acc.pick()
-	l := launch{accel: accel, probe: probe, boot: q.boot, repro: shellQuote(append([]string{q.bin}, q.reproArgs(accel)...))}
+	l := launch{accel: accel, clock: q.clockOf(accel), probe: probe, boot: q.boot, repro: shellQuote(append([]string{q.bin}, q.reproArgs(accel)...))}
 	// A stale console from an earlier attempt would be read as this boot's.
 	con, err := os.OpenFile(q.spec.ConsoleLog, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {

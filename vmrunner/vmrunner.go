@@ -150,8 +150,11 @@ type Instance interface {
 
 // Info describes a booted instance.
 type Info struct {
-	Backend       string        `json:"backend"`
-	Accel         string        `json:"accel"` // "kvm" or "tcg"
+	Backend string `json:"backend"`
+	Accel   string `json:"accel"` // "kvm" or "tcg"
+	// Clock is the guest's time: ClockHost (real time) or ClockICount
+	// (instruction-counted, ICountShift).
+	Clock         string        `json:"clock,omitempty"`
 	KernelRelease string        `json:"kernel_release"`
 	Repro         string        `json:"repro"` // QEMU command line or domain XML
 	Boot          string        `json:"boot"`  // BootPVH or BootLegacy: the path taken
@@ -171,6 +174,10 @@ type Config struct {
 	Accel string
 	// QEMU is the qemu-system-x86_64 binary; default from $PATH.
 	QEMU string
+	// Clock is how a TCG guest keeps time: ClockAuto (the default),
+	// ClockHost or ClockICount (the qemu backend; see clock.go). libvirt's
+	// guests keep TCG's real time.
+	Clock string
 	// Boot picks the boot path: BootAuto ("", the default) takes BootPVH
 	// when the kernel has a PVH ELF (see Spec.Vmlinux) and BootLegacy
 	// otherwise; BootPVH insists on it; BootLegacy is the old path, kept

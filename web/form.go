@@ -107,7 +107,7 @@ func (s *server) formView() *FormView {
 func knownSuites() (names, profiles []string) {
 	names, profiles = suites.Names()
 	if names == nil {
-		return nil, []string{"quick", "full"}
+		return nil, []string{suites.DefaultProfile, suites.QuickProfile, "full"}
 	}
 	sort.Strings(profiles)
 	return names, profiles

@@ -78,7 +78,7 @@ type Submission struct {
 	MessageID string   // a Message-ID without angle brackets, looked up on lore
 	Mbox      []byte   // an uploaded mbox, at most Options.MaxUpload bytes
 	Suites    []string // known suite names; empty lets the touched files choose
-	Profile   string   // "quick", "full" or "" (the config's default)
+	Profile   string   // "standard", "quick", "full" or "" (the config's default)
 	Submitter string   // who asked, as typed on the form ("dashboard" if not)
 }
 

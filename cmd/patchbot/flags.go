@@ -158,8 +158,8 @@ func oneLine(s string) string {
 
 // vmFlags choose the VM shape, over the config's.
 type vmFlags struct {
-	backend, boot string
-	cpus, mem     int
+	backend, boot, clock string
+	cpus, mem            int
 }
 
 func (v *vmFlags) declare(fs *flag.FlagSet) {
@@ -167,6 +167,7 @@ func (v *vmFlags) declare(fs *flag.FlagSet) {
 	fs.IntVar(&v.cpus, "cpus", 0, "vCPUs of each VM, 1..64 (default from the config: 2)")
 	fs.IntVar(&v.mem, "mem", 0, "memory of each VM in MiB, at least 256 (default from the config: 1024)")
 	fs.StringVar(&v.boot, "boot", "", "the VMs' boot path: legacy (bzImage on the pc machine) or pvh (the kernel's ELF on microvm) (default from the config: legacy)")
+	fs.StringVar(&v.clock, "clock", "", "a TCG guest's time: icount (instruction-counted) or host (TCG's real time) (default from the config: icount where this QEMU can)")
 }
 
 // apply checks the flags that were given and sets them over cfg.
@@ -191,6 +192,13 @@ func (v *vmFlags) apply(fs *flag.FlagSet, cfg *config.Config) error {
 				err = usagef("--mem %d: want at least 256 (MiB)", v.mem)
 			}
 			cfg.VM.MemMiB = v.mem
+		case "clock":
+			switch v.clock {
+			case vmrunner.ClockICount, vmrunner.ClockHost:
+				cfg.VM.Clock = v.clock
+			default:
+				err = usagef("--clock %q: want %s or %s", v.clock, vmrunner.ClockICount, vmrunner.ClockHost)
+			}
 		case "boot":
 			switch v.boot {
 			case vmrunner.BootLegacy, vmrunner.BootPVH:

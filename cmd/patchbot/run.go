@@ -56,7 +56,7 @@ func runFlags(fs *flag.FlagSet) func(context.Context, []string) error {
 	vm.declare(fs)
 	var names suitesFlag
 	fs.Var(&names, "suites", "comma-separated `suites` (default: those the touched files select; see 'patchbot suite list')")
-	profile := fs.String("profile", "", "suite `profile`: quick or full (default from the config: quick)")
+	profile := fs.String("profile", "", "suite `profile`: standard, quick or full (default from the config: standard)")
 	runs := fs.Int("runs", 0, "runs per kernel, interleaved, 1..100 (default from the config: as many as the evidence needs, 3 to 10)")
 	version := fs.Int("v", 0, "test version `N` of the series (default: the newest complete one)")
 	send := fs.Bool("send", false, "send the reply through the configured SMTP server")

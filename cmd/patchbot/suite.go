@@ -49,7 +49,7 @@ kernels) recorded: its rounds come first, the new ones are numbered on.`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			var names suitesFlag
 			fs.Var(&names, "suites", "comma-separated `suites` to run (required; see 'patchbot suite list')")
-			profile := fs.String("profile", "quick", "suite `profile`")
+			profile := fs.String("profile", suites.DefaultProfile, "suite `profile`")
 			runs := fs.Int("runs", 1, "runs per kernel, interleaved across kernels, 1..100")
 			local := fs.Bool("local", false, "run on this machine and its kernel (root needed)")
 			kernel := fs.String("kernel", "", "bzImage to boot (the base)")

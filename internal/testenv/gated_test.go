@@ -28,10 +28,11 @@ var (
 	// that chooses a real backend.
 	vmBinary   = "qemu-system-x86_64"
 	vmLiterals = []string{"backend: qemu", "backend: libvirt"}
-	// Calls that give a real VM backend: vmrunner.New("qemu", ...), and
-	// New("libvirt", ...) on the local libvirtd (a Config literal with a
-	// URI of its own only dials, or refuses, that URI); invm.DefaultVM is
-	// the real shape.
+	// Calls that give a real VM backend: vmrunner.New("qemu", ...) on the
+	// host's QEMU (a Config literal with a QEMU binary of its own runs that
+	// binary, a test's stand-in), and New("libvirt", ...) on the local
+	// libvirtd (a Config literal with a URI of its own only dials, or
+	// refuses, that URI); invm.DefaultVM is the real shape.
 	vmCalls        = map[string]bool{"DefaultVM": true}
 	browserCalls   = map[string]bool{"NewExecAllocator": true}
 	browserLiteral = "chromium"
@@ -244,7 +245,7 @@ func scan(body *ast.BlockStmt, dir, root, modPath string, imports map[string]str
 			case name == "New" && len(n.Args) > 0:
 				if lit, ok := n.Args[0].(*ast.BasicLit); ok {
 					s, _ := strconv.Unquote(lit.Value)
-					if s == "qemu" || (s == "libvirt" && !hasField(n.Args[1:], "URI")) {
+					if (s == "qemu" && !hasField(n.Args[1:], "QEMU")) || (s == "libvirt" && !hasField(n.Args[1:], "URI")) {
 						info.sinks[vmKind] = "New(" + lit.Value + ")"
 					}
 				}

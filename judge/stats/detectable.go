@@ -26,6 +26,23 @@ func (e Estimate) Detectable(level float64) float64 {
 	return k / e.Scale
 }
 
+// DetectableAt is the minimum detectable effect this estimate's spread
+// would give with total runs a side, at level: the spread seen so far,
+// its standard error shrunk as the runs grow.
+func (e Estimate) DetectableAt(total int, level float64) float64 {
+	if !e.Defined || e.N < 1 || total < 1 {
+		return 0
+	}
+	at := e
+	at.SE = e.SE * math.Sqrt(float64(e.N)/float64(total))
+	if !e.Paired {
+		at.DF = e.DF * float64(2*total-2) / math.Max(1, float64(2*e.N-2))
+	} else {
+		at.DF = float64(total - 1)
+	}
+	return at.Detectable(level)
+}
+
 // Detectable is the minimum detectable effect of a family's metric at a
 // look judged at level: the smallest change, as a fraction, that its
 // spread would show with DetectablePower when it alone changed among the

@@ -81,7 +81,7 @@ func TestSettleChance(t *testing.T) {
 // The rule stops for futility only from its FutileFrom-th look, when a
 // metric cannot be settled and none is promising; never when settled.
 func TestRuleFutile(t *testing.T) {
-	r := DefaultRule
+	r := RuleBefore
 	hopeless := Judgement{Judged: true, Estimate: Estimate{Log: true, D: 0.01, SE: 0.2, DF: 6, Scale: 1, N: 4, Defined: true}}
 	promising := Judgement{Judged: true, Estimate: Estimate{Log: true, D: 0.3, SE: 0.1, DF: 6, Scale: 1, N: 4, Defined: true}}
 	settled := Judgement{Judged: true, Significant: true}
@@ -101,12 +101,12 @@ func TestRuleFutile(t *testing.T) {
 			t.Errorf("%s: futile %v, want %v", tt.name, got, tt.want)
 		}
 	}
-	if (Rule{Min: 3, Max: 10, Alpha: 0.05, Levels: DefaultRule.Levels}).Futile([]Judgement{hopeless}, 5, 0.1) {
+	if (Rule{Min: 3, Max: 10, Alpha: 0.05, Levels: RuleBefore.Levels}).Futile([]Judgement{hopeless}, 5, 0.1) {
 		t.Error("a rule without futility stopped for it")
 	}
-	r2, err := ParseRule(DefaultRule.String())
-	if err != nil || r2.Futility != DefaultRule.Futility || r2.FutileFrom != DefaultRule.FutileFrom {
-		t.Errorf("ParseRule(%q) = %+v, %v", DefaultRule.String(), r2, err)
+	r2, err := ParseRule(RuleBefore.String())
+	if err != nil || r2.Futility != RuleBefore.Futility || r2.FutileFrom != RuleBefore.FutileFrom {
+		t.Errorf("ParseRule(%q) = %+v, %v", RuleBefore.String(), r2, err)
 	}
 }
 

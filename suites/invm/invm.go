@@ -44,7 +44,7 @@ type Kernel struct {
 // goes. It is made once per test (the pipeline's, a bisection step's, a
 // command's) and handed whole from Job to Spec to Options.
 type Plan struct {
-	Profile string // default "quick"
+	Profile string // default suites.DefaultProfile
 	// Stop says when the rounds stop: suites.Fixed(n), or judge.Rounds's
 	// sequential rule; nil runs one round.
 	Stop suites.Stopping
@@ -108,6 +108,11 @@ type VMConfig struct {
 	// a suite round refuses the guest's jiffy clock (docs/vmrunner.md).
 	// Under KVM the PVH guest has kvm-clock.
 	Boot string `yaml:"boot"`
+	// Clock is how a TCG guest keeps time: "" (auto: instruction-counted
+	// where this QEMU can, docs/vmrunner.md), "icount" or "host" (TCG's
+	// real time, as every measurement before 2026-12-05). KVM guests
+	// keep real time.
+	Clock string `yaml:"clock"`
 }
 
 // Defaults: the shape the figures in docs/suites.md were measured in. Two
@@ -141,6 +146,11 @@ func (c VMConfig) Validate() error {
 	}
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("vm.concurrency: want at least 1"))
+	}
+	switch c.Clock {
+	case vmrunner.ClockAuto, vmrunner.ClockHost, vmrunner.ClockICount:
+	default:
+		errs = append(errs, fmt.Errorf("vm.clock %q: want %q or %q", c.Clock, vmrunner.ClockICount, vmrunner.ClockHost))
 	}
 	switch c.Boot {
 	case "", vmrunner.BootLegacy, vmrunner.BootPVH:
@@ -207,7 +217,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	}
 
 	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels)), // every side is up at once, for interleaving
-		Boot: vm.Boot, Log: o.Log}
+		Boot: vm.Boot, Clock: vm.Clock, Log: o.Log}
 	if pcfg.Boot == "" {
 		pcfg.Boot = vmrunner.BootLegacy
 	}
@@ -276,7 +286,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		info := infos[i]
 		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
-		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Params: params})
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Clock: info.Clock, Params: params})
 	}
 	pace(sides)
 	var results []*suites.Result
@@ -350,6 +360,7 @@ type Outcome struct {
 	Base, Patched *suites.Result
 	Backend       string
 	Accel         string
+	Clock         string // the guests' time: "host" or "icount" (vmrunner.Info.Clock)
 	CPUs, MemMiB  int
 }
 
@@ -392,6 +403,6 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 		NoteChanged(res, funcs, more, ferr)
 	}
 	vm := t.VM.withDefaults()
-	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel,
+	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel, Clock: res[0].Clock,
 		CPUs: res[0].CPUs, MemMiB: res[0].MemMiB}, nil
 }

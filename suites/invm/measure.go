@@ -43,6 +43,7 @@ type Job struct {
 type Measured struct {
 	Base, Patched []suites.Result
 	Accel         string
+	Clock         string // "host" or "icount" (Outcome.Clock)
 	CPUs, MemMiB  int
 }
 
@@ -70,7 +71,7 @@ func Measure(ctx context.Context, t ABTester, j Job) (*Measured, error) {
 		}
 		m.Base = append(m.Base, *out.Base)
 		m.Patched = append(m.Patched, *out.Patched)
-		m.Accel, m.CPUs, m.MemMiB = out.Accel, out.CPUs, out.MemMiB
+		m.Accel, m.Clock, m.CPUs, m.MemMiB = out.Accel, out.Clock, out.CPUs, out.MemMiB
 	}
 	return m, nil
 }

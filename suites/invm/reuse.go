@@ -49,9 +49,9 @@ func BaseKey(suite, profile string, base *images.Build, vm VMConfig) string {
 		commit = base.Head
 	}
 	if profile == "" {
-		profile = "quick"
+		profile = suites.DefaultProfile
 	}
-	parts := []string{commit, base.ConfigHash, suite, profile, vm.Backend, vm.Boot,
+	parts := []string{commit, base.ConfigHash, suite, profile, vm.Backend, vm.Boot, vm.Clock,
 		fmt.Sprintf("%dx%d", vm.CPUs, vm.MemMiB), host}
 	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
 	return hex.EncodeToString(sum[:12])

@@ -1,0 +1,61 @@
+package judge
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/patchbot/patchbot/suites"
+)
+
+// The split finds the spread put in at each level: 6 boots of 8 rounds
+// of 6 windows, with known standard deviations (log scale) between
+// windows, rounds and boots, and a metric without windows whose spread is
+// all between rounds.
+func TestVarianceSplit(t *testing.T) {
+	const boots, rounds, windows = 12, 8, 6
+	wantW, wantR, wantB := 0.08, 0.03, 0.02
+	rng := rand.New(rand.NewPCG(1, 2))
+	var rs []suites.Result
+	for b := 0; b < boots; b++ {
+		r := suites.Result{Suite: "locks", Kernel: "base"}
+		boot := wantB * rng.NormFloat64()
+		for n := 1; n <= rounds; n++ {
+			round := wantR * rng.NormFloat64()
+			var ws []float64
+			sum := 0.0
+			for w := 0; w < windows; w++ {
+				v := 1000 * math.Exp(boot+round+wantW*rng.NormFloat64())
+				ws = append(ws, v)
+				sum += v
+			}
+			r.Samples = append(r.Samples,
+				suites.Sample{Suite: "locks", Workload: "posix", Params: map[string]string{"contenders": "10"}, Metric: "acquisitions_per_s", Round: n, Value: sum / windows, Windows: ws},
+				suites.Sample{Suite: "locks", Workload: "posix", Params: map[string]string{"contenders": "2"}, Metric: "acquisitions_per_s", Round: n, Value: 50 * math.Exp(0.05*rng.NormFloat64())})
+		}
+		rs = append(rs, r)
+	}
+	rows := Variance(rs)
+	if len(rows) != 2 || rows[0].Cell() != "contenders=2" {
+		t.Fatalf("rows %+v: want contenders=2, then 10 (numbers in order)", rows)
+	}
+	won := rows[1]
+	t.Logf("window %.3f round %.3f boot %.3f (want %v %v %v), a round's value %.3f", won.Window, won.Round, won.Boot, wantW, wantR, wantB, won.RoundMean)
+	if won.Boots != boots || won.Rounds != rounds || won.Windows != windows {
+		t.Errorf("shape %d/%d/%d, want %d/%d/%d", won.Boots, won.Rounds, won.Windows, boots, rounds, windows)
+	}
+	for _, c := range []struct {
+		name      string
+		got, want float64
+		tol       float64
+	}{{"window", won.Window, wantW, 0.01}, {"round", won.Round, wantR, 0.012}, {"boot", won.Boot, wantB, 0.012},
+		{"a round's value", won.RoundMean, math.Sqrt(wantW*wantW/windows + wantR*wantR), 0.012}} {
+		if math.Abs(c.got-c.want) > c.tol {
+			t.Errorf("%s: %.3f, want %.3f ± %.3f", c.name, c.got, c.want, c.tol)
+		}
+	}
+	no := rows[0]
+	if no.Windows != 1 || no.Window != 0 || math.Abs(no.Round-0.05) > 0.012 || !no.Defined {
+		t.Errorf("no windows: %+v, want its spread between rounds (0.05)", no)
+	}
+}

@@ -1,0 +1,33 @@
+package suites
+
+import (
+	"reflect"
+	"testing"
+)
+
+// A round that ran its workloads three times keeps one sample per metric
+// and cell: the windows' mean, with the windows in the order they ran.
+func TestFoldWindows(t *testing.T) {
+	c1, c2 := map[string]string{"contenders": "1"}, map[string]string{"contenders": "2"}
+	var in []Sample
+	for _, vals := range [][2]float64{{10, 100}, {12, 90}, {14, 110}} {
+		in = append(in,
+			Sample{Workload: "posix", Params: c1, Metric: "acquisitions_per_s", Round: 3, Value: vals[0]},
+			Sample{Workload: "posix", Params: map[string]string{"contenders": "2"}, Metric: "acquisitions_per_s", Round: 3, Value: vals[1]})
+	}
+	out := foldWindows(in)
+	if len(out) != 2 {
+		t.Fatalf("%d samples, want 2: %+v", len(out), out)
+	}
+	if out[0].Value != 12 || !reflect.DeepEqual(out[0].Windows, []float64{10, 12, 14}) || !reflect.DeepEqual(out[0].Params, c1) {
+		t.Errorf("first cell %+v, want mean 12 of 10 12 14", out[0])
+	}
+	if out[1].Value != 100 || !reflect.DeepEqual(out[1].Windows, []float64{100, 90, 110}) || !reflect.DeepEqual(out[1].Params, c2) {
+		t.Errorf("second cell %+v, want mean 100 of 100 90 110", out[1])
+	}
+	// One window: the samples as they were, no windows kept.
+	one := foldWindows(in[:2])
+	if len(one) != 2 || one[0].Windows != nil || one[0].Value != 10 {
+		t.Errorf("one window: %+v", one)
+	}
+}

@@ -1,0 +1,115 @@
+package vmrunner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// How a guest keeps time (Config.Clock).
+//
+// Under KVM a guest runs on the host's CPUs and its clock is real time:
+// what it measures is what the workload costs on this hardware. Under TCG
+// a guest's real time is mostly the host's emulation speed, which another
+// process on the host, or the host's own frequency, changes from one
+// moment to the next: a suite's figure spread by 20-50% from one round to
+// the next on a busy host (docs/vmrunner.md, "Instruction-counted time").
+// QEMU's -icount gives a TCG guest a clock of its own instead: its virtual
+// time advances by ICountShift's nanoseconds per guest instruction, so a
+// workload's duration in the guest counts the instructions it executed
+// (and the sleeps and timeouts it waited for, at their nominal length),
+// whatever the host does meanwhile. The guest's vCPUs then run in turn on
+// one host thread (icount needs single-threaded TCG).
+const (
+	// ClockAuto: KVM's real time where KVM works, else TCG with
+	// instruction-counted time when this QEMU can run the guest so, else
+	// TCG's real time.
+	ClockAuto = ""
+	// ClockHost is the host's real time: KVM's, or multi-threaded TCG's.
+	ClockHost = "host"
+	// ClockICount is instruction-counted time: TCG with -icount, even
+	// where KVM works.
+	ClockICount = "icount"
+)
+
+// ICountShift is the -icount shift: 2^2 = 4 ns of guest time per
+// instruction, a guest CPU of 250 million instructions a second (its
+// vCPUs take turns at it). That is about the speed at which TCG runs a
+// guest on the hosts patchbot was measured on, so a sleep of a millisecond
+// weighs against work as it did under TCG's real time, where the panel of
+// known-effect patches was first measured; shift 0 would make work four
+// times cheaper against every sleep and timeout.
+const ICountShift = 2
+
+// icountArgs are QEMU's arguments for instruction-counted time: the guest
+// clock advances only with instructions (sleep=off: an idle guest's clock
+// jumps to its next timer instead of waiting for the host's), so that two
+// runs of the same work read the same duration.
+func icountArgs() []string {
+	return []string{"-icount", fmt.Sprintf("shift=%d,sleep=off", ICountShift)}
+}
+
+// ICountTSCkHz is the guest TSC's rate under -icount: it counts the guest's
+// virtual nanoseconds, whatever the shift.
+const ICountTSCkHz = 1_000_000
+
+// icountClockCmdline is what a PVH guest under -icount is told of its TSC
+// (TCGClockCmdline's counterpart): the rate is known exactly.
+func icountClockCmdline(hz int) string {
+	line := fmt.Sprintf("tsc_early_khz=%d tsc=reliable", ICountTSCkHz)
+	if hz > 0 {
+		line += fmt.Sprintf(" lpj=%d", ICountTSCkHz*1000/hz)
+	}
+	return line
+}
+
+// ICountSMPSince is the first QEMU that brought up a second vCPU under
+// -icount here: bookworm's 7.2 never does (the boot CPU runs on while the
+// second spins at its first wait; seen with shift 0, 2, 3, 7 and auto,
+// sleep on and off, -cpu max and qemu64), bookworm-backports' 10.0 does.
+// Versions between were not tried.
+var ICountSMPSince = [2]int{10, 0}
+
+func checkClock(c string) error {
+	switch c {
+	case ClockAuto, ClockHost, ClockICount:
+		return nil
+	}
+	return fmt.Errorf("vmrunner: unknown clock %q (want %q or %q)", c, ClockHost, ClockICount)
+}
+
+// qemuVersions caches each QEMU binary's version, asked once a process.
+var qemuVersions sync.Map // path → [2]int (zero when unknown)
+
+var versionRE = regexp.MustCompile(`QEMU emulator version (\d+)\.(\d+)`)
+
+// qemuVersion is the major and minor version the binary at path reports.
+func qemuVersion(path string) ([2]int, error) {
+	if v, ok := qemuVersions.Load(path); ok {
+		return v.([2]int), nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	if err != nil {
+		return [2]int{}, fmt.Errorf("asking %s its version: %w", path, err)
+	}
+	m := versionRE.FindSubmatch(bytes.TrimSpace(out))
+	if m == nil {
+		return [2]int{}, fmt.Errorf("%s --version: no version in %q", path, firstLine(string(out)))
+	}
+	major, _ := strconv.Atoi(string(m[1]))
+	minor, _ := strconv.Atoi(string(m[2]))
+	v := [2]int{major, minor}
+	qemuVersions.Store(path, v)
+	return v, nil
+}
+
+func atLeast(v, want [2]int) bool {
+	return v[0] > want[0] || v[0] == want[0] && v[1] >= want[1]
+}
