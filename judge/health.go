@@ -80,10 +80,10 @@ func NewWarnings(ws []WarningCount) []WarningCount {
 	return out
 }
 
-// Reach is whether the suites ran the code the series changed: the calls
+// Exercised is whether the suites ran the code the series changed: the calls
 // of each function that holds changed code, counted by a kprobe in every
 // round, on both kernels.
-type Reach struct {
+type Exercised struct {
 	Funcs []FuncCalls `json:"funcs,omitempty"`
 	// Note says why there are no functions, or what more there is
 	// (invm.NoteChangedFunctions).
@@ -112,11 +112,11 @@ type FuncCalls struct {
 // Counted says whether the function's calls were counted.
 func (f FuncCalls) Counted() bool { return f.Err == "" && f.Rounds > 0 }
 
-// ReachOf is the run's reach from its results: nil when no result says
+// ExercisedOf is what the run exercised, from its results: nil when no result says
 // anything of the changed functions (a run from before they were
 // counted, an A/A run).
-func ReachOf(base, patched []suites.Result) *Reach {
-	var out Reach
+func ExercisedOf(base, patched []suites.Result) *Exercised {
+	var out Exercised
 	at := map[string]int{}
 	any := false
 	for _, r := range patched {
@@ -164,7 +164,7 @@ func ReachOf(base, patched []suites.Result) *Reach {
 // NeverRan says whether the suites never ran the changed code: every
 // changed function was counted, and none was called on the patched
 // kernel.
-func (r *Reach) NeverRan() bool {
+func (r *Exercised) NeverRan() bool {
 	if r == nil || len(r.Funcs) == 0 {
 		return false
 	}

@@ -195,10 +195,10 @@ func warningsText(run *Run) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-// reachText says whether the suites ran the code the series changed:
+// exercisedText says whether the suites ran the code the series changed:
 // each changed function with its calls during the measured rounds.
-func reachText(run *Run) string {
-	r := run.Reach
+func exercisedText(run *Run) string {
+	r := run.Exercised
 	if r == nil {
 		return ""
 	}
@@ -241,14 +241,14 @@ func wrapIndent(s, indent string, width int) string {
 	return indent + strings.ReplaceAll(w, "\n", "\n"+indent)
 }
 
-// reachLead opens a "No change" on code the suites never ran: its first
+// exercisedLead opens a "No change" on code the suites never ran: its first
 // sentence says so.
-func reachLead(run *Run, verdict string) string {
-	if !strings.HasPrefix(verdict, "No change") || !run.Reach.NeverRan() {
+func exercisedLead(run *Run, verdict string) string {
+	if !strings.HasPrefix(verdict, "No change") || !run.Exercised.NeverRan() {
 		return verdict
 	}
 	var names []string
-	for _, f := range run.Reach.Funcs {
+	for _, f := range run.Exercised.Funcs {
 		names = append(names, f.Func)
 	}
 	fns := strings.Join(names[:min(4, len(names))], ", ")

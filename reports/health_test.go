@@ -101,7 +101,7 @@ func TestReplyKernelTrouble(t *testing.T) {
 // A run that measured, with a warning the base never printed and the
 // changed functions' calls: the warning leads, is listed beside the table
 // counted on both kernels, and the reach names each function.
-func TestReplyWarningsAndReach(t *testing.T) {
+func TestReplyWarningsAndExercised(t *testing.T) {
 	run, err := LoadRun("testdata/runs/squashfs-improvement")
 	if err != nil {
 		t.Fatal(err)
@@ -115,8 +115,8 @@ func TestReplyWarningsAndReach(t *testing.T) {
 	}
 	run.Base[0].Calls = []suites.Calls{{Func: "squashfs_cache_get", Count: 120001, Rounds: 5}}
 	run.Record(Findings{})
-	if len(run.KernelWarnings) != 1 || !run.KernelWarnings[0].New() || run.Reach == nil || len(run.Reach.Funcs) != 2 {
-		t.Fatalf("warnings %+v, reach %+v", run.KernelWarnings, run.Reach)
+	if len(run.KernelWarnings) != 1 || !run.KernelWarnings[0].New() || run.Exercised == nil || len(run.Exercised.Funcs) != 2 {
+		t.Fatalf("warnings %+v, reach %+v", run.KernelWarnings, run.Exercised)
 	}
 	reply, rerr := Render(run, testOptions)
 	if rerr != nil {

@@ -82,7 +82,7 @@ func (run *Run) Record(f Findings) {
 		run.Failure = judge.FailureOf(f.Failed)
 	}
 	run.KernelWarnings = judge.Warnings(run.Base, run.Patched)
-	run.Reach = judge.ReachOf(run.Base, run.Patched)
+	run.Exercised = judge.ExercisedOf(run.Base, run.Patched)
 	run.Commands = f.Repro.Commands()
 	for i := range run.Base {
 		if run.Model = ModelOf(&run.Base[i]); run.Model != nil {

@@ -106,7 +106,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 
 	data := replyData{Run: run, Intro: "Hello,", Base: baseText(run), Builds: buildsText(run),
 		Bisection: bisectText(run), Previous: previousText(run), Attest: attestText(run),
-		WarningsLead: warningsLead(run), Warnings: warningsText(run), Reach: reachText(run)}
+		WarningsLead: warningsLead(run), Warnings: warningsText(run), Exercised: exercisedText(run)}
 	var finding Finding
 	if run.Failure == nil {
 		c, err := judge.Compare(run.Base, run.Patched, run.Options.Options)
@@ -115,7 +115,7 @@ func Render(run *Run, opt ReplyOptions) (*Reply, error) {
 		}
 		finding = findingOf(run, c)
 		c.AA = run.PatchedCommit == run.BaseCommit
-		data.Verdict = reachLead(run, Verdict(c))
+		data.Verdict = exercisedLead(run, Verdict(c))
 		data.Headline = Headline(c)
 		data.Notes = Notes(c)
 		data.RunsLine = RunsLine(c)
@@ -273,7 +273,7 @@ type replyData struct {
 	// The kernel's health (health.go): the trouble's report and trace,
 	// the sentence on new warnings ahead of the verdict and their list,
 	// and whether the suites ran the changed code.
-	Trouble, WarningsLead, Warnings, Reach string
+	Trouble, WarningsLead, Warnings, Exercised string
 }
 
 func failureVerdict(run *Run) string {

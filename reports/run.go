@@ -172,10 +172,10 @@ type Run struct {
 	// patch's (judge.WarningCount.New). Fatal kernel trouble is in
 	// Failure.Trouble.
 	KernelWarnings []judge.WarningCount `json:"kernel_warnings,omitempty"`
-	// Reach says whether the suites ran the code the series changed:
+	// Exercised says whether the suites ran the code the series changed:
 	// each changed function's calls during the measured rounds, on both
-	// kernels (judge.ReachOf); nil when not counted.
-	Reach *judge.Reach `json:"reach,omitempty"`
+	// kernels (judge.ExercisedOf); nil when not counted.
+	Exercised *judge.Exercised `json:"exercised,omitempty"`
 	// TroubleBisection names the patch of a series that brought the
 	// kernel trouble in Failure.Trouble (bisect.Trouble).
 	TroubleBisection *bisect.TroubleResult `json:"trouble_bisection,omitempty"`

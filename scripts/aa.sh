@@ -58,8 +58,16 @@ for t in "${todo[@]}"; do
 done
 wait
 
+# Each run's file; NAME.first.json keeps a continued run's first rounds.
+measured() {
+	local f
+	for f in "$out/$1"-[0-9]*.json; do
+		[[ $f == *.first.json ]] || echo "$f"
+	done
+}
+
 # On to the rule's maximum, where it would have gone on.
-for f in "$out"/*-[0-9]*.json; do
+for f in $(for suite in ${suites//,/ }; do measured "$suite"; done); do
 	name=$(basename "$f" .json)
 	suite=${name%-*}
 	if $pb suite reach --aa "$f" | grep -q 'measured rounds ran out'; then
@@ -68,7 +76,7 @@ for f in "$out"/*-[0-9]*.json; do
 	fi
 done
 
-$pb suite reach --aa "$out"/*-[0-9]*.json
 for suite in ${suites//,/ }; do
-	$pb suite variance "$out/$suite"-[0-9]*.json
+	$pb suite reach --aa $(measured "$suite")
+	$pb suite variance $(measured "$suite")
 done

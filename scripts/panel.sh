@@ -18,7 +18,9 @@
 # to every suite that has it, so that a candidate profile is measured on
 # the same panel. Builds go one at a time; JOBS measurements (default 2)
 # run at once, since guests with instruction-counted time measure the same
-# whatever else the host runs (with real time, set JOBS=1).
+# whatever else the host runs (with real time, set JOBS=1). SUITES (a
+# comma-separated list) measures only those suites' patches, and the table
+# is then of what OUTDIR holds (`patchbot panel --measured`).
 set -euo pipefail
 out=${1:?usage: panel.sh OUTDIR [RUNS [PROFILE]]} runs=${2:-5} profile=${3:-standard}
 max=6 # stats.DefaultRule.Max
@@ -52,7 +54,9 @@ measure() {
 }
 
 running=0
+only() { [ -z "${SUITES:-}" ] || [[ ",$SUITES," == *",$1,"* ]]; }
 while read -r name suite mbox; do
+	only "$suite" || continue
 	[ -s "$out/$name.json" ] && continue
 	build "$name" "$mbox"
 	measure "$name" "$suite" "$runs" &
@@ -76,4 +80,8 @@ if ((runs < max)); then
 	done < <($pb panel --unfinished "$out")
 	wait
 fi
-$pb panel "$out"
+if [ -n "${SUITES:-}" ]; then
+	$pb panel --measured "$out"
+else
+	$pb panel "$out"
+fi

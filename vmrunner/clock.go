@@ -18,7 +18,7 @@ import (
 // a guest's real time is mostly the host's emulation speed, which another
 // process on the host, or the host's own frequency, changes from one
 // moment to the next: a suite's figure spread by 20-50% from one round to
-// the next on a busy host (docs/vmrunner.md, "Instruction-counted time").
+// the next on a busy host (docs/vmrunner.md, "The guest's clock").
 // QEMU's -icount gives a TCG guest a clock of its own instead: its virtual
 // time advances by ICountShift's nanoseconds per guest instruction, so a
 // workload's duration in the guest counts the instructions it executed
