@@ -52,11 +52,7 @@ func (c Correction) valid() bool { return c == "" || c == CorrectHolm || c == Co
 // input's order.
 func Hochberg(ps []float64) []float64 {
 	m := len(ps)
-	idx := make([]int, m)
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(i, j int) bool { return ps[idx[i]] < ps[idx[j]] })
+	idx := ascending(ps)
 	adj := make([]float64, m)
 	running := 1.0
 	for rank := m - 1; rank >= 0; rank-- {
@@ -185,11 +181,7 @@ func Guard(base, patched Summary, iv Interval, floor float64) string {
 // its adjusted p-value is below alpha. The result is in the input's order.
 func Holm(ps []float64) []float64 {
 	m := len(ps)
-	idx := make([]int, m)
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(i, j int) bool { return ps[idx[i]] < ps[idx[j]] })
+	idx := ascending(ps)
 	adj := make([]float64, m)
 	running := 0.0
 	for rank, i := range idx {
@@ -198,4 +190,15 @@ func Holm(ps []float64) []float64 {
 		adj[i] = running
 	}
 	return adj
+}
+
+// ascending is the indices of ps from the smallest p-value to the
+// largest, ties in their order.
+func ascending(ps []float64) []int {
+	idx := make([]int, len(ps))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(i, j int) bool { return ps[idx[i]] < ps[idx[j]] })
+	return idx
 }
