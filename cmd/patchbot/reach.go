@@ -64,11 +64,20 @@ type reachRun struct {
 }
 
 func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
+	runs, err := judgeReach(files, rule)
+	if err != nil {
+		return err
+	}
+	return printReach(w, runs, aa)
+}
+
+// judgeReach judges each file as the rule would have stopped it.
+func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 	var runs []reachRun
 	for _, f := range files {
 		rs, err := reports.ReadResults(f)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var base, patched []suites.Result
 		for _, r := range rs {
@@ -79,11 +88,11 @@ func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
 			}
 		}
 		if len(base) != 1 || len(patched) != 1 {
-			return fmt.Errorf("%s: want one result of each kernel, base and patched (have %d and %d)", f, len(base), len(patched))
+			return nil, fmt.Errorf("%s: want one result of each kernel, base and patched (have %d and %d)", f, len(base), len(patched))
 		}
 		c, err := judge.Replay(base, patched, rule, judge.Options{})
 		if err != nil {
-			return fmt.Errorf("%s: %w", f, err)
+			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		suite := base[0].Suite
 		j, _ := c.Judgement(suite)
@@ -119,6 +128,12 @@ func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
 		}
 		runs = append(runs, run)
 	}
+	return runs, nil
+}
+
+// printReach prints each run and, per suite, the runs, rounds, false
+// positives (aa) and each primary metric's reach.
+func printReach(w io.Writer, runs []reachRun, aa bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "file\tsuite\trounds\tstop\toutcome\twidest reach\t")
 	for _, r := range runs {
