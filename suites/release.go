@@ -69,6 +69,9 @@ type releaseTrace struct {
 	tailCall             bool   // release sites were callers of squashfs_cache_put
 	sites                map[string]uint64
 	wakeHist, wakingHist string
+	// armedHere: this workload armed the instruments itself (nothing
+	// prepared them), and paid for it in its arm phase.
+	armedHere bool
 }
 
 func ensureTracefs() error {
@@ -109,11 +112,12 @@ var armedTrace struct {
 func startReleaseTrace() (*releaseTrace, error) {
 	armedTrace.Lock()
 	defer armedTrace.Unlock()
+	here := armedTrace.t == nil
 	a, err := armedLocked()
 	if err != nil {
 		return nil, err
 	}
-	t := &releaseTrace{wakeProbe: a.wakeProbe, armed: a.armed}
+	t := &releaseTrace{wakeProbe: a.wakeProbe, armed: a.armed, armedHere: here}
 	for _, trig := range a.armed {
 		if err := tracefsWrite(trig, histTrigger+":clear", 0); err != nil {
 			return nil, fmt.Errorf("clearing hist trigger: %w", err)
@@ -439,6 +443,9 @@ func (c *counters) recordRelease(r *round, workload string, params map[string]st
 		r.missing(workload, "wakeups_per_release", "no release found a waiter to wake (no release wake calls)")
 	}
 	r.res.Notes["release_probe"] = t.wakeProbe
+	if t.armedHere {
+		r.res.Notes["release_trace_armed/"+workload] = fmt.Sprintf("round %d: the workload armed the release trace itself (nothing prepared it)", r.n)
+	}
 	if t.dropped > 0 {
 		r.res.Notes["release_trace_dropped/"+workload] = fmt.Sprintf("round %d: %d stacks dropped from a full hist map (size %d): release counts are low", r.n, t.dropped, histSize)
 	}

@@ -79,12 +79,18 @@ func TestGuestCacheContention(t *testing.T) {
 		t.Fatal("no model prediction with the result")
 	}
 	// The release trace was armed before the round (suites.Prepare): the
-	// round's three workloads only cleared and continued it, a small part
-	// of what the arming took.
+	// round's three workloads only cleared and continued it. (Their times
+	// do not tell: under instruction-counted time clearing the hist maps
+	// costs about what arming did, 0.34 s against 0.26 s.)
 	prep, arm := res.Phases[suites.PhasePrepare], res.Phases[suites.PhaseArm+"/release-trace"]
-	t.Logf("prepare %.2f s, the round's own arming of the release trace %.2f s", prep, arm)
-	if prep <= 0 || arm >= prep/2 {
-		t.Errorf("prepare took %.2f s and the round armed for %.2f s: the round armed the trace itself", prep, arm)
+	t.Logf("prepare %.2f s, the round's clearing and continuing of the release trace %.2f s", prep, arm)
+	if prep <= 0 {
+		t.Errorf("prepare took %.2f s: nothing prepared the guest", prep)
+	}
+	for k, v := range res.Notes {
+		if strings.HasPrefix(k, "release_trace_armed/") {
+			t.Errorf("%s: %s", k, v)
+		}
 	}
 	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %.2f)",
 		got["read-storm/files_per_s"], got["read-storm/sched_wakeup"], got["read-storm/wakeups_per_release"],
