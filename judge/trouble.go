@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner"
 )
 
@@ -15,8 +16,10 @@ import (
 // when the base kernel ran the same work clean: the sides boot and
 // prepare at once and run their rounds interleaved, the base's first, so
 // a patched kernel's trouble in round n comes after the base's round n;
-// a base kernel in trouble is the infrastructure's (blame.KernelError)
-// and never reaches a reply.
+// on instruction-counted time they run each round at once, and the base's
+// round n ran as far as the patched kernel's did (suites.TogetherError
+// says whether it had finished); a base kernel in trouble is the
+// infrastructure's (blame.KernelError) and never reaches a reply.
 
 // Trouble is the patched kernel's trouble as a reply quotes it, in the
 // run's record (Failure.Trouble): the field a reader of runs (the
@@ -66,7 +69,9 @@ func TroubleOf(err error) *Trouble {
 	if !errors.As(err, &be) {
 		return nil
 	}
-	t := &Trouble{Suite: be.Suite, Round: be.Round, Op: be.Op, After: be.After.Seconds(), Base: baseDid(be)}
+	var together *suites.TogetherError
+	errors.As(err, &together)
+	t := &Trouble{Suite: be.Suite, Round: be.Round, Op: be.Op, After: be.After.Seconds(), Base: baseDid(be, together)}
 	switch r := be.Report; {
 	case r != nil:
 		t.Kind, t.Title, t.Where = string(r.Kind), r.Title, r.Where()
@@ -84,9 +89,26 @@ func TroubleOf(err error) *Trouble {
 }
 
 // baseDid says what the base kernel did over the work the patched kernel
-// failed at, from where the trouble came.
-func baseDid(be *vmrunner.BootError) string {
+// failed at, from where the trouble came and, for rounds the sides ran at
+// once (together), whether the base had finished its round by then.
+func baseDid(be *vmrunner.BootError, together *suites.TogetherError) string {
 	switch {
+	case be.Round > 0 && together != nil:
+		whole := "round 1"
+		if be.Round > 1 {
+			whole = fmt.Sprintf("rounds 1 to %d", be.Round)
+		}
+		if together.OthersDone {
+			return fmt.Sprintf("the base kernel ran %s of %s clean, at the same time, in a VM of the same shape", whole, be.Suite)
+		}
+		before := ""
+		switch {
+		case be.Round == 2:
+			before = fmt.Sprintf("ran round 1 of %s clean and ", be.Suite)
+		case be.Round > 2:
+			before = fmt.Sprintf("ran rounds 1 to %d of %s clean and ", be.Round-1, be.Suite)
+		}
+		return fmt.Sprintf("the base kernel %sran round %d of %s at the same time, in a VM of the same shape, clean for as long as the patched kernel ran it (the rounds run at once: the base's was stopped with it)", before, be.Round, be.Suite)
 	case be.Op == "" && be.Limit != "":
 		return "" // the boot's comparison with the base is in its reason
 	case be.Op == "":

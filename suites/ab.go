@@ -474,7 +474,7 @@ func counted(sides []Side) bool {
 // roundTogether runs round n on every side with a guest at once, and
 // records each side's round (the host read before and after, never
 // repeated). The first side to fail stops the others; its error is the
-// one returned.
+// one returned, as a *TogetherError.
 func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read func() *HostLoad) ([]*Result, []*Round, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -483,7 +483,7 @@ func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read f
 	before := read()
 	var (
 		mu    sync.Mutex
-		first error
+		first *TogetherError
 		wg    sync.WaitGroup
 	)
 	for i, s := range sides {
@@ -501,7 +501,10 @@ func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read f
 			recs[i] = rec
 			if err != nil {
 				if first == nil {
-					first = err
+					first = &TogetherError{Err: err, Round: n, OthersDone: true}
+					for j, o := range sides {
+						first.OthersDone = first.OthersDone && (j == i || o.Guest == nil || res[j] != nil)
+					}
 					cancel()
 				}
 				return
@@ -516,8 +519,27 @@ func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read f
 			r.After = after
 		}
 	}
-	return res, recs, first
+	if first != nil {
+		return res, recs, first
+	}
+	return res, recs, nil
 }
+
+// TogetherError is the first failure of a round the sides ran at once
+// (roundTogether): the others' rounds were stopped when it came, so that
+// a side whose kernel got into trouble costs seconds, not a round. Whether
+// they had finished the round by then says what they are evidence of:
+// OthersDone, every other side ran round Round whole; otherwise they ran
+// the rounds before it whole and this one at the same time, as far as the
+// failing side got.
+type TogetherError struct {
+	Err        error
+	Round      int
+	OthersDone bool
+}
+
+func (e *TogetherError) Error() string { return e.Err.Error() }
+func (e *TogetherError) Unwrap() error { return e.Err }
 
 // runOne runs round n of cfg on one side.
 func runOne(ctx context.Context, cfg *Config, s Side, n int) (*Result, error) {

@@ -478,4 +478,11 @@ func TestRunABCountedRoundsRunTogether(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kernel BUG") || !errors.As(err, &ke) || ke.Kernel != blame.Patched {
 		t.Errorf("a patched guest failing in round 2: %v, want its error, on the patched kernel", err)
 	}
+	// The base's round 2 was stopped with it, unfinished (it waits for
+	// the patched side to meet it): the error says so, for the reply's
+	// account of what the base did.
+	var te *TogetherError
+	if !errors.As(err, &te) || te.Round != 2 || te.OthersDone {
+		t.Errorf("a patched guest failing in round 2: %#v, want a TogetherError of round 2 with the base's round unfinished", te)
+	}
 }
