@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/patchbot/patchbot/vmrunner/agent"
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
@@ -276,7 +277,23 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 	r.spent(PhaseArm+"/perf", c.armPerf)
 	r.spent(PhaseWorkload, t2.Sub(t1))
 	r.spent(PhaseCollect, time.Since(t2))
+	// A sign of progress to the host, which tells a slow patched kernel
+	// from a hung one by it (vmrunner.Pace).
+	agent.Progressf(r.ctx, "round %d: %s %s measured", r.n, workload, cellText(params))
 	return nil
+}
+
+func cellText(params map[string]string) string {
+	keys := make([]string, 0, len(params))
+	for k := range params {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s ", k, params[k])
+	}
+	return strings.TrimSpace(b.String())
 }
 
 // Phases of a round whose time Result.Phases records, so that the fixed

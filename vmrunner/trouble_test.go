@@ -2,6 +2,7 @@ package vmrunner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -94,7 +95,7 @@ func TestPaceHang(t *testing.T) {
 	_, err := p.Patched(patched).Do(context.Background(), round(1), nil)
 	took := time.Since(start)
 	var be *BootError
-	if !errors.As(err, &be) || !strings.HasPrefix(be.Reason, "hang: no answer to run-suite cache-contention round 1 within") ||
+	if !errors.As(err, &be) || !strings.HasPrefix(be.Reason, "hang: no answer to run-suite cache-contention round 1, nor progress, within") ||
 		!strings.Contains(be.Reason, "the base kernel's same request took") {
 		t.Fatalf("err = %v, want a hang that says what the base did", err)
 	}
@@ -107,6 +108,50 @@ func TestPaceHang(t *testing.T) {
 	// A round the base has not run takes the longest of its kind.
 	if _, err := p.Patched(base).Do(context.Background(), round(2), nil); err != nil {
 		t.Errorf("a quick round 2 on a healthy kernel: %v", err)
+	}
+}
+
+// progressDoer answers after total, sending a progress event every
+// (none when every is 0), or gives up with the request's cancellation.
+type progressDoer struct{ every, total time.Duration }
+
+func (d progressDoer) Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error) {
+	end := time.After(d.total)
+	var tick <-chan time.Time
+	if d.every > 0 {
+		t := time.NewTicker(d.every)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-end:
+			return json.RawMessage(`{}`), nil
+		case <-tick:
+			onEvent(proto.Event{ID: req.ID, Type: proto.EventProgress, Msg: "a workload measured"})
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// A patched request far slower than the base's is no hang while it shows
+// progress (a patch that makes every read wait for the disk); one as slow
+// and silent is.
+func TestPaceProgressIsNotAHang(t *testing.T) {
+	p := NewPace()
+	p.Factor, p.Min = 2, 300*time.Millisecond
+	if _, err := p.Base(progressDoer{total: 50 * time.Millisecond}).Do(context.Background(), round(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	var events int
+	if _, err := p.Patched(progressDoer{every: 100 * time.Millisecond, total: 1200 * time.Millisecond}).Do(context.Background(), round(1),
+		func(proto.Event) { events++ }); err != nil || events < 5 {
+		t.Errorf("a slow patched round that shows progress: %v after %d events, want its answer and the events passed on", err, events)
+	}
+	_, err := p.Patched(progressDoer{total: 1200 * time.Millisecond}).Do(context.Background(), round(1), nil)
+	if err == nil || !strings.Contains(err.Error(), "nor progress") {
+		t.Errorf("a silent patched round as slow: %v, want a hang", err)
 	}
 }
 
