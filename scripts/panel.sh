@@ -62,7 +62,7 @@ while read -r name suite mbox; do
 	measure "$name" "$suite" "$runs" &
 	running=$((running + 1))
 	if ((running >= jobs)); then
-		wait -n
+		wait -n || true # a failed measurement is judged below, not the end of the rest
 		running=$((running - 1))
 	fi
 done < <($pb panel --list)
@@ -74,7 +74,7 @@ if ((runs < max)); then
 		measure "$name" "$suite" $((max - runs)) --continue "$out/$name.first.json" &
 		running=$((running + 1))
 		if ((running >= jobs)); then
-			wait -n
+			wait -n || true
 			running=$((running - 1))
 		fi
 	done < <($pb panel --unfinished "$out")
