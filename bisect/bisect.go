@@ -85,13 +85,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	bi := newResult(key, cfg.Last, title(cfg.Titles, cfg.Last))
 	runs := StepRuns(cfg.Runs)
 	plan := invm.FixedPlan(cfg.Profile, runs, cfg.Progress)
-	lo, hi := cfg.First-1, cfg.Last
-	for hi-lo > 1 {
-		m := (lo + hi) / 2
-		if cfg.Prefixes[m] == nil {
-			bi.Stopped = fmt.Sprintf("%d/%d does not build", m, n)
-			break
-		}
+	lo, hi, stopped, err := search(cfg.Prefixes, n, cfg.First-1, cfg.Last, func(m int) (bool, string, error) {
 		if cfg.OnStep != nil {
 			cfg.OnStep(fmt.Sprintf("bisect: %s with patches 1-%d", key.Suite, m))
 		}
@@ -99,17 +93,15 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		bi.Measurements++
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return false, "", ctx.Err()
 			}
 			if err = invm.Reblame(err, cfg.A.Series > 0); blame.IsPatch(err) {
-				bi.Stopped = fmt.Sprintf("%d/%d fails: %s", m, n, judge.FailureOf(err).Detail)
-			} else {
-				bi.Stopped = "an infrastructure failure (kept in the log)"
-				if cfg.Progress != nil {
-					fmt.Fprintf(cfg.Progress, "bisect: %v\n", err)
-				}
+				return false, fmt.Sprintf("%d/%d fails: %s", m, n, judge.FailureOf(err).Detail), nil
 			}
-			break
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "bisect: %v\n", err)
+			}
+			return false, "an infrastructure failure (kept in the log)", nil
 		}
 		if cfg.RunDir != "" {
 			for side, r := range map[string]*suites.Result{"base": out.Base, "patched": out.Patched} {
@@ -124,18 +116,42 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			step, found = bi.stepOf(sc, m, title(cfg.Titles, m), runs)
 		}
 		if !found {
-			bi.Stopped = fmt.Sprintf("%d/%d did not measure %s", m, n, key.Metric)
-			break
+			return false, fmt.Sprintf("%d/%d did not measure %s", m, n, key.Metric), nil
 		}
 		bi.add(step)
-		if step.Carries() {
+		return step.Carries(), "", nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	bi.Stopped = stopped
+	bi.conclude(lo, hi, cfg.First)
+	return bi, nil
+}
+
+// search halves the series between prefix lo, which does not carry what
+// is sought (below the first patch tested: the A side), and prefix hi,
+// which does, testing the prefix between them with probe until they are
+// neighbours: at most ceil(log2 (hi-lo)) probes. A prefix that did not
+// build ends the search, as does a probe's stop (why, "" to go on); err
+// is the probe's, and ends it too.
+func search(prefixes []*images.Build, n, lo, hi int, probe func(m int) (carries bool, stop string, err error)) (int, int, string, error) {
+	for hi-lo > 1 {
+		m := (lo + hi) / 2
+		if prefixes[m] == nil {
+			return lo, hi, fmt.Sprintf("%d/%d does not build", m, n), nil
+		}
+		carries, stop, err := probe(m)
+		if err != nil || stop != "" {
+			return lo, hi, stop, err
+		}
+		if carries {
 			hi = m
 		} else {
 			lo = m
 		}
 	}
-	bi.conclude(lo, hi, cfg.First)
-	return bi, nil
+	return lo, hi, "", nil
 }
 
 // title is patch i's (1-based) title, "" when it has none.

@@ -83,13 +83,7 @@ func Trouble(ctx context.Context, cfg TroubleConfig) (*TroubleResult, error) {
 		Steps: []TroubleStep{{Prefix: cfg.Last, Subject: title(cfg.Titles, cfg.Last), Trouble: t.Title, Rounds: rounds, Whole: true}}}
 	plan := invm.FixedPlan(cfg.Profile, rounds, cfg.Progress)
 	n := len(cfg.Titles)
-	lo, hi := cfg.First-1, cfg.Last
-	for hi-lo > 1 {
-		m := (lo + hi) / 2
-		if cfg.Prefixes[m] == nil {
-			out.Stopped = fmt.Sprintf("%d/%d does not build", m, n)
-			break
-		}
+	_, hi, stopped, err := search(cfg.Prefixes, n, cfg.First-1, cfg.Last, func(m int) (bool, string, error) {
 		if cfg.OnStep != nil {
 			cfg.OnStep(fmt.Sprintf("bisect the kernel trouble: %s with patches 1-%d", t.Suite, m))
 		}
@@ -98,27 +92,25 @@ func Trouble(ctx context.Context, cfg TroubleConfig) (*TroubleResult, error) {
 		step := TroubleStep{Prefix: m, Subject: title(cfg.Titles, m), Rounds: rounds}
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return false, "", ctx.Err()
 			}
 			err = invm.Reblame(err, cfg.A.Series > 0)
+			if !blame.IsPatch(err) {
+				return false, fmt.Sprintf("%d/%d: an infrastructure failure (kept in the log)", m, n), nil
+			}
 			got := judge.TroubleOf(err)
-			if !blame.IsPatch(err) || got == nil {
-				out.Stopped = fmt.Sprintf("%d/%d failed otherwise: %s", m, n, judge.FailureOf(err).Detail)
-				if !blame.IsPatch(err) {
-					out.Stopped = fmt.Sprintf("%d/%d: an infrastructure failure (kept in the log)", m, n)
-				}
-				break
+			if got == nil {
+				return false, fmt.Sprintf("%d/%d failed otherwise: %s", m, n, judge.FailureOf(err).Detail), nil
 			}
 			step.Trouble = got.Title
 		}
 		out.add(step)
-		if step.Carries() {
-			hi = m
-		} else {
-			lo = m
-		}
+		return step.Carries(), "", nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if out.Stopped == "" {
+	if out.Stopped = stopped; stopped == "" {
 		out.Cause = hi
 	}
 	return out, nil
