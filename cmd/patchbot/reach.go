@@ -179,12 +179,12 @@ func printReach(w io.Writer, runs []reachRun, aa bool) error {
 				metrics[m] = append(metrics[m], d)
 			}
 		}
-		fmt.Fprintf(w, "%s: %d runs, median %.1f rounds a side", s, len(rs), median(rounds))
+		fmt.Fprintf(w, "%s: %d runs, median %.1f rounds a side", s, len(rs), stats.Summarize(rounds).Median)
 		if aa {
 			fmt.Fprintf(w, ", %d false positives (%.0f%%)", positives, 100*float64(positives)/float64(len(rs)))
 		}
 		if len(walls) > 0 {
-			fmt.Fprintf(w, ", the rounds' wall time median %.0f calibrations", median(walls))
+			fmt.Fprintf(w, ", the rounds' wall time median %.0f calibrations", stats.Summarize(walls).Median)
 		}
 		fmt.Fprintf(w, "; promise %.0f%%\n", 100*rs[0].promise)
 		var ms []string
@@ -199,23 +199,11 @@ func printReach(w io.Writer, runs []reachRun, aa bool) error {
 				worst = math.Max(worst, d)
 			}
 			mark := ""
-			if median(ds) > rs[0].promise+1e-9 {
+			if stats.Summarize(ds).Median > rs[0].promise+1e-9 {
 				mark = "  (wider than the promise)"
 			}
-			fmt.Fprintf(w, "  %-50s reach median %5.1f%%, widest %5.1f%%%s\n", strings.TrimSpace(m), 100*median(ds), 100*worst, mark)
+			fmt.Fprintf(w, "  %-50s reach median %5.1f%%, widest %5.1f%%%s\n", strings.TrimSpace(m), 100*stats.Summarize(ds).Median, 100*worst, mark)
 		}
 	}
 	return nil
-}
-
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
