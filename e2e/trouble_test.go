@@ -32,7 +32,9 @@ type troubleCase struct {
 	runs  int
 	// kinds are the report kinds the trouble may come as (a spinning
 	// CPU is seen by RCU or by the soft-lockup watchdog, whichever is
-	// first); file is the source file its guilty frame must decode to.
+	// first, or, when they stay quiet, as a hang the host's samples
+	// of the vCPUs place); file is the source file its guilty frame
+	// must decode to.
 	kinds []string
 	file  string
 	// fatal: the trouble ends the run (all but a warning, after which
@@ -49,7 +51,7 @@ var troubleCorpus = []troubleCase{
 	{"warn-once-on-load", "cache-contention", 1, []string{"WARNING"}, "fs/squashfs/cache.c", false, false},
 	{"soft-lockup-on-load", "cache-contention", 1, []string{"soft lockup", "RCU stall"}, "fs/squashfs/cache.c", true, false},
 	{"hung-task-on-load", "cache-contention", 2, []string{"hung task"}, "fs/squashfs/cache.c", true, false},
-	{"loop-in-syscall", "locks", 1, []string{"soft lockup", "RCU stall"}, "fs/locks.c", true, false},
+	{"loop-in-syscall", "locks", 1, []string{"soft lockup", "RCU stall", "hang"}, "fs/locks.c", true, false},
 }
 
 // troubleOutcome is one case's run, as measured.

@@ -54,7 +54,18 @@ type Trouble struct {
 	Decoded string   `json:"decoded,omitempty"`
 	// Corrupted says why the report is not whole, "" when it is.
 	Corrupted string `json:"corrupted,omitempty"`
+	// CPUs, for a hang, is where each vCPU was in the samples the host
+	// took of it (report.Sampled.Lines); then Trace is the stack of the
+	// vCPU busy in the kernel, walked by its frame pointers, and Where
+	// its guilty frame.
+	CPUs []string `json:"cpus,omitempty"`
+	// Sampled says how: "10 times, 100ms apart".
+	Sampled string `json:"sampled,omitempty"`
 }
+
+// hangConsoleLines is how much of the console a hang's reply quotes when
+// the host's samples say where the kernel was.
+const hangConsoleLines = 12
 
 // StageKernel is a run that stopped at the patched kernel's trouble
 // during a request (a suite's preparation or round); trouble at boot stays
@@ -79,6 +90,15 @@ func TroubleOf(err error) *Trouble {
 	case strings.HasPrefix(be.Reason, "hang:"):
 		t.Kind, t.Title = "hang", strings.TrimSpace(strings.TrimPrefix(be.Reason, "hang:"))
 		t.Report = strings.Split(strings.TrimRight(string(be.Excerpt), "\n"), "\n")
+		if s := be.Sampled; s != nil {
+			t.CPUs, t.Sampled = s.Lines(), fmt.Sprintf("%d times, %s apart", s.Samples, s.Every)
+			if st := s.Stack; st != nil {
+				t.Where, t.Trace, t.Decoded, t.Corrupted = st.Where(), st.Trace(), st.Decoded, st.Corrupted
+				// The samples say where it hangs: of a console
+				// silent since, its last lines are enough.
+				t.Report = t.Report[max(0, len(t.Report)-hangConsoleLines):]
+			}
+		}
 	case be.Op != "":
 		t.Kind, t.Title = "stopped", be.Reason
 		t.Report = strings.Split(strings.TrimRight(string(be.Excerpt), "\n"), "\n")
@@ -126,6 +146,9 @@ func baseDid(be *vmrunner.BootError, together *suites.TogetherError) string {
 // Headline is the trouble in one line: "kernel BUG in
 // squashfs_cache_get (fs/squashfs/cache.c:71)".
 func (t *Trouble) Headline() string {
+	if t.Kind == "hang" && t.Where != "" {
+		return fmt.Sprintf("a vCPU busy in %s; %s", t.Where, t.Title)
+	}
 	s := t.Title
 	if t.Where != "" && !strings.Contains(t.Title, t.Where) {
 		if fn, _, ok := strings.Cut(t.Where, " ("); ok && strings.HasSuffix(t.Title, " in "+fn) {

@@ -79,14 +79,25 @@ func troubleEvidence(t *judge.Trouble) string {
 		head = "Console, its last lines:"
 	}
 	b.WriteString(head + "\n\n" + quote(strings.Join(t.Report, "\n")) + "\n")
-	if len(t.Trace) > 0 {
+	if len(t.CPUs) > 0 {
+		b.WriteString("\n" + wrap(fmt.Sprintf("The kernel printed no report of its own. Where its vCPUs were, read from the hypervisor %s, when the hang was called:", t.Sampled), 72) + "\n\n")
+		b.WriteString(quote(strings.Join(t.CPUs, "\n")) + "\n")
+	}
+	if len(t.Trace) > 0 && len(t.CPUs) > 0 {
+		b.WriteString("\n" + wrap("The busy vCPU's stack, the guest stopped, walked by its frame pointers and decoded to function and file:line from the patched kernel's vmlinux:", 72) + "\n\n")
+		b.WriteString(quote(strings.Join(t.Trace, "\n")) + "\n")
+	} else if len(t.Trace) > 0 {
 		b.WriteString("\n" + wrap("The trace, decoded to function and file:line from the patched kernel's vmlinux:", 72) + "\n\n")
 		b.WriteString(quote(strings.Join(t.Trace, "\n")) + "\n")
 	} else if t.Decoded != "" {
 		b.WriteString("\n" + wrap("The trace could not be decoded: "+t.Decoded+".", 72) + "\n")
 	}
 	if t.Corrupted != "" {
-		b.WriteString("\n" + wrap("The report is not whole: "+t.Corrupted+".", 72) + "\n")
+		what := "The report is not whole: "
+		if len(t.CPUs) > 0 {
+			what = "The stack is not whole: "
+		}
+		b.WriteString("\n" + wrap(what+t.Corrupted+".", 72) + "\n")
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

@@ -162,3 +162,56 @@ func TestReplyNoChangeOnCodeNeverRun(t *testing.T) {
 		t.Errorf("the first sentence %q does not say the changed code never ran", first)
 	}
 }
+
+// A patched kernel that hung without a report of its own (a flock that
+// spins on cpu_relax() under instruction-counted time, which keeps the
+// watchdogs quiet): the reply names the hang and where the host's
+// samples found the vCPUs, quotes the busy vCPU's stack decoded, and
+// cuts the console to its last lines.
+func TestReplyKernelHangSampled(t *testing.T) {
+	run := healthRun(t)
+	var console strings.Builder
+	for i := 0; i < 40; i++ {
+		console.WriteString("[    0.9] boot line\n")
+	}
+	console.WriteString("[    1.8] clocksource: Switched to clocksource tsc\n")
+	spin := report.Frame{Func: "locks_lock_inode_wait", Offset: 0xc5, Size: 0xe3, Context: "RIP", File: "fs/locks.c", Line: 2060,
+		Inlined: []report.Inline{{Func: "cpu_relax", File: "arch/x86/include/asm/vdso/processor.h", Line: 19}, {Func: "flock_lock_inode_wait", File: "fs/locks.c", Line: 2039}}}
+	stack := &report.Report{Title: "a hang in locks_lock_inode_wait", Time: -1, Guilty: 0, Decoded: "DWARF of vmlinux: 3 of 3 frames placed",
+		Frames: []report.Frame{spin, {Func: "__do_sys_flock", Offset: 0x146, Size: 0x174, File: "fs/locks.c", Line: 2130}}}
+	top := spin
+	sampled := &report.Sampled{Samples: 10, Every: 100 * time.Millisecond, GuestClock: 4 * time.Millisecond, HostClock: 920 * time.Millisecond,
+		CPUs: []report.CPUSeen{{CPU: 0, Busy: 10, Top: &top, TopCount: 10}, {CPU: 1, Busy: 9, Halted: 1, Top: &top, TopCount: 9}}, Stack: stack}
+	err := blame.On(blame.Patched, &suites.TogetherError{Round: 1, OthersDone: true, Err: &vmrunner.BootError{
+		Reason:  "hang: no answer to run-suite locks round 1, nor progress, within 3m0s; the base kernel's same request took 16s",
+		Excerpt: []byte(console.String()), Sampled: sampled, Op: "run-suite", Suite: "locks", Round: 1, After: 191 * time.Second}})
+	run.Record(Findings{Failed: err})
+	tr := run.Failure.Trouble
+	if tr == nil || tr.Kind != "hang" || tr.Where != "locks_lock_inode_wait (fs/locks.c:2060)" || len(tr.Report) != 12 ||
+		len(tr.CPUs) != 3 || tr.CPUs[0] != "vCPU 0: busy in the kernel in 10 (10 at locks_lock_inode_wait+0xc5/0xe3 fs/locks.c:2060), of 10 samples" {
+		t.Fatalf("trouble %+v", tr)
+	}
+	reply, rerr := Render(run, testOptions)
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	prose := strings.Join(strings.Fields(reply.Body), " ")
+	for _, want := range []string{
+		"The kernel with the patch applied hung in round 1 of locks: a vCPU busy in locks_lock_inode_wait (fs/locks.c:2060); no answer to run-suite locks round 1",
+		"The base kernel ran round 1 of locks clean, at the same time",
+		"read from the hypervisor 10 times, 100ms apart, when the hang was called",
+		"vCPU 0: busy in the kernel in 10 (10 at",
+		"vCPU 1: busy in the kernel in 9 (9 at",
+		"the guest's clock (jiffies) advanced 4ms while the host's",
+		"flock_lock_inode_wait fs/locks.c:2039 [inline]",
+		"__do_sys_flock+0x146/0x174 fs/locks.c:2130",
+	} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("reply lacks %q:\n%s", want, reply.Body)
+		}
+	}
+	if strings.Count(reply.Body, "boot line") != 11 {
+		t.Errorf("the console is quoted with %d of its 40 boot lines, want its last 12 lines:\n%s", strings.Count(reply.Body, "boot line"), reply.Body)
+	}
+	checkColumns(t, reply.Body)
+}

@@ -30,6 +30,9 @@ type BootError struct {
 	// kernel's vmlinux; nil when the kernel reported nothing (a hang, a
 	// VM that stopped).
 	Report *report.Report `json:",omitempty"`
+	// Sampled, for a hang, is where the vCPUs were when it was called,
+	// read from the hypervisor (monitor.go): nil when it could not be.
+	Sampled *report.Sampled `json:",omitempty"`
 	// Op is the request the trouble came during ("run-suite",
 	// "prepare-suite"), "" at boot, and Suite and Round the suite and
 	// round it ran; After is how long after the request (or the launch)

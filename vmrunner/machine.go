@@ -333,8 +333,16 @@ func (m *machine) blame(ctx context.Context, cause error, doing string, req prot
 		if errors.As(context.Cause(ctx), &h) {
 			reason = "hang: " + h.reason
 		}
-		be := &BootError{Reason: reason, Excerpt: m.con.tail()}
+		be := &BootError{Reason: reason, Excerpt: m.con.tail(), Sampled: m.lookAtHang()}
 		be.at(req, since)
+		if s := be.Sampled; s != nil {
+			where := "no vCPU busy in the kernel"
+			if s.Stack != nil {
+				where = s.Stack.Where()
+			}
+			m.log.Warn("kernel trouble", "name", m.spec.Name, "op", req.Op, "suite", req.Suite, "round", req.Round,
+				"title", "hang", "where", where)
+		}
 		return be
 	}
 	if ctx.Err() != nil {

@@ -221,6 +221,7 @@ type qemuVM struct {
 	waitErr error
 	accel   string
 	agent   io.ReadWriteCloser // the host's end of the agent's socket pair, until dialled
+	qmp     *qmp               // QEMU's monitor (monitor.go), nil before start
 }
 
 // qemuFiles names what QEMU opens: by path in the line a person runs by
@@ -230,6 +231,7 @@ type qemuFiles struct {
 	disks          []string // -drive file= values
 	pre            []string // arguments before the rest (-add-fd)
 	agent          string   // -chardev value of the agent's channel
+	monitor        string   // -chardev value of QMP's socket, "" for none
 }
 
 // clockOf is the guest's clock under accel.
@@ -286,6 +288,11 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		"-chardev", f.agent,
 		"-device", "virtserialport,bus=vser.0,chardev=agent,name="+proto.Port,
 		"-nic", "none",
+	)
+	if f.monitor != "" {
+		a = append(a, "-chardev", f.monitor, "-mon", "chardev=mon,mode=control")
+	}
+	a = append(a,
 		// seccomp: no exec or fork, no setuid, no obsolete or
 		// resource-control system calls.
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
@@ -388,6 +395,24 @@ func (q *qemuVM) handout() (files []*os.File, names qemuFiles, host net.Conn, er
 	return files, names, host, nil
 }
 
+// monitorPair is a socket pair for QEMU's QMP: QEMU's end to hand out,
+// the host's as a QMP client.
+func monitorPair() (qemuEnd *os.File, c *qmp, err error) {
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("monitor socket pair: %w", err)
+	}
+	hostEnd := os.NewFile(uintptr(pair[0]), "qmp-host")
+	conn, err := net.FileConn(hostEnd)
+	hostEnd.Close()
+	qemuEnd = os.NewFile(uintptr(pair[1]), "qmp-qemu")
+	if err != nil {
+		qemuEnd.Close()
+		return nil, nil, fmt.Errorf("monitor socket pair: %w", err)
+	}
+	return qemuEnd, newQMP(conn), nil
+}
+
 func (q *qemuVM) start(ctx context.Context) (launch, error) {
 	accel, probe := q.acc.pick()
 	l := launch{accel: accel, clock: q.clockOf(accel), probe: probe, boot: q.boot, repro: shellQuote(append([]string{q.bin}, q.reproArgs(accel)...))}
@@ -406,6 +431,14 @@ func (q *qemuVM) start(ctx context.Context) (launch, error) {
 			f.Close() // QEMU has its own copies now
 		}
 	}()
+	monEnd, mon, err := monitorPair()
+	if err != nil {
+		con.Close()
+		host.Close()
+		return l, &InfraError{Op: "hand the VM its files", Err: err}
+	}
+	files = append(files, monEnd)
+	names.monitor = fmt.Sprintf("socket,id=mon,fd=%d,server=off", 2+len(files))
 	argv := q.jail.argv(append([]string{q.bin}, q.args(accel, names)...), accel == "kvm", q.addressSpaceMiB())
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin = nil
@@ -422,11 +455,15 @@ func (q *qemuVM) start(ctx context.Context) (launch, error) {
 	if err := cmd.Start(); err != nil {
 		con.Close()
 		host.Close()
+		mon.Close()
 		return l, &InfraError{Op: "start qemu", Err: err}
 	}
 	done := make(chan struct{})
 	q.mu.Lock()
-	q.cmd, q.out, q.done, q.accel, q.agent = cmd, out, done, accel, host
+	if q.qmp != nil {
+		q.qmp.Close() // an earlier attempt's
+	}
+	q.cmd, q.out, q.done, q.accel, q.agent, q.qmp = cmd, out, done, accel, host, mon
 	q.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
@@ -475,11 +512,14 @@ func (q *qemuVM) fallback(reason string) bool {
 // destroy kills the process group and reaps QEMU.
 func (q *qemuVM) destroy() error {
 	q.mu.Lock()
-	cmd, done, agent := q.cmd, q.done, q.agent
-	q.agent = nil
+	cmd, done, agent, mon := q.cmd, q.done, q.agent, q.qmp
+	q.agent, q.qmp = nil, nil
 	q.mu.Unlock()
 	if agent != nil {
 		agent.Close()
+	}
+	if mon != nil {
+		mon.Close()
 	}
 	if cmd == nil {
 		return nil

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -38,6 +39,9 @@ type Symbolizer struct {
 	funcs map[string][]elf.Symbol
 	units []unit         // compilation units by address
 	cus   []*dwarf.Entry // every compilation unit, in order
+
+	byAddrOnce sync.Once
+	byAddr     []elf.Symbol // sized function symbols by address (funcAt)
 }
 
 type unit struct {

@@ -152,6 +152,9 @@ type Inline struct {
 // decoded: "squashfs_cache_get+0x70/0x243 fs/squashfs/cache.c:71".
 func (f Frame) String() string {
 	s := fmt.Sprintf("%s+0x%x/0x%x", f.Func, f.Offset, f.Size)
+	if f.Size == 0 && f.Offset == 0 {
+		s = f.Func // an address no function symbol holds (Sample)
+	}
 	if f.Module != "" {
 		s += " [" + f.Module + "]"
 	}

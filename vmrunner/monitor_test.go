@@ -1,0 +1,87 @@
+package vmrunner
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/patchbot/patchbot/vmrunner/report"
+)
+
+// lookIntoIdleGuest boots the default kernel and looks into it as into a
+// hung guest, through the backend's monitor: an idle guest is not stuck
+// (its vCPUs halted in most samples), and an idle vCPU's stack, walked by
+// its frame pointers with the guest stopped, decodes to the idle loop.
+func lookIntoIdleGuest(t *testing.T, p Pool) {
+	k := minimalKernel(t)
+	ctx := context.Background()
+	vm, err := p.Create(ctx, Spec{Name: "look", Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, BootTimeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	if _, err := vm.Boot(ctx); err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
+	m := vm.(*machine)
+	mon, ok := m.hv.(monitor)
+	if !ok {
+		t.Fatalf("%T has no monitor", m.hv)
+	}
+	sym, err := report.Open(k.vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sym.Close()
+	s, err := sampleCPUs(ctx, mon, sym, kernelHZ(k.vmlinux))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("samples:\n%s", strings.Join(s.Lines(), "\n"))
+	if s.Samples != hangSamples || len(s.CPUs) != 2 || s.Stuck() || s.Stack != nil {
+		t.Errorf("an idle guest: %d samples, %d vCPUs, stuck %v", s.Samples, len(s.CPUs), s.Stuck())
+	}
+	// An idle guest's clock runs.
+	if s.GuestClock <= 0 || s.HostClock < (hangSamples-1)*HangSampleEvery {
+		t.Errorf("the guest's clock advanced %s over the host's %s", s.GuestClock, s.HostClock)
+	}
+	for _, c := range s.CPUs {
+		if c.Halted < hangSamples/2 {
+			t.Errorf("vCPU %d idle in %d of %d samples", c.CPU, c.Halted, s.Samples)
+		}
+	}
+
+	if _, err := mon.hmp(ctx, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	defer mon.hmp(ctx, "cont")
+	out, err := mon.hmp(ctx, "info registers -a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs, err := report.ParseRegisters(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range regs {
+		if !r.Kernel() {
+			t.Errorf("vCPU %d at %#x, CPL %d: not in the kernel", r.CPU, r.RIP, r.CPL)
+			continue
+		}
+		stack, ended := walkFrames(ctx, mon, r)
+		st := report.Sample([][]report.Registers{regs}, r.CPU, stack, sym).Stack
+		trace := strings.Join(st.Trace(), "\n")
+		t.Logf("vCPU %d (walk ended: %q):\n%s", r.CPU, ended, trace)
+		if ended != "" || len(stack) < 3 || !strings.Contains(trace, "do_idle+") || !strings.Contains(trace, "kernel/sched/idle.c:") {
+			t.Errorf("vCPU %d: the idle loop's stack is not do_idle's, decoded (walk ended: %q):\n%s", r.CPU, ended, trace)
+		}
+	}
+}
+
+func TestQEMULookIntoGuest(t *testing.T) { lookIntoIdleGuest(t, qemuTestPool(t)) }
+
+func TestLibvirtLookIntoGuest(t *testing.T) {
+	needLibvirtd(t)
+	lookIntoIdleGuest(t, libvirtTestPool(t))
+}
