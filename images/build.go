@@ -520,6 +520,24 @@ func (b *Builder) make(ctx context.Context, sb *sandbox, log *buildLog, v view, 
 	return rootCause(o, log.f.Name())
 }
 
+// BuildAt is the record of the build whose bzImage is at path, when it is
+// one of the cache's (patchbot build's): its commits, vmlinux and the
+// lines its series changed.
+func BuildAt(bzImage string) (*Build, error) {
+	abs, err := filepath.Abs(bzImage)
+	if err != nil {
+		return nil, err
+	}
+	bd, err := loadBuild(filepath.Dir(abs))
+	if err != nil {
+		return nil, fmt.Errorf("no build record beside %s: %w", bzImage, err)
+	}
+	if filepath.Clean(bd.BzImage) != abs {
+		return nil, fmt.Errorf("the build record beside %s is of %s", bzImage, bd.BzImage)
+	}
+	return bd, nil
+}
+
 func loadBuild(dir string) (*Build, error) {
 	data, err := os.ReadFile(filepath.Join(dir, infoFile))
 	if err != nil {

@@ -120,3 +120,23 @@ func TestDoneDropsPrefixBuilds(t *testing.T) {
 		t.Error("the holds were not released")
 	}
 }
+
+// BuildAt finds the build record beside a cached bzImage (what `suite run
+// --vs` reads for the changed lines), and refuses a record of another
+// image.
+func TestBuildAt(t *testing.T) {
+	root := t.TempDir()
+	dir := fakeKernel(t, root, "k1", 2, 1<<10, time.Now(), false)
+	b, err := BuildAt(filepath.Join(dir, imageFile))
+	if err != nil || b.Series != 2 || b.Key != "k1" {
+		t.Fatalf("BuildAt: %+v, %v", b, err)
+	}
+	other := filepath.Join(dir, "other-bzImage")
+	os.WriteFile(other, nil, 0o600)
+	if _, err := BuildAt(other); err == nil {
+		t.Error("a record of another image was taken for it")
+	}
+	if _, err := BuildAt(filepath.Join(t.TempDir(), "bzImage")); err == nil {
+		t.Error("a bzImage with no record beside it has one")
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
 func init() {
@@ -211,7 +212,29 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	// from the JSON is every round that ran.
 	plan := invm.FixedPlan(profile, runs, stderr)
 	plan.Quiet = suites.Quiet{Host: suites.ReadHostLoad(250 * time.Millisecond), Repeats: -1, Calibrate: suites.Calibrate}
-	return invm.Run(ctx, invm.Options{Suite: name, Kernels: ks, Plan: plan, VM: vm, Log: terminalLog(stderr)})
+	opts := invm.Options{Suite: name, Kernels: ks, Plan: plan, VM: vm, Log: terminalLog(stderr)}
+	// A patched kernel patchbot built keeps the lines its series
+	// changed: their functions' calls are counted on both kernels, as
+	// the pipeline counts them.
+	var (
+		funcs   []report.Changed
+		more    int
+		changed error
+		counted bool
+	)
+	if vs != "" {
+		if b, err := images.BuildAt(vs); err != nil {
+			fmt.Fprintf(stderr, "the changed functions' calls are not counted: %v\n", err)
+		} else if b.Series > 0 {
+			funcs, more, changed = invm.ChangedFunctions(b)
+			opts.Probes, counted = invm.Probes(funcs), true
+		}
+	}
+	results, err := invm.Run(ctx, opts)
+	if err == nil && counted {
+		invm.NoteChanged(results, funcs, more, changed)
+	}
+	return results, err
 }
 
 // printResults prints the mean over rounds of every metric per kernel, and
@@ -259,6 +282,13 @@ func printResults(w io.Writer, results []*suites.Result) {
 		sort.Strings(notes)
 		for _, n := range notes {
 			fmt.Fprintf(w, "%s: note %s\n", r.Kernel, n)
+		}
+		for _, c := range r.Calls {
+			if c.Err != "" {
+				fmt.Fprintf(w, "%s: calls of %s: %s\n", r.Kernel, c.Func, c.Err)
+				continue
+			}
+			fmt.Fprintf(w, "%s: calls of %s: %d in %d rounds\n", r.Kernel, c.Func, c.Count, c.Rounds)
 		}
 	}
 }

@@ -117,9 +117,9 @@ func ChangedFunctions(patched *images.Build) (funcs []report.Changed, more int, 
 	return v.funcs, v.more, v.err
 }
 
-// probes is the ParamProbes value for the changed functions: the first
-// suites.MaxProbes of them.
-func probes(funcs []report.Changed) string {
+// Probes is the ParamProbes value (Options.Probes) for the changed
+// functions: the first suites.MaxProbes of them.
+func Probes(funcs []report.Changed) string {
 	var names []string
 	for _, f := range funcs {
 		if len(names) == suites.MaxProbes {

@@ -45,7 +45,7 @@ func TestChangedFunctionsCounted(t *testing.T) {
 	if err != nil || more != 0 {
 		t.Fatalf("changed functions: %v (more %d)", err, more)
 	}
-	names := probes(funcs)
+	names := Probes(funcs)
 	if !strings.Contains(names, "squashfs_cache_get") {
 		t.Fatalf("the seed's changed functions %q lack squashfs_cache_get", names)
 	}
@@ -94,7 +94,7 @@ func BenchmarkProbeCost(b *testing.B) {
 	}
 	var with, without []float64
 	for b.Loop() {
-		for _, p := range []string{probes(funcs), ""} {
+		for _, p := range []string{Probes(funcs), ""} {
 			res, err := Run(context.Background(), Options{Suite: "cache-contention", Plan: FixedPlan("quick", 2, nil), Probes: p,
 				Kernels: []Kernel{{Side: blame.Patched, BzImage: patched.BzImage}}, CacheDir: b.TempDir()})
 			if err != nil {

@@ -387,7 +387,7 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	}
 	funcs, more, ferr := ChangedFunctions(s.Patched)
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse, Probes: probes(funcs),
+		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse, Probes: Probes(funcs),
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
