@@ -94,11 +94,7 @@ func sampleCPUs(ctx context.Context, mon monitor, sym *report.Symbolizer, hz int
 			case <-time.After(HangSampleEvery):
 			}
 		}
-		out, err := mon.hmp(ctx, "info registers -a")
-		if err != nil {
-			return nil, err
-		}
-		regs, err := report.ParseRegisters(out)
+		regs, err := readRegisters(ctx, mon)
 		if err != nil {
 			return nil, err
 		}
@@ -122,11 +118,7 @@ func sampleCPUs(ctx context.Context, mon monitor, sym *report.Symbolizer, hz int
 		return seen, err
 	}
 	defer mon.hmp(context.WithoutCancel(ctx), "cont")
-	out, err := mon.hmp(ctx, "info registers -a")
-	if err != nil {
-		return seen, err
-	}
-	now, err := report.ParseRegisters(out)
+	now, err := readRegisters(ctx, mon)
 	if err != nil {
 		return seen, err
 	}
@@ -149,6 +141,15 @@ func sampleCPUs(ctx context.Context, mon monitor, sym *report.Symbolizer, hz int
 		seen.Stack.Corrupted = "the walk of the frame pointers stopped: " + ended
 	}
 	return seen, nil
+}
+
+// readRegisters is every vCPU's registers, as the monitor prints them.
+func readRegisters(ctx context.Context, mon monitor) ([]report.Registers, error) {
+	out, err := mon.hmp(ctx, "info registers -a")
+	if err != nil {
+		return nil, err
+	}
+	return report.ParseRegisters(out)
 }
 
 // walkFrames is the vCPU's instruction pointer and the return addresses

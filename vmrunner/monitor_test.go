@@ -56,11 +56,7 @@ func lookIntoIdleGuest(t *testing.T, p Pool) {
 		t.Fatal(err)
 	}
 	defer mon.hmp(ctx, "cont")
-	out, err := mon.hmp(ctx, "info registers -a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	regs, err := report.ParseRegisters(out)
+	regs, err := readRegisters(ctx, mon)
 	if err != nil {
 		t.Fatal(err)
 	}
