@@ -61,6 +61,10 @@ type Trouble struct {
 	CPUs []string `json:"cpus,omitempty"`
 	// Sampled says how: "10 times, 100ms apart".
 	Sampled string `json:"sampled,omitempty"`
+	// ClockRate is how fast the guest's clock ran against the host's
+	// over the samples (report.Sampled.GuestClock / HostClock); 0 when
+	// it was not read.
+	ClockRate float64 `json:"clock_rate,omitempty"`
 }
 
 // hangConsoleLines is how much of the console a hang's reply quotes when
@@ -92,6 +96,9 @@ func TroubleOf(err error) *Trouble {
 		t.Report = strings.Split(strings.TrimRight(string(be.Excerpt), "\n"), "\n")
 		if s := be.Sampled; s != nil {
 			t.CPUs, t.Sampled = s.Lines(), fmt.Sprintf("%d times, %s apart", s.Samples, s.Every)
+			if s.HostClock > 0 {
+				t.ClockRate = s.GuestClock.Seconds() / s.HostClock.Seconds()
+			}
 			if st := s.Stack; st != nil {
 				t.Where, t.Trace, t.Decoded, t.Corrupted = st.Where(), st.Trace(), st.Decoded, st.Corrupted
 				// The samples say where it hangs: of a console

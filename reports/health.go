@@ -3,6 +3,7 @@ package reports
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/patchbot/patchbot/judge"
 )
@@ -68,6 +69,12 @@ func upperFirst(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
+// crawl is the rate of a hung guest's clock, against the host's, below
+// which the reply says how long its watchdogs would take (a guest
+// on instruction-counted time whose vCPUs spin on PAUSE: 1/19, measured
+// on loop-in-syscall; an idle one runs ahead of the host).
+const crawl = 0.2
+
 // troubleEvidence is the trouble's report and decoded trace, quoted.
 func troubleEvidence(t *judge.Trouble) string {
 	if t == nil {
@@ -82,6 +89,10 @@ func troubleEvidence(t *judge.Trouble) string {
 	if len(t.CPUs) > 0 {
 		b.WriteString("\n" + wrap(fmt.Sprintf("The kernel printed no report of its own. Where its vCPUs were, read from the hypervisor %s, when the hang was called:", t.Sampled), 72) + "\n\n")
 		b.WriteString(quote(strings.Join(t.CPUs, "\n")) + "\n")
+		if r := t.ClockRate; r > 0 && r < crawl {
+			wait := (time.Duration(float64(20*time.Second) / r)).Round(time.Second)
+			b.WriteString("\n" + wrap(fmt.Sprintf("The guest's clock ran at 1/%.0f of the host's while it hung: at that rate the 20 s of its own time that the kernel's soft-lockup watchdog waits for would take %s of the host's.", 1/r, wait), 72) + "\n")
+		}
 	}
 	if len(t.Trace) > 0 && len(t.CPUs) > 0 {
 		b.WriteString("\n" + wrap("The busy vCPU's stack, the guest stopped, walked by its frame pointers and decoded to function and file:line from the patched kernel's vmlinux:", 72) + "\n\n")

@@ -203,6 +203,7 @@ func TestReplyKernelHangSampled(t *testing.T) {
 		"vCPU 0: busy in the kernel in 10 (10 at",
 		"vCPU 1: busy in the kernel in 9 (9 at",
 		"the guest's clock (jiffies) advanced 4ms while the host's",
+		"The guest's clock ran at 1/230 of the host's while it hung: at that rate the 20 s of its own time that the kernel's soft-lockup watchdog waits for would take 1h16m40s of the host's.",
 		"flock_lock_inode_wait fs/locks.c:2039 [inline]",
 		"__do_sys_flock+0x146/0x174 fs/locks.c:2130",
 	} {
