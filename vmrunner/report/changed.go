@@ -16,8 +16,14 @@ import (
 // helper, a header's static inline) has its instructions in the functions
 // it was inlined into: those are the ones named, with the inlined one
 // said, for an inlined function has no symbol of its own to probe; its
-// calls are its callers'. A changed line that made no instruction (a
-// comment, a declaration, a macro no code uses) names no function.
+// calls are its callers'. A changed line that is a call of an inline
+// function (spin_lock(), usleep_range()) may make no instruction of its
+// own line: the line table gives them all to the inline function's body
+// in its header, and only the inlined call's entry in the debugging
+// information (DW_TAG_inlined_subroutine, its call_file and call_line)
+// says where it was called; those entries are read too. A changed line
+// that made no instruction and called nothing inline (a comment, a
+// declaration, a macro no code uses) names no function.
 
 // Changed is a function of the patched kernel that holds code from lines
 // the series changed.
@@ -47,6 +53,9 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 		line int
 		pc   uint64
 		cu   *dwarf.Entry
+		// call: the line calls an inline function here; what was
+		// inlined is the callee, not the changed line's function.
+		call bool
 	}
 	byFunc := map[string][]hit{}
 	var order []string
@@ -89,7 +98,17 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 			if _, seen := byFunc[fn]; !seen {
 				order = append(order, fn)
 			}
-			byFunc[fn] = append(byFunc[fn], hit{file, le.Line, le.Address, cu})
+			byFunc[fn] = append(byFunc[fn], hit{file, le.Line, le.Address, cu, false})
+		}
+		for _, c := range s.inlinedCalls(cu, lr.Files(), root, changes) {
+			fn := symbolAt(syms, c.pc)
+			if fn == "" {
+				continue
+			}
+			if _, seen := byFunc[fn]; !seen {
+				order = append(order, fn)
+			}
+			byFunc[fn] = append(byFunc[fn], hit{c.file, c.line, c.pc, cu, true})
 		}
 	}
 	for _, fn := range order {
@@ -106,6 +125,9 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 				files = append(files, h.file)
 			}
 			lines[h.file] = append(lines[h.file], h.line)
+			if h.call {
+				continue
+			}
 			if chain := s.inlineChain(h.cu, h.pc); len(chain) > 1 {
 				if name := s.name(chain[len(chain)-1]); name != "?" && name != baseName(fn) {
 					inlined[name] = true
@@ -122,6 +144,52 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 		out = append(out, c)
 	}
 	return out, more
+}
+
+// inlinedCall is an inline function's call from a changed line: where
+// the line is, and the first address of the inlined code.
+type inlinedCall struct {
+	file string
+	line int
+	pc   uint64
+}
+
+// inlinedCalls are the calls of inline functions the unit cu makes from
+// the changed lines, read from its DW_TAG_inlined_subroutine entries
+// (at most maxEntries of them read).
+func (s *Symbolizer) inlinedCalls(cu *dwarf.Entry, files []*dwarf.LineFile, root string, changes map[string][][2]int) []inlinedCall {
+	var out []inlinedCall
+	r := s.dw.Reader()
+	r.Seek(cu.Offset)
+	if e, err := r.Next(); err != nil || e == nil || !e.Children {
+		return nil
+	}
+	for n, depth := 0, 1; depth > 0 && n < maxEntries; n++ {
+		e, err := r.Next()
+		if err != nil || e == nil {
+			break
+		}
+		if e.Tag == 0 {
+			depth--
+			continue
+		}
+		if e.Children {
+			depth++
+		}
+		if e.Tag != dwarf.TagInlinedSubroutine {
+			continue
+		}
+		file, line := callSite(e, files, root)
+		if ranges, ok := changes[file]; !ok || !inRanges(ranges, line) {
+			continue
+		}
+		rs, err := s.dw.Ranges(e)
+		if err != nil || len(rs) == 0 {
+			continue
+		}
+		out = append(out, inlinedCall{file, line, rs[0][0]})
+	}
+	return out
 }
 
 type funcSym struct {

@@ -66,6 +66,15 @@ func TestDecodeDefaultKernel(t *testing.T) {
 	if more != 0 || len(changed) != 1 || changed[0].Func != "squashfs_cache_put" {
 		t.Fatalf("changed functions %+v (more %d), want squashfs_cache_put", changed, more)
 	}
+	// A line that only calls an inline function (spin_lock()) has no
+	// instruction of its own in the line table: the inlined call's
+	// entry names it.
+	for line, want := range map[int]string{58: "squashfs_cache_get", 177: "squashfs_cache_put"} {
+		changed, _ := s.Changed(map[string][][2]int{"fs/squashfs/cache.c": {{line, line}}})
+		if len(changed) != 1 || changed[0].Func != want || len(changed[0].Inlined) != 0 {
+			t.Errorf("cache.c:%d (spin_lock()): changed functions %+v, want %s alone", line, changed, want)
+		}
+	}
 	// A comment makes no code.
 	if changed, _ := s.Changed(map[string][][2]int{"fs/squashfs/cache.c": {{181, 184}}}); len(changed) != 0 {
 		t.Errorf("a comment's lines are in %+v", changed)
