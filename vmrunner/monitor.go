@@ -59,6 +59,25 @@ func (m *machine) lookAtHang() *report.Sampled {
 	return s
 }
 
+// spinning looks into the guest and says whether it spins (Pace): a vCPU
+// busy in the kernel in most samples while the guest's clock crawls.
+func (m *machine) spinning() (string, bool) {
+	s := m.lookAtHang()
+	if s == nil || !s.Stuck() || s.HostClock <= 0 || s.GuestClock.Seconds() >= crawlRate*s.HostClock.Seconds() {
+		return "", false
+	}
+	where := "in the kernel"
+	if s.Stack != nil && s.Stack.Where() != "" {
+		where = "in " + s.Stack.Where()
+	}
+	clock := "its clock stood still"
+	if s.GuestClock > 0 {
+		clock = fmt.Sprintf("its clock ran at 1/%.0f of the host's", s.HostClock.Seconds()/s.GuestClock.Seconds())
+	}
+	m.log.Info("a guest spins", "name", m.spec.Name, "where", where, "clock", clock)
+	return fmt.Sprintf("a vCPU spun %s while %s", where, clock), true
+}
+
 // sampleCPUs is lookAtHang's work: hangSamples readings of the registers,
 // then the guest stopped, read once more, the busiest kernel vCPU's stack
 // walked, and the guest let go.

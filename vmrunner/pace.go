@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,11 +28,32 @@ import (
 // for the host's emulated disk), which a limit on the whole request called
 // a hang.
 
+// A guest can be seen to spin sooner (monitor.go): the host looks into a
+// patched request that has gone Factor times the base's time, and at
+// least Early, without progress; a guest busy in the kernel in most
+// samples while its clock crawls (below 1/5 of the host's: under
+// instruction-counted time a vCPU spinning on PAUSE all but stops it, and
+// with it the kernel's own watchdogs) is hung, and called so then. A slow
+// guest is not: a kernel path made longer runs the guest's clock as
+// before, and a guest waiting for its disk is idle. Anything else waits
+// for the full limit.
+
 // Defaults of a Pace.
 const (
 	DefaultHangFactor = 6
 	DefaultHangMin    = 3 * time.Minute
+	DefaultHangEarly  = 90 * time.Second
 )
+
+// crawlRate is the guest's clock against the host's below which a guest
+// busy in the kernel is taken to spin.
+const crawlRate = 0.2
+
+// spinner is a guest the host can look into (machine): whether it spins,
+// and a line saying how it was seen.
+type spinner interface {
+	spinning() (how string, spins bool)
+}
 
 // Doer is what runs a request on a guest: an Instance, or a paced one.
 type Doer interface {
@@ -47,6 +69,9 @@ type Doer interface {
 type Pace struct {
 	Factor float64
 	Min    time.Duration
+	// Early is the least time without progress after which a guest that
+	// can be looked into is, and called hung if it spins; 0 never looks.
+	Early time.Duration
 
 	mu      sync.Mutex
 	took    map[string]time.Duration // op/suite/round -> the base's time
@@ -56,7 +81,7 @@ type Pace struct {
 
 // NewPace is a Pace with the default factor and floor.
 func NewPace() *Pace {
-	return &Pace{Factor: DefaultHangFactor, Min: DefaultHangMin,
+	return &Pace{Factor: DefaultHangFactor, Min: DefaultHangMin, Early: DefaultHangEarly,
 		took: map[string]time.Duration{}, longest: map[string]time.Duration{}, changed: make(chan struct{})}
 }
 
@@ -95,7 +120,8 @@ func (d *paced) Do(ctx context.Context, req proto.Request, onEvent func(proto.Ev
 	done := make(chan struct{})
 	defer close(done)
 	alive := make(chan struct{}, 1)
-	go d.p.watch(req, time.Now(), cancel, done, alive)
+	look, _ := d.g.(spinner)
+	go d.p.watch(req, time.Now(), cancel, done, alive, look)
 	return d.g.Do(ctx, req, func(ev proto.Event) {
 		select {
 		case alive <- struct{}{}:
@@ -119,7 +145,7 @@ func (p *Pace) record(req proto.Request, took time.Duration) {
 
 // limit is the deadline of a patched request and what it comes from;
 // ok is false while the base has not run it.
-func (p *Pace) limit(req proto.Request) (limit time.Duration, why string, changed <-chan struct{}, ok bool) {
+func (p *Pace) limit(req proto.Request) (limit, factored time.Duration, why string, changed <-chan struct{}, ok bool) {
 	round, kind := paceKeys(req)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -128,7 +154,7 @@ func (p *Pace) limit(req proto.Request) (limit time.Duration, why string, change
 		base = p.longest[kind]
 	}
 	if base == 0 {
-		return 0, "", p.changed, false
+		return 0, 0, "", p.changed, false
 	}
 	what := req.Op
 	if req.Suite != "" {
@@ -137,22 +163,25 @@ func (p *Pace) limit(req proto.Request) (limit time.Duration, why string, change
 	if req.Round > 0 {
 		what += fmt.Sprintf(" round %d", req.Round)
 	}
-	limit = max(time.Duration(p.Factor*float64(base)), p.Min)
+	factored = time.Duration(p.Factor * float64(base))
+	limit = max(factored, p.Min)
 	did := fmt.Sprintf("the base kernel's same request took %s", base.Round(100*time.Millisecond))
 	if !same {
 		did = fmt.Sprintf("the base kernel's longest %s took %s", kind, base.Round(100*time.Millisecond))
 	}
 	why = fmt.Sprintf("no answer to %s, nor progress, within %s; %s in a VM of the same shape (a hang is %g times the base's time without progress, at least %s)",
 		what, limit.Round(time.Second), did, p.Factor, p.Min)
-	return limit, why, p.changed, true
+	return limit, factored, why, p.changed, true
 }
 
 // watch cancels a patched request (cancel) with a hang cause once it
-// goes its limit since it started or last showed progress (alive); done
-// ends the watch.
-func (p *Pace) watch(req proto.Request, start time.Time, cancel context.CancelCauseFunc, done, alive <-chan struct{}) {
+// goes its limit since it started or last showed progress (alive), or,
+// when it can be looked into (look), its early limit spinning; done ends
+// the watch.
+func (p *Pace) watch(req proto.Request, start time.Time, cancel context.CancelCauseFunc, done, alive <-chan struct{}, look spinner) {
+	looked := false
 	for {
-		limit, why, changed, ok := p.limit(req)
+		limit, factored, why, changed, ok := p.limit(req)
 		if !ok {
 			select {
 			case <-changed:
@@ -164,20 +193,48 @@ func (p *Pace) watch(req proto.Request, start time.Time, cancel context.CancelCa
 				return
 			}
 		}
-		t := time.NewTimer(time.Until(start.Add(limit)))
+		at := limit
+		early := max(factored, p.Early)
+		if look != nil && !looked && p.Early > 0 && early < limit {
+			at = early
+		}
+		t := time.NewTimer(time.Until(start.Add(at)))
 		select {
 		case <-alive:
 			t.Stop()
-			start = time.Now()
+			start, looked = time.Now(), false
 			continue
 		case <-t.C:
-			cancel(&hangCause{reason: why})
-			return
+			if at == limit {
+				cancel(&hangCause{reason: why})
+				return
+			}
+			looked = true
+			if how, spins := look.spinning(); spins {
+				cancel(&hangCause{reason: p.spinReason(req, at, how)})
+				return
+			}
 		case <-done:
 			t.Stop()
 			return
 		}
 	}
+}
+
+// spinReason is the hang cause of a guest seen spinning after long
+// without progress.
+func (p *Pace) spinReason(req proto.Request, after time.Duration, how string) string {
+	_, _, why, _, _ := p.limit(req)
+	// why begins "no answer to X, nor progress, within LIMIT; the base ..."
+	_, rest, _ := strings.Cut(why, "; ")
+	what := req.Op
+	if req.Suite != "" {
+		what += " " + req.Suite
+	}
+	if req.Round > 0 {
+		what += fmt.Sprintf(" round %d", req.Round)
+	}
+	return fmt.Sprintf("no answer to %s, nor progress, within %s, and %s; %s", what, after.Round(time.Second), how, rest)
 }
 
 // hangCause is a request's context cancelled for a hang: machine.blame

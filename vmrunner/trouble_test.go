@@ -177,3 +177,47 @@ func TestPaceWaitsForTheBase(t *testing.T) {
 		t.Fatalf("err = %v after %s", err, time.Since(start))
 	}
 }
+
+// lookDoer is a progressDoer the host can look into: spins says what it
+// finds.
+type lookDoer struct {
+	progressDoer
+	spins  bool
+	looked *int
+}
+
+func (d lookDoer) spinning() (string, bool) {
+	*d.looked++
+	return "a vCPU spun in flock_lock_inode_wait while its clock ran at 1/19 of the host's", d.spins
+}
+
+// A silent patched request is looked into at the early limit: one that
+// spins is a hang then, said with how it was seen; one that does not
+// spin waits for the full limit, looked into once.
+func TestPaceSpinIsCalledEarly(t *testing.T) {
+	p := NewPace()
+	p.Factor, p.Min, p.Early = 2, 1500*time.Millisecond, 300*time.Millisecond
+	if _, err := p.Base(progressDoer{total: 50 * time.Millisecond}).Do(context.Background(), round(1), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		spins  bool
+		at     time.Duration
+		reason string
+	}{
+		{true, p.Early, "nor progress, within 0s, and a vCPU spun in flock_lock_inode_wait while its clock ran at 1/19 of the host's; the base kernel's same request took"},
+		{false, p.Min, "nor progress, within 2s; the base kernel's same request took"},
+	} {
+		looked := 0
+		start := time.Now()
+		_, err := p.Patched(lookDoer{progressDoer{total: 5 * time.Second}, tt.spins, &looked}).Do(context.Background(), round(1), nil)
+		took := time.Since(start)
+		var h *hangCause
+		if !errors.As(err, &h) || !strings.Contains(h.reason, tt.reason) {
+			t.Errorf("spins %v: err %v, want a hang saying %q", tt.spins, err, tt.reason)
+		}
+		if took < tt.at || took > tt.at+time.Second || looked != 1 {
+			t.Errorf("spins %v: called after %s, looked into %d times; want after about %s, looked into once", tt.spins, took, looked, tt.at)
+		}
+	}
+}
