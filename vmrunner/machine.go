@@ -102,6 +102,9 @@ type machine struct {
 	chans     []*channel // every connection opened, closed by Close
 	closeOnce sync.Once
 	closeErr  error
+
+	spunMu sync.Mutex
+	spun   *report.Sampled // the look that found the guest spinning (Pace), for the hang's error
 }
 
 // Console returns the serial console output so far.
@@ -333,7 +336,14 @@ func (m *machine) blame(ctx context.Context, cause error, doing string, req prot
 		if errors.As(context.Cause(ctx), &h) {
 			reason = "hang: " + h.reason
 		}
-		be := &BootError{Reason: reason, Excerpt: m.con.tail(), Sampled: m.lookAtHang()}
+		m.spunMu.Lock()
+		sampled := m.spun // the look that called the hang, if one did
+		m.spun = nil
+		m.spunMu.Unlock()
+		if sampled == nil {
+			sampled = m.lookAtHang()
+		}
+		be := &BootError{Reason: reason, Excerpt: m.con.tail(), Sampled: sampled}
 		be.at(req, since)
 		if s := be.Sampled; s != nil {
 			where := "no vCPU busy in the kernel"

@@ -75,6 +75,9 @@ func (m *machine) spinning() (string, bool) {
 		clock = fmt.Sprintf("its clock ran at 1/%.0f of the host's", s.HostClock.Seconds()/s.GuestClock.Seconds())
 	}
 	m.log.Info("a guest spins", "name", m.spec.Name, "where", where, "clock", clock)
+	m.spunMu.Lock()
+	m.spun = s
+	m.spunMu.Unlock()
 	return fmt.Sprintf("a vCPU spun %s while %s", where, clock), true
 }
 
