@@ -52,9 +52,12 @@ func (m *machine) lookAtHang() *report.Sampled {
 			sym = s
 		}
 	}
+	start := time.Now()
 	s, err := sampleCPUs(ctx, mon, sym, kernelHZ(m.vmlinux()))
 	if err != nil {
-		m.log.Warn("looking into a hung guest", "name", m.spec.Name, "err", err)
+		m.log.Warn("looking into a hung guest", "name", m.spec.Name, "err", err, "took", time.Since(start).Round(time.Millisecond))
+	} else {
+		m.log.Info("looked into a hung guest", "name", m.spec.Name, "stuck", s.Stuck(), "took", time.Since(start).Round(time.Millisecond))
 	}
 	return s
 }

@@ -34,11 +34,12 @@ func lookIntoIdleGuest(t *testing.T, p Pool) {
 		t.Fatal(err)
 	}
 	defer sym.Close()
+	start := time.Now()
 	s, err := sampleCPUs(ctx, mon, sym, kernelHZ(k.vmlinux))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("samples:\n%s", strings.Join(s.Lines(), "\n"))
+	t.Logf("samples, in %s:\n%s", time.Since(start).Round(time.Millisecond), strings.Join(s.Lines(), "\n"))
 	if s.Samples != hangSamples || len(s.CPUs) != 2 || s.Stuck() || s.Stack != nil {
 		t.Errorf("an idle guest: %d samples, %d vCPUs, stuck %v", s.Samples, len(s.CPUs), s.Stuck())
 	}
@@ -65,7 +66,9 @@ func lookIntoIdleGuest(t *testing.T, p Pool) {
 			t.Errorf("vCPU %d at %#x, CPL %d: not in the kernel", r.CPU, r.RIP, r.CPL)
 			continue
 		}
+		start := time.Now()
 		stack, ended := walkFrames(ctx, mon, r)
+		t.Logf("vCPU %d: %d frames walked in %s", r.CPU, len(stack), time.Since(start).Round(time.Millisecond))
 		st := report.Sample([][]report.Registers{regs}, r.CPU, stack, sym).Stack
 		trace := strings.Join(st.Trace(), "\n")
 		t.Logf("vCPU %d (walk ended: %q):\n%s", r.CPU, ended, trace)
