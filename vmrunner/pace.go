@@ -29,7 +29,7 @@ import (
 // a hang.
 
 // A guest can be seen to spin sooner (monitor.go): the host looks into a
-// patched request that has gone Factor times the base's time, and at
+// patched request that has gone EarlyFactor times the base's time, and at
 // least Early, without progress; a guest busy in the kernel in most
 // samples while its clock crawls (below 1/5 of the host's: under
 // instruction-counted time a vCPU spinning on PAUSE all but stops it, and
@@ -42,7 +42,8 @@ import (
 const (
 	DefaultHangFactor = 6
 	DefaultHangMin    = 3 * time.Minute
-	DefaultHangEarly  = 90 * time.Second
+	DefaultHangEarly       = time.Minute
+	DefaultHangEarlyFactor = 3
 )
 
 // crawlRate is the guest's clock against the host's below which a guest
@@ -69,9 +70,12 @@ type Doer interface {
 type Pace struct {
 	Factor float64
 	Min    time.Duration
-	// Early is the least time without progress after which a guest that
-	// can be looked into is, and called hung if it spins; 0 never looks.
-	Early time.Duration
+	// A guest that can be looked into is, once without progress for
+	// EarlyFactor times the base's time and at least Early, and called
+	// hung if it spins; Early 0 never looks. The look tells a spin from
+	// a slow kernel, so it may come sooner than the limit.
+	EarlyFactor float64
+	Early       time.Duration
 
 	mu      sync.Mutex
 	took    map[string]time.Duration // op/suite/round -> the base's time
@@ -81,7 +85,7 @@ type Pace struct {
 
 // NewPace is a Pace with the default factor and floor.
 func NewPace() *Pace {
-	return &Pace{Factor: DefaultHangFactor, Min: DefaultHangMin, Early: DefaultHangEarly,
+	return &Pace{Factor: DefaultHangFactor, Min: DefaultHangMin, EarlyFactor: DefaultHangEarlyFactor, Early: DefaultHangEarly,
 		took: map[string]time.Duration{}, longest: map[string]time.Duration{}, changed: make(chan struct{})}
 }
 
@@ -194,7 +198,7 @@ func (p *Pace) watch(req proto.Request, start time.Time, cancel context.CancelCa
 			}
 		}
 		at := limit
-		early := max(factored, p.Early)
+		early := max(time.Duration(float64(factored)*p.EarlyFactor/p.Factor), p.Early)
 		if look != nil && !looked && p.Early > 0 && early < limit {
 			at = early
 		}

@@ -196,7 +196,7 @@ func (d lookDoer) spinning() (string, bool) {
 // spin waits for the full limit, looked into once.
 func TestPaceSpinIsCalledEarly(t *testing.T) {
 	p := NewPace()
-	p.Factor, p.Min, p.Early = 2, 1500*time.Millisecond, 300*time.Millisecond
+	p.Factor, p.Min, p.EarlyFactor, p.Early = 2, 1500*time.Millisecond, 1, 300*time.Millisecond
 	if _, err := p.Base(progressDoer{total: 50 * time.Millisecond}).Do(context.Background(), round(1), nil); err != nil {
 		t.Fatal(err)
 	}
