@@ -40,8 +40,8 @@ import (
 
 // Defaults of a Pace.
 const (
-	DefaultHangFactor = 6
-	DefaultHangMin    = 3 * time.Minute
+	DefaultHangFactor      = 6
+	DefaultHangMin         = 3 * time.Minute
 	DefaultHangEarly       = time.Minute
 	DefaultHangEarlyFactor = 3
 )
