@@ -3,9 +3,10 @@ package suites
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -126,21 +127,19 @@ func foldWindows(samples []Sample) []Sample {
 	return out
 }
 
-// paramsKey writes a cell's parameters in a fixed order.
-func paramsKey(p map[string]string) string {
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
+// paramsKey writes a cell's parameters in a fixed order, a key for a map.
+func paramsKey(p map[string]string) string { return joinParams(p, "\x00") }
+
+// cellText is a cell's parameters for a person: "bucket=lt256K readers=4".
+func cellText(p map[string]string) string { return joinParams(p, " ") }
+
+// joinParams is "k=v" of each parameter, by key, joined by sep.
+func joinParams(p map[string]string, sep string) string {
+	parts := make([]string, 0, len(p))
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		parts = append(parts, k+"="+p[k])
 	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k)
-		b.WriteByte('=')
-		b.WriteString(p[k])
-		b.WriteByte(0)
-	}
-	return b.String()
+	return strings.Join(parts, sep)
 }
 
 // Prepared is what Prepare did, for the host's record of a run's phases.
@@ -281,19 +280,6 @@ func (r *round) measure(workload string, params map[string]string, release bool,
 	// from a hung one by it (vmrunner.Pace).
 	agent.Progressf(r.ctx, "round %d: %s %s measured", r.n, workload, cellText(params))
 	return nil
-}
-
-func cellText(params map[string]string) string {
-	keys := make([]string, 0, len(params))
-	for k := range params {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		fmt.Fprintf(&b, "%s=%s ", k, params[k])
-	}
-	return strings.TrimSpace(b.String())
 }
 
 // Phases of a round whose time Result.Phases records, so that the fixed
