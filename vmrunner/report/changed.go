@@ -156,39 +156,22 @@ type inlinedCall struct {
 
 // inlinedCalls are the calls of inline functions the unit cu makes from
 // the changed lines, read from its DW_TAG_inlined_subroutine entries
-// (at most maxEntries of them read).
+// (at most maxEntries of them read, maxDepth deep).
 func (s *Symbolizer) inlinedCalls(cu *dwarf.Entry, files []*dwarf.LineFile, root string, changes map[string][][2]int) []inlinedCall {
 	var out []inlinedCall
-	r := s.dw.Reader()
-	r.Seek(cu.Offset)
-	if e, err := r.Next(); err != nil || e == nil || !e.Children {
-		return nil
-	}
-	for n, depth := 0, 1; depth > 0 && n < maxEntries; n++ {
-		e, err := r.Next()
-		if err != nil || e == nil {
-			break
-		}
-		if e.Tag == 0 {
-			depth--
-			continue
-		}
-		if e.Children {
-			depth++
-		}
+	s.walkUnit(cu, func(e *dwarf.Entry) (enter, stop bool) {
 		if e.Tag != dwarf.TagInlinedSubroutine {
-			continue
+			return true, false
 		}
 		file, line := callSite(e, files, root)
 		if ranges, ok := changes[file]; !ok || !inRanges(ranges, line) {
-			continue
+			return true, false
 		}
-		rs, err := s.dw.Ranges(e)
-		if err != nil || len(rs) == 0 {
-			continue
+		if rs, err := s.dw.Ranges(e); err == nil && len(rs) > 0 {
+			out = append(out, inlinedCall{file, line, rs[0][0]})
 		}
-		out = append(out, inlinedCall{file, line, rs[0][0]})
-	}
+		return true, false
+	})
 	return out
 }
 

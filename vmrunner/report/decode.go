@@ -269,46 +269,54 @@ func relPath(name, root string) string {
 // inlineChain is the subprogram whose code holds pc and the inlined calls
 // at pc inside it, outermost first.
 func (s *Symbolizer) inlineChain(cu *dwarf.Entry, pc uint64) []*dwarf.Entry {
+	var chain []*dwarf.Entry
+	s.walkUnit(cu, func(e *dwarf.Entry) (enter, stop bool) {
+		switch e.Tag {
+		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine, dwarf.TagLexDwarfBlock:
+			if !contains(s.dw, e, pc) {
+				return false, false
+			}
+			if e.Tag != dwarf.TagLexDwarfBlock {
+				chain = append(chain, e)
+			}
+			return true, !e.Children
+		}
+		return false, false
+	})
+	return chain
+}
+
+// walkUnit visits the entries of the unit cu depth first, at most
+// maxEntries of them and maxDepth deep: visit says whether to enter an
+// entry's children, and stop ends the walk.
+func (s *Symbolizer) walkUnit(cu *dwarf.Entry, visit func(e *dwarf.Entry) (enter, stop bool)) {
 	r := s.dw.Reader()
 	r.Seek(cu.Offset)
-	if _, err := r.Next(); err != nil { // the unit itself
-		return nil
+	if e, err := r.Next(); err != nil || e == nil || !e.Children { // the unit itself
+		return
 	}
-	var chain []*dwarf.Entry
-	depth := 1 // inside the unit
-	for n := 0; n < maxEntries && depth > 0; n++ {
+	for n, depth := 0, 1; n < maxEntries && depth > 0; n++ {
 		e, err := r.Next()
 		if err != nil || e == nil {
-			break
+			return
 		}
 		if e.Tag == 0 {
 			depth--
 			continue
 		}
-		switch e.Tag {
-		case dwarf.TagSubprogram, dwarf.TagInlinedSubroutine, dwarf.TagLexDwarfBlock:
-			if !contains(s.dw, e, pc) {
-				if e.Children {
-					r.SkipChildren()
-				}
-				continue
-			}
-			if e.Tag != dwarf.TagLexDwarfBlock {
-				chain = append(chain, e)
-			}
-			if !e.Children {
-				return chain
-			}
+		enter, stop := visit(e)
+		switch {
+		case stop:
+			return
+		case !e.Children:
+		case enter:
 			if depth++; depth > maxDepth {
-				return chain
+				return
 			}
 		default:
-			if e.Children {
-				r.SkipChildren()
-			}
+			r.SkipChildren()
 		}
 	}
-	return chain
 }
 
 func contains(dw *dwarf.Data, e *dwarf.Entry, pc uint64) bool {
