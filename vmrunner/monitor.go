@@ -36,7 +36,14 @@ const (
 	hangSamples     = 5
 	HangSampleEvery = 200 * time.Millisecond
 	maxStackDepth   = 32
-	hangLookLimit   = 60 * time.Second
+	// maxStackSwitches: an NMI or exception stack, the IRQ stack, the
+	// task's.
+	maxStackSwitches = 2
+	// ptRegsBP, ptRegsIP: the words of x86-64's struct pt_regs that hold
+	// rbp and rip.
+	ptRegsBP      = 4
+	ptRegsIP      = 16
+	hangLookLimit = 60 * time.Second
 )
 
 // lookAtHang samples a hung guest's vCPUs and walks the stack of the one
@@ -186,19 +193,44 @@ func readRegisters(ctx context.Context, mon monitor) ([]report.Registers, error)
 // CONFIG_FRAME_POINTER): at each frame, the saved frame pointer and the
 // return address above it. The kernel half of the address space is the
 // same in every vCPU's page tables, so the monitor's own vCPU reads any
-// kernel stack. The walk ends at the first word that is not a kernel
-// text address or a frame pointer that does not climb the stack; ended
-// says why, "" when the chain ended as a task's does (a zero frame
+// kernel stack. A vCPU stopped in an interrupt or an exception is on
+// another stack than its task's: the frame at the top of that stack links
+// to the task's, so a frame pointer may leave its stack maxStackSwitches
+// times (as the kernel's own unwinder goes from the IRQ stack to the
+// task's). The walk ends at the first word that is not a kernel text
+// address or, past those, a frame pointer that does not climb the stack;
+// ended says why, "" when the chain ended as a task's does (a zero frame
 // pointer, or user space's below a system call).
 func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []uint64, ended string) {
 	stack = []uint64{r.RIP}
 	bp := r.RBP
+	switches := 0
 	for {
 		switch {
 		case len(stack) == maxStackDepth:
 			return stack, fmt.Sprintf("cut at %d frames", maxStackDepth)
 		case bp < 1<<63:
 			return stack, "" // the end of the chain, or user space's frames
+		case bp%8 == 1:
+			// An interrupt or exception's entry encodes its registers
+			// as the frame pointer (ENCODE_FRAME_POINTER: pt_regs + 1):
+			// the interrupted code's frame pointer and instruction
+			// are in them, as the kernel's own unwinder reads them.
+			regs := bp - 1
+			out, err := mon.hmp(ctx, fmt.Sprintf("x /%dgx 0x%x", ptRegsIP+1, regs))
+			if err != nil {
+				return stack, err.Error()
+			}
+			w, err := report.ParseWords(out, regs)
+			if err != nil || len(w) <= ptRegsIP {
+				return stack, fmt.Sprintf("the registers at %#x could not be read", regs)
+			}
+			if !report.KernelText(w[ptRegsIP]) {
+				return stack, "" // it interrupted user space
+			}
+			stack = append(stack, w[ptRegsIP])
+			bp = w[ptRegsBP]
+			continue
 		case bp%8 != 0:
 			return stack, fmt.Sprintf("frame pointer %#x is not a kernel stack's", bp)
 		}
@@ -215,7 +247,10 @@ func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []u
 		}
 		stack = append(stack, w[1])
 		if w[0] != 0 && (w[0] <= bp || w[0]-bp > 64<<10) {
-			return stack, fmt.Sprintf("frame pointer %#x does not climb the stack from %#x", w[0], bp)
+			if switches == maxStackSwitches {
+				return stack, fmt.Sprintf("frame pointer %#x does not climb the stack from %#x", w[0], bp)
+			}
+			switches++ // onto the stack that was interrupted
 		}
 		bp = w[0]
 	}
