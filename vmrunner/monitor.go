@@ -188,8 +188,9 @@ func readRegisters(ctx context.Context, mon monitor) ([]report.Registers, error)
 	return report.ParseRegisters(out)
 }
 
-// walkFrames is the vCPU's instruction pointer and the return addresses
-// its frame pointers give (the kernels are built with
+// walkFrames is the vCPU's instruction pointer, the return addresses its
+// frame pointers give, and the instruction an interrupt's registers hold
+// where the walk goes through them (the kernels are built with
 // CONFIG_FRAME_POINTER): at each frame, the saved frame pointer and the
 // return address above it. The kernel half of the address space is the
 // same in every vCPU's page tables, so the monitor's own vCPU reads any
@@ -201,8 +202,8 @@ func readRegisters(ctx context.Context, mon monitor) ([]report.Registers, error)
 // address or, past those, a frame pointer that does not climb the stack;
 // ended says why, "" when the chain ended as a task's does (a zero frame
 // pointer, or user space's below a system call).
-func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []uint64, ended string) {
-	stack = []uint64{r.RIP}
+func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []report.WalkedPC, ended string) {
+	stack = []report.WalkedPC{{PC: r.RIP, At: true}}
 	bp := r.RBP
 	switches := 0
 	for {
@@ -228,7 +229,7 @@ func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []u
 			if !report.KernelText(w[ptRegsIP]) {
 				return stack, "" // it interrupted user space
 			}
-			stack = append(stack, w[ptRegsIP])
+			stack = append(stack, report.WalkedPC{PC: w[ptRegsIP], At: true})
 			bp = w[ptRegsBP]
 			continue
 		case bp%8 != 0:
@@ -245,7 +246,7 @@ func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []u
 		if len(w) < 2 || !report.KernelText(w[1]) {
 			return stack, fmt.Sprintf("the word above frame pointer %#x is not a kernel address", bp)
 		}
-		stack = append(stack, w[1])
+		stack = append(stack, report.WalkedPC{PC: w[1]})
 		if w[0] != 0 && (w[0] <= bp || w[0]-bp > 64<<10) {
 			if switches == maxStackSwitches {
 				return stack, fmt.Sprintf("frame pointer %#x does not climb the stack from %#x", w[0], bp)

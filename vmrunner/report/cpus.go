@@ -257,12 +257,22 @@ func (s *Symbolizer) Object(name string) (uint64, bool) {
 // symbolOnly names a frame with no symbol table: its address.
 func symbolOnly(pc uint64) Frame { return Frame{Func: fmt.Sprintf("0x%x", pc)} }
 
+// A WalkedPC is one address of a stack walked by its frame pointers,
+// innermost first.
+type WalkedPC struct {
+	PC uint64
+	// At: the instruction itself, where the code was (the stopped vCPU's,
+	// or the one an interrupt's or exception's registers hold), rather
+	// than a return address, whose call is the instruction before.
+	At bool
+}
+
 // Sample makes a Sampled of the vCPUs' registers, one []Registers a
 // sample, and of the stack the caller walked (stack: the vCPU's index,
-// its instruction pointer, then the return addresses its frame pointers
-// gave, innermost first; stackCPU < 0 when none was walked). sym names
-// the functions and decodes the stack; nil leaves them as addresses.
-func Sample(samples [][]Registers, stackCPU int, stack []uint64, sym *Symbolizer) *Sampled {
+// its instruction pointer, then what its frame pointers gave, innermost
+// first; stackCPU < 0 when none was walked). sym names the functions and
+// decodes the stack; nil leaves them as addresses.
+func Sample(samples [][]Registers, stackCPU int, stack []WalkedPC, sym *Symbolizer) *Sampled {
 	name := func(pc uint64) Frame {
 		if sym != nil {
 			if f, ok := sym.funcAt(pc); ok {
@@ -326,9 +336,11 @@ func Sample(samples [][]Registers, stackCPU int, stack []uint64, sym *Symbolizer
 	}
 	if stackCPU >= 0 && len(stack) > 0 {
 		r := &Report{Time: -1}
-		for i, pc := range stack {
-			if i == 0 {
-				f := name(pc)
+		for _, w := range stack {
+			if w.At {
+				// The kernel's traces print such an instruction as
+				// the registers' "RIP:", decoded as it is.
+				f := name(w.PC)
 				f.Context = "RIP"
 				r.Frames = append(r.Frames, f)
 				continue
@@ -337,7 +349,7 @@ func Sample(samples [][]Registers, stackCPU int, stack []uint64, sym *Symbolizer
 			// which may be the last of another function (a call that
 			// does not return), so the function is pc-1's, as the
 			// kernel's own traces name it.
-			f := name(pc - 1)
+			f := name(w.PC - 1)
 			if f.Size > 0 {
 				f.Offset++
 			}

@@ -90,7 +90,7 @@ func TestSample(t *testing.T) {
 		}
 		samples = append(samples, []Registers{busy(0, rip), other})
 	}
-	s := Sample(samples, 0, []uint64{0xffffffff812cead4, 0xffffffff812cea81}, nil)
+	s := Sample(samples, 0, []WalkedPC{{PC: 0xffffffff812cead4, At: true}, {PC: 0xffffffff812cea81}}, nil)
 	if !s.Stuck() {
 		t.Error("vCPU 0 busy in the kernel in 10 of 10 samples: not stuck")
 	}

@@ -81,6 +81,54 @@ func TestDecodeDefaultKernel(t *testing.T) {
 	}
 }
 
+// A walked stack decodes an interrupted instruction where it is, and a
+// return address at its call: an interrupt that lands on a function's
+// first instruction names that function and its first line, where pc-1
+// would be the end of the function before it.
+func TestSampleDecodesInterruptedInstruction(t *testing.T) {
+	testenv.NeedsKernel(t)
+	k, err := images.DefaultKernel(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(k.Vmlinux)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := func(name string) uint64 {
+		for _, sym := range s.funcs[name] {
+			if sym.Size > 0 {
+				return sym.Value
+			}
+		}
+		t.Fatalf("no %s in the default kernel", name)
+		return 0
+	}
+	put, get := addr("squashfs_cache_put"), addr("squashfs_cache_get")
+	stack := []WalkedPC{
+		{PC: put + 4, At: true},                     // the stopped vCPU, inside an interrupt
+		{PC: get, At: true},                         // the instruction it interrupted
+		{PC: addr("squashfs_read_metadata") + 0x20}, // a return address
+	}
+	st := Sample(nil, 0, stack, s).Stack
+	if st == nil || len(st.Frames) != 3 {
+		t.Fatalf("stack %+v", st)
+	}
+	f := st.Frames[1]
+	if f.Func != "squashfs_cache_get" || f.Offset != 0 || f.Context != "RIP" || f.File != "fs/squashfs/cache.c" || f.Line < 50 || f.Line > 60 {
+		t.Errorf("the interrupted instruction at squashfs_cache_get's first byte: %+v, want squashfs_cache_get+0x0 at its first lines (fs/squashfs/cache.c:5x)", f)
+	}
+	if r := st.Frames[2]; r.Func != "squashfs_read_metadata" || r.Offset != 0x20 || r.Context == "RIP" {
+		t.Errorf("the return address: %+v", r)
+	}
+	trace := strings.Join(st.Trace(), "\n")
+	if strings.Count(trace, "RIP: ") != 2 {
+		t.Errorf("the trace marks %d instructions as RIP, want 2:\n%s", strings.Count(trace, "RIP: "), trace)
+	}
+	t.Logf("\n%s", trace)
+}
+
 // The samples' traces decode on the kernel that printed them: the
 // sampler patch built on the default kernel, as it was for the samples
 // (the same source, config and compiler make the same code). Each guilty
