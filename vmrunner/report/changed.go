@@ -59,7 +59,6 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 	}
 	byFunc := map[string][]hit{}
 	var order []string
-	syms := s.sortedFuncs()
 	for _, cu := range s.cus {
 		lr, err := s.dw.LineReader(cu)
 		if err != nil || lr == nil {
@@ -91,7 +90,7 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 			if !ok || !inRanges(ranges, le.Line) {
 				continue
 			}
-			fn := symbolAt(syms, le.Address)
+			fn := s.funcOf(le.Address)
 			if fn == "" {
 				continue
 			}
@@ -101,7 +100,7 @@ func (s *Symbolizer) Changed(changes map[string][][2]int) (out []Changed, more i
 			byFunc[fn] = append(byFunc[fn], hit{file, le.Line, le.Address, cu, false})
 		}
 		for _, c := range s.inlinedCalls(cu, lr.Files(), root, changes) {
-			fn := symbolAt(syms, c.pc)
+			fn := s.funcOf(c.pc)
 			if fn == "" {
 				continue
 			}
@@ -175,37 +174,18 @@ func (s *Symbolizer) inlinedCalls(cu *dwarf.Entry, files []*dwarf.LineFile, root
 	return out
 }
 
-type funcSym struct {
-	lo, hi uint64
-	name   string
-}
-
-// sortedFuncs are the function symbols by address, a ".cold" part under
-// its function's name.
-func (s *Symbolizer) sortedFuncs() []funcSym {
-	var out []funcSym
-	for name, syms := range s.funcs {
-		for _, sym := range syms {
-			if sym.Size == 0 || elf.ST_TYPE(sym.Info) != elf.STT_FUNC {
-				continue
-			}
-			n := name
-			if base, ok := strings.CutSuffix(name, ".cold"); ok && len(s.funcs[base]) > 0 {
-				n = base
-			}
-			out = append(out, funcSym{lo: sym.Value, hi: sym.Value + sym.Size, name: n})
-		}
+// funcOf is the function a changed instruction is in, as its calls are
+// counted: a ".cold" part under its function's name; "" outside every
+// function (assembly's untyped code symbols included).
+func (s *Symbolizer) funcOf(pc uint64) string {
+	sym, ok := s.textAt(pc)
+	if !ok || elf.ST_TYPE(sym.Info) != elf.STT_FUNC {
+		return ""
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].lo < out[j].lo })
-	return out
-}
-
-func symbolAt(syms []funcSym, pc uint64) string {
-	i := sort.Search(len(syms), func(i int) bool { return syms[i].lo > pc }) - 1
-	if i >= 0 && pc < syms[i].hi {
-		return syms[i].name
+	if base, ok := strings.CutSuffix(sym.Name, ".cold"); ok && len(s.funcs[base]) > 0 {
+		return base
 	}
-	return ""
+	return sym.Name
 }
 
 func inRanges(ranges [][2]int, line int) bool {

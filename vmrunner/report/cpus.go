@@ -214,9 +214,17 @@ func (s *Sampled) Lines() []string {
 // funcAt is the function symbol containing pc, as a Frame (Func, Offset,
 // Size); false when pc is in none.
 func (s *Symbolizer) funcAt(pc uint64) (Frame, bool) {
+	sym, ok := s.textAt(pc)
+	if !ok {
+		return Frame{}, false
+	}
+	return Frame{Func: sym.Name, Offset: pc - sym.Value, Size: sym.Size}, true
+}
+
+// textAt is the sized code symbol containing pc: a function, or a code
+// symbol of assembly (entry_SYSCALL_64) that is not typed as one.
+func (s *Symbolizer) textAt(pc uint64) (elf.Symbol, bool) {
 	s.byAddrOnce.Do(func() {
-		// Functions, and the sized code symbols of assembly
-		// (entry_SYSCALL_64) that are not typed as functions.
 		syms, _ := s.f.Symbols()
 		for _, sym := range syms {
 			t := elf.ST_TYPE(sym.Info)
@@ -230,13 +238,13 @@ func (s *Symbolizer) funcAt(pc uint64) (Frame, bool) {
 	for ; i >= 0; i-- {
 		sym := s.byAddr[i]
 		if pc >= sym.Value && pc < sym.Value+sym.Size {
-			return Frame{Func: sym.Name, Offset: pc - sym.Value, Size: sym.Size}, true
+			return sym, true
 		}
 		if pc-sym.Value > 1<<20 {
 			break
 		}
 	}
-	return Frame{}, false
+	return elf.Symbol{}, false
 }
 
 // Object is the address of the data symbol name (a variable), false

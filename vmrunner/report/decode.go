@@ -41,7 +41,7 @@ type Symbolizer struct {
 	cus   []*dwarf.Entry // every compilation unit, in order
 
 	byAddrOnce sync.Once
-	byAddr     []elf.Symbol // sized function symbols by address (funcAt)
+	byAddr     []elf.Symbol // sized code symbols by address (textAt)
 }
 
 type unit struct {
