@@ -8,10 +8,11 @@
 # then run its suite, base against patched, RUNS fixed rounds a side
 # (default 5) into OUTDIR/NAME.json; patches measured already are kept.
 # Then each patch whose rounds ran out before the rule would have stopped
-# (`patchbot panel --unfinished`) is measured on to the rule's maximum of
-# 6 (`patchbot suite run --continue`), so that the table is what the
-# rule's maximum of fixed rounds would give at a fraction of the time: the
-# rule never looks past the round a patch stopped at. Last, `patchbot
+# (`patchbot panel --unfinished`) is measured on, a round at a time, to at
+# most the rule's maximum of 6 (`patchbot suite run --continue`), so that
+# the table is what the rule would give: it never looks past the round a
+# patch stopped at. RUNS=3 (the rule's first look) costs each patch the
+# rounds the pipeline's run would take. Last, `patchbot
 # panel OUTDIR` judges every patch with the sequential rule, as the
 # pipeline would have stopped it, and prints the table that docs/suites.md
 # keeps. PROFILE (default: each suite's standard, the pipeline's) is given
@@ -19,8 +20,9 @@
 # the same panel. Builds go one at a time; JOBS measurements (default 2)
 # run at once, since guests with instruction-counted time measure the same
 # whatever else the host runs (with real time, set JOBS=1). SUITES (a
-# comma-separated list) measures only those suites' patches, and the table
-# is then of what OUTDIR holds (`patchbot panel --measured`).
+# comma-separated list) measures only those suites' patches, NAMES only
+# those patches, and the table is then of what OUTDIR holds (`patchbot
+# panel --measured`).
 set -euo pipefail
 out=${1:?usage: panel.sh OUTDIR [RUNS [PROFILE]]} runs=${2:-5} profile=${3:-standard}
 max=6 # stats.DefaultRule.Max
@@ -54,9 +56,13 @@ measure() {
 }
 
 running=0
-only() { [ -z "${SUITES:-}" ] || [[ ",$SUITES," == *",$1,"* ]]; }
+# only SUITE NAME: whether SUITES and NAMES (comma-separated) let it in.
+only() {
+	{ [ -z "${SUITES:-}" ] || [[ ",$SUITES," == *",$1,"* ]]; } &&
+		{ [ -z "${NAMES:-}" ] || [[ ",$NAMES," == *",$2,"* ]]; }
+}
 while read -r name suite mbox; do
-	only "$suite" || continue
+	only "$suite" "$name" || continue
 	[ -s "$out/$name.json" ] && continue
 	build "$name" "$mbox"
 	measure "$name" "$suite" "$runs" &
@@ -67,11 +73,14 @@ while read -r name suite mbox; do
 	fi
 done < <($pb panel --list)
 wait
-if ((runs < max)); then
+# One round at a time, so that a patch costs the rounds the rule takes.
+for ((k = runs; k < max; k++)); do
 	running=0
 	while read -r name suite mbox; do
-		cp "$out/$name.json" "$out/$name.first.json"
-		measure "$name" "$suite" $((max - runs)) --continue "$out/$name.first.json" &
+		only "$suite" "$name" || continue
+		[ -s "$out/$name.first.json" ] || cp "$out/$name.json" "$out/$name.first.json"
+		cp "$out/$name.json" "$out/$name.before.json"
+		measure "$name" "$suite" 1 --continue "$out/$name.before.json" &
 		running=$((running + 1))
 		if ((running >= jobs)); then
 			wait -n || true
@@ -79,8 +88,8 @@ if ((runs < max)); then
 		fi
 	done < <($pb panel --unfinished "$out")
 	wait
-fi
-if [ -n "${SUITES:-}" ]; then
+done
+if [ -n "${SUITES:-}${NAMES:-}" ]; then
 	$pb panel --measured "$out"
 else
 	$pb panel "$out"
