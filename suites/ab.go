@@ -43,6 +43,10 @@ type Side struct {
 	// Done are the side's rounds measured before, when the run goes on
 	// from them (RunAB); nil for a fresh run.
 	Done *Result
+	// Reboot boots the side's kernel afresh in its guest (a profile with
+	// Params.Reboot: before every round but the first); nil when it
+	// cannot, and then such a profile is refused.
+	Reboot func(ctx context.Context) error
 }
 
 // Stopping says when the rounds of an A/B run stop: the fewest and the
@@ -263,12 +267,28 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 		fmt.Fprintf(progress, "%s prepared %s in %s\n",
 			cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
 	}
+	if cfg.Params.Reboot {
+		for _, s := range sides {
+			if s.Guest != nil && s.Reboot == nil {
+				return nil, fmt.Errorf("%s %s: the profile boots each round afresh, and %s's guest cannot reboot", cfg.Suite, cfg.Profile, s.Label)
+			}
+		}
+	}
 	together := counted(sides)
 	if together {
 		fmt.Fprintf(progress, "%s: the guests keep instruction-counted time, so their rounds run at once and the host's load does not repeat them\n", cfg.Suite)
 	}
 	for n < hi {
 		n++
+		if cfg.Params.Reboot && n > 1 {
+			again, err := reboot(ctx, cfg, sides, progress)
+			for i, p := range again {
+				prepared[i] = addPhases(prepared[i], p)
+			}
+			if err != nil {
+				return fresh, err
+			}
+		}
 		if together {
 			res, recs, err := roundTogether(ctx, cfg, sides, n, read)
 			for i, rec := range recs {
@@ -451,6 +471,71 @@ func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error)
 	}
 	wg.Wait()
 	return out, errors.Join(errs...)
+}
+
+// reboot boots every side that runs afresh, all at once, and prepares
+// them again: what each spent on both, as Prepared phases.
+func reboot(ctx context.Context, cfg *Config, sides []Side, progress io.Writer) ([]Prepared, error) {
+	took := make([]float64, len(sides))
+	errs := make([]error, len(sides))
+	var wg sync.WaitGroup
+	for i, s := range sides {
+		if s.Guest == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			err := s.Reboot(ctx)
+			took[i] = time.Since(start).Seconds()
+			if err != nil {
+				if s.Kernel != "" {
+					err = blame.On(s.Kernel, err)
+				}
+				errs[i] = fmt.Errorf("%s: rebooting %s: %w", cfg.Suite, s.Label, err)
+			}
+		}()
+	}
+	wg.Wait()
+	out := make([]Prepared, len(sides))
+	for i := range sides {
+		if sides[i].Guest != nil {
+			out[i].Phases = map[string]float64{PhaseReboot: took[i]}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return out, err
+	}
+	start := time.Now()
+	again, err := prepare(ctx, cfg, sides)
+	for i := range out {
+		out[i] = addPhases(out[i], again[i])
+	}
+	var parts []string
+	for i, s := range sides {
+		if s.Guest != nil {
+			parts = append(parts, fmt.Sprintf("%s in %.1fs", s.Label, took[i]))
+		}
+	}
+	fmt.Fprintf(progress, "%s rebooted %s, prepared in %s\n", cfg.Suite, strings.Join(parts, ", "), time.Since(start).Round(100*time.Millisecond))
+	return out, err
+}
+
+// addPhases is p with q's phase times added.
+func addPhases(p, q Prepared) Prepared {
+	if len(q.Phases) == 0 {
+		return p
+	}
+	phases := map[string]float64{}
+	for k, v := range p.Phases {
+		phases[k] += v
+	}
+	for k, v := range q.Phases {
+		phases[k] += v
+	}
+	p.Phases = phases
+	return p
 }
 
 // counted reports whether every side that runs keeps instruction-counted

@@ -97,6 +97,57 @@ func TestRunABInterleaves(t *testing.T) {
 	}
 }
 
+// A profile that boots each round afresh reboots every side before every
+// round but the first and prepares it again; the reboots' and the
+// prepares' times are the result's phases. A side that cannot reboot
+// refuses the profile, and a reboot that fails is its kernel's.
+func TestRunABRebootsEachRound(t *testing.T) {
+	cfg, sides, log := abFixture(t)
+	c := *cfg
+	c.Params.Reboot = true
+	var mu sync.Mutex // the sides reboot at once
+	for i := range sides {
+		s := &sides[i]
+		s.Reboot = func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			*log = append(*log, "reboot-"+s.Label)
+			return nil
+		}
+	}
+	var progress strings.Builder
+	res, err := RunAB(context.Background(), &c, sides, Fixed(3), Quiet{}, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rounds := "A:base B:patched "
+	boots := "reboot-base reboot-patched "
+	if got := strings.Join(*log, " ") + " "; strings.ReplaceAll(got, "reboot-patched reboot-base", "reboot-base reboot-patched") != rounds+boots+rounds+boots+rounds {
+		t.Errorf("order = %s, want each side rebooted before rounds 2 and 3", got)
+	}
+	for _, r := range res {
+		if r.Phases[PhasePrepare] != 6 || r.Phases[PhaseReboot] < 0 || len(r.Samples) != 3 {
+			t.Errorf("%s: phases %v, %d samples; want 3 prepares of 2 s", r.Kernel, r.Phases, len(r.Samples))
+		}
+	}
+	if n := strings.Count(progress.String(), "cache-contention rebooted base in "); n != 2 {
+		t.Errorf("%d reboot lines, want 2:\n%s", n, progress.String())
+	}
+
+	*log = nil
+	fails := append([]Side(nil), sides...)
+	fails[1].Kernel = blame.Patched
+	fails[1].Reboot = func(context.Context) error { return errors.New("no ready") }
+	_, err = RunAB(context.Background(), &c, fails, Fixed(3), Quiet{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "rebooting patched") || !strings.Contains(err.Error(), "no ready") || blame.KernelOf(err) != blame.Patched || len(*log) != 3 {
+		t.Errorf("a failed reboot: %v (blamed on %q), log %v; want the patch blamed after round 1", err, blame.KernelOf(err), *log)
+	}
+	fails[1].Reboot = nil
+	if _, err := RunAB(context.Background(), &c, fails, Fixed(3), Quiet{}, nil); err == nil || !strings.Contains(err.Error(), "cannot reboot") {
+		t.Errorf("a side that cannot reboot: %v", err)
+	}
+}
+
 // The plan's rule is asked after every round from Min on, sees every
 // side's results so far, and stops the rounds; without an answer of yes
 // they stop at Max.

@@ -288,6 +288,7 @@ const (
 	PhaseStage      = "stage"       // copying the image into tmpfs and mounting it
 	PhaseDropCaches = "drop-caches" // sync and drop_caches before each workload
 	PhasePrepare    = "prepare"     // readying the guest before the first round, side by side with the others (Prepare)
+	PhaseReboot     = "reboot"      // booting the kernel afresh before a round (Params.Reboot), side by side with the others
 	PhaseArm        = "arm"         // opening the counters, kprobes and hist triggers (of which arm/release-trace and arm/perf)
 	PhaseWorkload   = "workload"    // the measured workloads themselves
 	PhaseCollect    = "collect"     // reading counters and histograms, disarming

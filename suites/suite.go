@@ -53,8 +53,13 @@ type Params struct {
 	// be told from the spread between rounds (patchbot suite variance).
 	// 0 is 1.
 	Windows int `yaml:"windows"`
-	Threads int `yaml:"threads"` // cache-contention: OS threads per workload
-	Ops     int `yaml:"ops"`     // cache-contention mixed: operations per thread
+	// Reboot boots each side's kernel afresh before every round but the
+	// first (Side.Reboot), and prepares it again: the spread between
+	// boots, which rounds of one boot a side cannot show, is then in the
+	// rounds a comparison sees (patchbot suite variance measures it).
+	Reboot  bool `yaml:"reboot"`
+	Threads int  `yaml:"threads"` // cache-contention: OS threads per workload
+	Ops     int  `yaml:"ops"`     // cache-contention mixed: operations per thread
 	// Readers are the parallel reader counts of the readahead table.
 	Readers []int `yaml:"readers"`
 	// Contenders are the process counts of the locks curve; Duration is

@@ -25,7 +25,8 @@ import (
 //	fake.crash   the hypervisor fails once the kernel runs (an *InfraError, as QEMU's exit with an error)
 //	fake.trouble=KIND@N  in run-suite round N (0: prepare-suite) the
 //	             "kernel" prints the sample of KIND (oops, warn, hang: see
-//	             fakeTrouble) on its console; after an oops the request
+//	             fakeTrouble) on its console, in every boot that runs
+//	             that round; after an oops the request
 //	             never answers, as a dead kernel's; after a warning it goes
 //	             on; a hang prints nothing and never answers
 //
@@ -71,6 +72,9 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 	}
 	f.mu.Lock()
 	f.guest, f.host = net.Pipe()
+	if f.ended { // started again after destroy (Reboot)
+		f.done, f.ended = make(chan struct{}), false
+	}
 	f.mu.Unlock()
 	if f.has("fake.crash") {
 		go f.stop() // the hypervisor goes away, not ended by the guest (exitStatus)
@@ -93,7 +97,11 @@ func (f *fakeVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {
 	return f.host, nil
 }
 
-func (f *fakeVM) stopped() <-chan struct{} { return f.done }
+func (f *fakeVM) stopped() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.done
+}
 
 func (f *fakeVM) exitStatus() (bool, error, []byte) {
 	if f.has("fake.crash") {

@@ -403,7 +403,7 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 	}
 	done := make(chan struct{})
 	v.mu.Lock()
-	v.dom, v.done = &dom, done
+	v.dom, v.done, v.destroyed = &dom, done, false // a reboot's start follows our destroy
 	v.mu.Unlock()
 	go v.poll(dom, done)
 	if v.remote {

@@ -105,6 +105,11 @@ type machine struct {
 
 	spunMu sync.Mutex
 	spun   *report.Sampled // the look that found the guest spinning (Pace), for the hang's error
+
+	// earlier, earlierMore: the warnings of the consoles of boots before
+	// this one (Reboot), under mu.
+	earlier     []report.Warning
+	earlierMore int
 }
 
 // Console returns the serial console output so far.
@@ -144,6 +149,32 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 		return info, err
 	}
 	return info, nil
+}
+
+// Reboot boots the kernel afresh: the VM is destroyed and started again
+// from its spec, as Boot started it, with a new console, and Reboot waits
+// for the agent's ready. What the guest held (a prepared suite, the page
+// cache, where its memory went) is gone; the warnings of the earlier
+// boots' consoles are kept, and Warnings counts them with this boot's.
+func (m *machine) Reboot(ctx context.Context) (Info, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ch == nil {
+		return Info{}, fmt.Errorf("reboot %s: not booted", m.spec.Name)
+	}
+	ws, more := m.con.warnings()
+	if err := m.hv.destroy(); err != nil {
+		return Info{}, err
+	}
+	m.closeChannel()
+	m.earlier, m.earlierMore = report.AddWarnings(m.earlier, m.earlierMore, ws, more)
+	m.con = &console{path: m.con.path} // start empties the log: its owner (libvirt's QEMU) may keep it
+	info, err := m.boot(ctx)
+	if err != nil {
+		m.hv.destroy()
+		m.closeChannel()
+	}
+	return info, err
 }
 
 func (m *machine) boot(ctx context.Context) (Info, error) {
@@ -270,11 +301,14 @@ func (m *machine) decode(r *report.Report) {
 	report.Decode(v, r)
 }
 
-// Warnings are the kernel warnings (WARN_ON(), WARN()) its console showed
-// since boot, each with its count and its first report, decoded; more
+// Warnings are the kernel warnings (WARN_ON(), WARN()) its consoles showed
+// since the first boot, each with its count and its first report, decoded; more
 // counts warnings whose titles came after report.MaxWarnings others.
 func (m *machine) Warnings() ([]report.Warning, int) {
 	ws, more := m.con.warnings()
+	m.mu.Lock()
+	ws, more = report.AddWarnings(m.earlier, m.earlierMore, ws, more)
+	m.mu.Unlock()
 	var sym *report.Symbolizer
 	for _, w := range ws {
 		if len(w.Report.Frames) == 0 {

@@ -81,6 +81,30 @@ func TestWarningIsCounted(t *testing.T) {
 	}
 }
 
+// A reboot starts the kernel afresh, and the warnings of the boots before
+// it still count: a warning printed in two boots counts 2.
+func TestRebootKeepsTheWarnings(t *testing.T) {
+	vm := bootFake(t, "fake.trouble=warn@1")
+	for boot := 1; boot <= 2; boot++ {
+		if boot > 1 {
+			info, err := vm.Reboot(context.Background())
+			if err != nil || info.KernelRelease != "fake" {
+				t.Fatalf("reboot: %+v, %v", info, err)
+			}
+			if c := string(vm.Console()); strings.Contains(c, "scripted warning") {
+				t.Errorf("the new boot's console holds the last boot's warning:\n%s", c)
+			}
+		}
+		if _, err := vm.Do(context.Background(), round(1), nil); err != nil {
+			t.Fatalf("boot %d, round 1: %v", boot, err)
+		}
+		ws, _ := vm.Warnings()
+		if len(ws) != 1 || ws[0].Count != boot {
+			t.Fatalf("after boot %d: warnings %+v, want 1 title counted %d", boot, ws, boot)
+		}
+	}
+}
+
 // A patched request that outlives Factor times the base's own time for
 // it is a hang, said with what the base did; one within it is not.
 func TestPaceHang(t *testing.T) {

@@ -133,14 +133,17 @@ type Pool interface {
 type Instance interface {
 	// Boot launches the VM and waits for the agent's "ready".
 	Boot(ctx context.Context) (Info, error)
+	// Reboot boots the kernel afresh in a new VM of the same spec, and
+	// waits for the agent's ready, as Boot did; Warnings go on counting.
+	Reboot(ctx context.Context) (Info, error)
 	// Do sends req to the agent, passes every event to onEvent (may be
 	// nil), and returns the "result" payload. An "error" event is returned
 	// as a *GuestError; a crash or hang of the kernel as a *BootError.
 	Do(ctx context.Context, req proto.Request, onEvent func(proto.Event)) (json.RawMessage, error)
-	// Console returns the serial console output so far.
+	// Console returns the serial console output of the current boot so far.
 	Console() []byte
-	// Warnings are the kernel warnings (WARN_ON(), WARN()) the console
-	// showed since boot, each with its count and first report, decoded;
+	// Warnings are the kernel warnings (WARN_ON(), WARN()) the consoles
+	// showed since the first boot, each with its count and first report, decoded;
 	// more counts those past report.MaxWarnings titles. A warning does not
 	// end a request; any other trouble the kernel reports does (Do).
 	Warnings() (ws []report.Warning, more int)

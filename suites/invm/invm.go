@@ -286,7 +286,12 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		info := infos[i]
 		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
-		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Clock: info.Clock, Params: params})
+		inst := insts[i]
+		reboot := func(ctx context.Context) error {
+			_, err := inst.Reboot(ctx)
+			return err
+		}
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: inst, Accel: info.Accel, Clock: info.Clock, Params: params, Reboot: reboot})
 	}
 	pace(sides)
 	var results []*suites.Result

@@ -419,6 +419,30 @@ func (r *Reader) Warnings() (ws []Warning, more int) {
 	return ws, r.moreWarnings
 }
 
+// AddWarnings adds the warnings of a later console (later, laterMore) to
+// those of an earlier one, as one console's would count them: a title seen
+// in both counts both, keeping the first report; titles past MaxWarnings
+// count in more.
+func AddWarnings(ws []Warning, more int, later []Warning, laterMore int) ([]Warning, int) {
+	out := append([]Warning(nil), ws...)
+	more += laterMore
+next:
+	for _, w := range later {
+		for i := range out {
+			if out[i].Report.Title == w.Report.Title {
+				out[i].Count += w.Count
+				continue next
+			}
+		}
+		if len(out) >= MaxWarnings {
+			more += w.Count
+			continue
+		}
+		out = append(out, w)
+	}
+	return out, more
+}
+
 func (r *Report) clone() *Report {
 	c := *r
 	c.Lines = append([]string(nil), r.Lines...)
