@@ -445,39 +445,25 @@ func join(a, b *Result) *Result {
 func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error) {
 	out := make([]Prepared, len(sides))
 	errs := make([]error, len(sides))
-	var wg sync.WaitGroup
-	for i, s := range sides {
-		if s.Guest == nil {
-			continue // not run: its rounds are done
+	eachGuest(sides, func(i int, s Side) {
+		req := proto.Request{
+			ID: fmt.Sprintf("%s-%s-prepare", cfg.Suite, s.Label), Op: proto.OpPrepare,
+			Suite: cfg.Suite, Profile: cfg.Profile, Params: s.Params,
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := proto.Request{
-				ID: fmt.Sprintf("%s-%s-prepare", cfg.Suite, s.Label), Op: proto.OpPrepare,
-				Suite: cfg.Suite, Profile: cfg.Profile, Params: s.Params,
-			}
-			raw, err := s.Guest.Do(ctx, req, nil)
-			if err == nil {
-				err = json.Unmarshal(raw, &out[i])
-			}
-			if err != nil {
-				if s.Kernel != "" {
-					err = blame.On(s.Kernel, err)
-				}
-				errs[i] = fmt.Errorf("%s: preparing %s: %w", cfg.Suite, s.Label, err)
-			}
-		}()
-	}
-	wg.Wait()
+		raw, err := s.Guest.Do(ctx, req, nil)
+		if err == nil {
+			err = json.Unmarshal(raw, &out[i])
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("%s: preparing %s: %w", cfg.Suite, s.Label, s.blame(err))
+		}
+	})
 	return out, errors.Join(errs...)
 }
 
-// reboot boots every side that runs afresh, all at once, and prepares
-// them again: what each spent on both, as Prepared phases.
-func reboot(ctx context.Context, cfg *Config, sides []Side, progress io.Writer) ([]Prepared, error) {
-	took := make([]float64, len(sides))
-	errs := make([]error, len(sides))
+// eachGuest calls f for every side that runs (one with a guest; a side
+// without one has its rounds done), all at once, and waits for them.
+func eachGuest(sides []Side, f func(i int, s Side)) {
 	var wg sync.WaitGroup
 	for i, s := range sides {
 		if s.Guest == nil {
@@ -486,18 +472,33 @@ func reboot(ctx context.Context, cfg *Config, sides []Side, progress io.Writer) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			start := time.Now()
-			err := s.Reboot(ctx)
-			took[i] = time.Since(start).Seconds()
-			if err != nil {
-				if s.Kernel != "" {
-					err = blame.On(s.Kernel, err)
-				}
-				errs[i] = fmt.Errorf("%s: rebooting %s: %w", cfg.Suite, s.Label, err)
-			}
+			f(i, s)
 		}()
 	}
 	wg.Wait()
+}
+
+// blame puts err on the side's kernel, when it has one.
+func (s Side) blame(err error) error {
+	if s.Kernel != "" {
+		return blame.On(s.Kernel, err)
+	}
+	return err
+}
+
+// reboot boots every side that runs afresh, all at once, and prepares
+// them again: what each spent on both, as Prepared phases.
+func reboot(ctx context.Context, cfg *Config, sides []Side, progress io.Writer) ([]Prepared, error) {
+	took := make([]float64, len(sides))
+	errs := make([]error, len(sides))
+	eachGuest(sides, func(i int, s Side) {
+		start := time.Now()
+		err := s.Reboot(ctx)
+		took[i] = time.Since(start).Seconds()
+		if err != nil {
+			errs[i] = fmt.Errorf("%s: rebooting %s: %w", cfg.Suite, s.Label, s.blame(err))
+		}
+	})
 	out := make([]Prepared, len(sides))
 	for i := range sides {
 		if sides[i].Guest != nil {
@@ -569,35 +570,26 @@ func roundTogether(ctx context.Context, cfg *Config, sides []Side, n int, read f
 	var (
 		mu    sync.Mutex
 		first *TogetherError
-		wg    sync.WaitGroup
 	)
-	for i, s := range sides {
-		if s.Guest == nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rec := &Round{N: n, Started: time.Now().UTC(), Before: before}
-			r, err := runOne(ctx, cfg, s, n)
-			rec.Seconds = time.Since(rec.Started).Seconds()
-			mu.Lock()
-			defer mu.Unlock()
-			recs[i] = rec
-			if err != nil {
-				if first == nil {
-					first = &TogetherError{Err: err, Round: n, OthersDone: true}
-					for j, o := range sides {
-						first.OthersDone = first.OthersDone && (j == i || o.Guest == nil || res[j] != nil)
-					}
-					cancel()
+	eachGuest(sides, func(i int, s Side) {
+		rec := &Round{N: n, Started: time.Now().UTC(), Before: before}
+		r, err := runOne(ctx, cfg, s, n)
+		rec.Seconds = time.Since(rec.Started).Seconds()
+		mu.Lock()
+		defer mu.Unlock()
+		recs[i] = rec
+		if err != nil {
+			if first == nil {
+				first = &TogetherError{Err: err, Round: n, OthersDone: true}
+				for j, o := range sides {
+					first.OthersDone = first.OthersDone && (j == i || o.Guest == nil || res[j] != nil)
 				}
-				return
+				cancel()
 			}
-			res[i] = r
-		}()
-	}
-	wg.Wait()
+			return
+		}
+		res[i] = r
+	})
 	after := read()
 	for _, r := range recs {
 		if r != nil {
@@ -641,10 +633,7 @@ func runOne(ctx context.Context, cfg *Config, s Side, n int) (*Result, error) {
 	}
 	raw, err := s.Guest.Do(ctx, req, nil)
 	if err != nil {
-		if s.Kernel != "" {
-			err = blame.On(s.Kernel, err)
-		}
-		return nil, fmt.Errorf("%s round %d on %s: %w", cfg.Suite, n, s.Label, err)
+		return nil, fmt.Errorf("%s round %d on %s: %w", cfg.Suite, n, s.Label, s.blame(err))
 	}
 	var res Result
 	if err := json.Unmarshal(raw, &res); err != nil {

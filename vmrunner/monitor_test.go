@@ -14,16 +14,8 @@ import (
 // (its vCPUs halted in most samples), and an idle vCPU's stack, walked by
 // its frame pointers with the guest stopped, decodes to the idle loop.
 func lookIntoIdleGuest(t *testing.T, p Pool) {
-	k := minimalKernel(t)
 	ctx := context.Background()
-	vm, err := p.Create(ctx, Spec{Name: "look", Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, BootTimeout: 3 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	if _, err := vm.Boot(ctx); err != nil {
-		t.Fatalf("Boot: %v", err)
-	}
+	vm, k := bootDefault(t, p, "look")
 	m := vm.(*machine)
 	mon, ok := m.hv.(monitor)
 	if !ok {
@@ -76,6 +68,22 @@ func lookIntoIdleGuest(t *testing.T, p Pool) {
 			t.Errorf("vCPU %d: the idle loop's stack is not do_idle's, decoded (walk ended: %q):\n%s", r.CPU, ended, trace)
 		}
 	}
+}
+
+// bootDefault boots the default kernel in p on 2 vCPUs and 256 MiB; the
+// VM is closed with the test.
+func bootDefault(t *testing.T, p Pool, name string) (Instance, kernel) {
+	t.Helper()
+	k := minimalKernel(t)
+	vm, err := p.Create(context.Background(), Spec{Name: name, Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, BootTimeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vm.Close() })
+	if _, err := vm.Boot(context.Background()); err != nil {
+		t.Fatalf("Boot: %v", err)
+	}
+	return vm, k
 }
 
 func TestQEMULookIntoGuest(t *testing.T) { lookIntoIdleGuest(t, qemuTestPool(t)) }

@@ -15,16 +15,8 @@ import (
 // the reboot is a new kernel (another boot_id), its console holds that
 // boot alone, and the new VM's monitor answers for a look into it.
 func rebootGuest(t *testing.T, p Pool) {
-	k := minimalKernel(t)
 	ctx := context.Background()
-	vm, err := p.Create(ctx, Spec{Name: "reboot", Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, BootTimeout: 3 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vm.Close()
-	if _, err := vm.Boot(ctx); err != nil {
-		t.Fatalf("Boot: %v", err)
-	}
+	vm, _ := bootDefault(t, p, "reboot")
 	bootID := func() string {
 		raw, err := vm.Do(ctx, proto.Request{Op: proto.OpExec, Argv: []string{"/init", "-exit", "0", "-head", "/proc/sys/kernel/random/boot_id"}}, nil)
 		if err != nil {
