@@ -24,7 +24,10 @@ metric it prints where the spread of its values comes from, as standard
 deviations in percent of the value: between the windows of one round (a
 profile's windows), between the rounds of one boot beyond their windows, and
 between boots beyond their rounds; and the spread of one round's value, what
-a comparison of rounds sees. Without --all, only the suites' primary metrics.`,
+a comparison of rounds sees. A run whose rounds each booted afresh (a profile
+with params.reboot) has the spread between boots in its rounds; its boot
+column is then what a run's boots share. Without --all, only the suites'
+primary metrics.`,
 		example: `patchbot suite run --suites locks --kernel base/bzImage --vs base/bzImage --runs 5 --json > aa1.json
   patchbot suite variance aa1.json aa2.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
