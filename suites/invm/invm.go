@@ -286,12 +286,8 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		info := infos[i]
 		fmt.Fprintf(progress, "booted %s: %s, %s, %d vCPUs, %d MiB, in %s\n",
 			k.Side, info.KernelRelease, info.Accel, vm.CPUs, vm.MemMiB, info.BootDuration.Round(1e8))
-		inst := insts[i]
-		reboot := func(ctx context.Context) error {
-			_, err := inst.Reboot(ctx)
-			return err
-		}
-		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: inst, Accel: info.Accel, Clock: info.Clock, Params: params, Reboot: reboot})
+		sides = append(sides, suites.Side{Label: string(k.Side), Kernel: k.Side, Guest: insts[i], Accel: info.Accel, Clock: info.Clock, Params: params,
+			Reboot: rebooter(insts[i], string(k.Side), progress)})
 	}
 	pace(sides)
 	var results []*suites.Result
@@ -312,6 +308,20 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		r.Model = pred
 	}
 	return results, nil
+}
+
+// rebooter is a side's Side.Reboot: the kernel booted once already, so a
+// reboot that hangs or loses its VM is tried once more before it is the
+// kernel's, as a first boot's is (recheck).
+func rebooter(inst vmrunner.Instance, label string, progress io.Writer) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := inst.Reboot(ctx)
+		if vmrunner.Recheck(err) {
+			fmt.Fprintf(progress, "rebooting %s: %v; once more\n", label, err)
+			_, err = inst.Reboot(ctx)
+		}
+		return err
+	}
 }
 
 // recheck boots once more a patched kernel whose VM failed or hung where
