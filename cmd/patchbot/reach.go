@@ -31,7 +31,9 @@ power), against its suite's promise. With --aa every file is an A/A run, and
 an outcome other than "no change" counts as a false positive. Then, per suite:
 the runs, the median rounds a side, the median and the worst reach of each
 primary metric, and the rounds' wall time as a multiple of the host's
-calibration.`,
+calibration. With --aa and 3 runs or more, also how far the A/A changes
+spread over the runs against the standard error their intervals assume: a
+spread well beyond it is variance the rounds did not show.`,
 		example: `patchbot suite reach --aa aa/cache-contention-*.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			rule := fs.String("rule", stats.DefaultRule.String(), "the sequential `rule` to judge with")
@@ -58,9 +60,14 @@ type reachRun struct {
 	runs    int
 	outcome judge.Outcome
 	reach   map[string]float64 // primary metric → its minimum detectable effect at the stop
-	promise float64
-	wall    float64 // seconds of the rounds, wall time (the longer side)
-	calib   float64 // the host's calibration, seconds
+	// change and se: primary metric → its log-ratio at the stop, and the
+	// standard error its 95% interval assumes (the half-width over
+	// t(0.975) at 2n-2 degrees of freedom); metrics without a log
+	// interval are left out.
+	change, se map[string]float64
+	promise    float64
+	wall       float64 // seconds of the rounds, wall time (the longer side)
+	calib      float64 // the host's calibration, seconds
 }
 
 func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
@@ -96,7 +103,8 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 		}
 		suite := base[0].Suite
 		j, _ := c.Judgement(suite)
-		run := reachRun{file: f, suite: suite, runs: j.Runs, outcome: c.Outcome(), reach: map[string]float64{}, promise: j.SmallestEffect}
+		run := reachRun{file: f, suite: suite, runs: j.Runs, outcome: c.Outcome(), reach: map[string]float64{}, promise: j.SmallestEffect,
+			change: map[string]float64{}, se: map[string]float64{}}
 		switch {
 		case j.Settled:
 			run.stop = suites.StopSettled
@@ -113,6 +121,10 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 				name += " [" + cell + "]"
 			}
 			run.reach[name] = r.Detectable
+			if iv := r.Interval; iv.Defined && iv.Log && iv.Low > 0 && j.Runs > 1 {
+				run.change[name] = math.Log(iv.Ratio)
+				run.se[name] = math.Log(iv.High/iv.Low) / 2 / stats.StudentQuantile(0.975, float64(2*j.Runs-2))
+			}
 		}
 		for _, side := range []suites.Result{base[0], patched[0]} {
 			secs := 0.0
@@ -204,6 +216,39 @@ func printReach(w io.Writer, runs []reachRun, aa bool) error {
 			}
 			fmt.Fprintf(w, "  %-50s reach median %5.1f%%, widest %5.1f%%%s\n", strings.TrimSpace(m), 100*stats.Summarize(ds).Median, 100*worst, mark)
 		}
+		if aa {
+			printCalibration(w, rs, ms)
+		}
 	}
 	return nil
+}
+
+// printCalibration holds each metric's A/A changes against what their
+// intervals assume: across A/A runs the changes should spread as much as
+// the standard error each interval is built on. A spread well beyond it
+// is variance the rounds did not show (two boots that differ, when each
+// side is one boot), and intervals that narrow call changes that are not
+// there. Only with 3 runs or more.
+func printCalibration(w io.Writer, rs []reachRun, metrics []string) {
+	if len(rs) < 3 {
+		return
+	}
+	fmt.Fprintln(w, "  the A/A changes' spread over the runs, against the standard error the intervals assume:")
+	for _, m := range metrics {
+		var changes, ses []float64
+		for _, r := range rs {
+			if se, ok := r.se[m]; ok {
+				changes, ses = append(changes, r.change[m]), append(ses, se)
+			}
+		}
+		if len(changes) < 3 {
+			continue
+		}
+		spread, assumed := stats.Summarize(changes).Stddev, stats.Summarize(ses).Median
+		mark := ""
+		if spread > 1.5*assumed {
+			mark = "  (the intervals are too narrow)"
+		}
+		fmt.Fprintf(w, "  %-50s spread %5.2f%%, assumed %5.2f%% (x%.2f)%s\n", strings.TrimSpace(m), 100*spread, 100*assumed, spread/assumed, mark)
+	}
 }
