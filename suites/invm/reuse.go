@@ -41,17 +41,31 @@ const KeepRounds = 10
 
 // BaseKey names what a base's rounds are valid for: the base commit (or
 // head of the build measured as the base), its config, the suite and
-// profile, the VM shape and backend, and this host.
+// profile, what the profile resolves to (its workloads, parameters and
+// image: a profile reshaped under the same name measures something else),
+// the VM shape and backend, and this host.
 func BaseKey(suite, profile string, base *images.Build, vm VMConfig) string {
+	if profile == "" {
+		profile = suites.DefaultProfile
+	}
+	cfg := &suites.Config{Suite: suite, Profile: profile}
+	if s, err := suites.Lookup(suite); err == nil {
+		if c, err := s.Resolve(profile); err == nil {
+			cfg = c
+		}
+	}
+	return baseKey(cfg, base, vm)
+}
+
+// baseKey is BaseKey of a resolved profile.
+func baseKey(cfg *suites.Config, base *images.Build, vm VMConfig) string {
 	host, _ := os.Hostname()
 	commit := base.Commit
 	if base.Head != "" {
 		commit = base.Head
 	}
-	if profile == "" {
-		profile = suites.DefaultProfile
-	}
-	parts := []string{commit, base.ConfigHash, suite, profile, vm.Backend, vm.Boot, vm.Clock,
+	shape, _ := json.Marshal(cfg)
+	parts := []string{commit, base.ConfigHash, cfg.Suite, cfg.Profile, string(shape), vm.Backend, vm.Boot, vm.Clock,
 		fmt.Sprintf("%dx%d", vm.CPUs, vm.MemMiB), host}
 	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
 	return hex.EncodeToString(sum[:12])

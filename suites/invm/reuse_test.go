@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/patchbot/patchbot/images"
 	"github.com/patchbot/patchbot/judge"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner/proto"
@@ -140,5 +141,33 @@ func TestReuseBaseRounds(t *testing.T) {
 	run()
 	if got := strings.Join(log, ""); got != "ABABABAB" {
 		t.Errorf("kept rounds past MaxAge: rounds %s, want afresh", got)
+	}
+}
+
+// Kept base rounds are for the profile's shape, not only its name: a
+// profile reshaped under the same name (more windows a round) measures
+// something else, and its kept rounds must not be reused.
+func TestBaseKeyFollowsTheProfilesShape(t *testing.T) {
+	base := &images.Build{Commit: "abc", ConfigHash: "h"}
+	vm := DefaultVM()
+	s, err := suites.Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve(suites.DefaultProfile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := baseKey(cfg, base, vm)
+	if BaseKey("cache-contention", "", base, vm) != key || BaseKey("cache-contention", suites.DefaultProfile, base, vm) != key {
+		t.Error("the default profile, named or not, has another key than its resolved shape")
+	}
+	reshaped := *cfg
+	reshaped.Params.Windows++
+	if baseKey(&reshaped, base, vm) == key {
+		t.Error("a profile with another number of windows has the same key")
+	}
+	if BaseKey("cache-contention", "quick", base, vm) == key {
+		t.Error("another profile has the same key")
 	}
 }
