@@ -16,7 +16,16 @@ import (
 var answerTemplate = template.Must(template.New("answer.txt.tmpl").Funcs(template.FuncMap{
 	"wrap": func(s string) string { return wrap(s, 72) },
 	"join": strings.Join,
+	"list": listLines,
 }).ParseFS(templateFS, "templates/answer.txt.tmpl"))
+
+// listLines is label and names joined by ", ", wrapped to 72 columns,
+// each further line under the first name: a list of names grows with the
+// suites and their profiles, and a mail's lines must not.
+func listLines(label string, names []string) string {
+	indent := strings.Repeat(" ", utf8.RuneCountInString(label))
+	return label + strings.ReplaceAll(wrap(strings.Join(names, ", "), 72-len(indent)), "\n", "\n"+indent)
+}
 
 // AnswerKind is which short answer the daemon gives.
 type AnswerKind string

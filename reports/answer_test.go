@@ -26,6 +26,9 @@ func TestRenderAnswer(t *testing.T) {
 			[]string{`did not run this command: no suite named "nosuch".`, "Suites: cache-contention, locks.", "Profiles: quick, full."}},
 		{Answer{Kind: AnswerStopped, Command: "#patchbot stop", Reason: "dev@x"},
 			[]string{"will not mail dev@x again"}},
+		// More profiles than a line holds wrap under the first name.
+		{Answer{Kind: AnswerHelp, Command: "#patchbot help", Profiles: []string{"full", "quick", "quick-32k", "standard", "three-windows", "wide", "one-boot", "table"}},
+			[]string{"      profiles: full, quick, quick-32k, standard, three-windows, wide,\n                one-boot, table\n"}},
 		{Answer{Kind: AnswerHelp, Command: "#patchbot help", Ignored: 51},
 			[]string{"(51 more command line(s) in the mail were not read"}},
 		// A command longer than a line is cut, not refused: the answer must

@@ -32,6 +32,7 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"url":    shortURL,
 	"sub":    func(a, b int) int { return a - b },
 	"field":  field,
+	"list":   listLines,
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.
