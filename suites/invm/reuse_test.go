@@ -149,7 +149,7 @@ func TestReuseBaseRounds(t *testing.T) {
 // something else, and its kept rounds must not be reused.
 func TestBaseKeyFollowsTheProfilesShape(t *testing.T) {
 	base := &images.Build{Commit: "abc", ConfigHash: "h"}
-	vm := DefaultVM()
+	vm := VMConfig{Backend: "qemu", CPUs: 2, MemMiB: 1024}
 	s, err := suites.Lookup("cache-contention")
 	if err != nil {
 		t.Fatal(err)
