@@ -107,7 +107,9 @@ type machine struct {
 	spun   *report.Sampled // the look that found the guest spinning (Pace), for the hang's error
 
 	// earlier, earlierMore: the warnings of the consoles of boots before
-	// this one (Reboot), under mu.
+	// this one (Reboot), under earlierMu (not mu, which a request holds
+	// for as long as it runs).
+	earlierMu   sync.Mutex
 	earlier     []report.Warning
 	earlierMore int
 }
@@ -167,7 +169,9 @@ func (m *machine) Reboot(ctx context.Context) (Info, error) {
 		return Info{}, err
 	}
 	m.closeChannel()
+	m.earlierMu.Lock()
 	m.earlier, m.earlierMore = report.AddWarnings(m.earlier, m.earlierMore, ws, more)
+	m.earlierMu.Unlock()
 	m.con = &console{path: m.con.path} // start empties the log: its owner (libvirt's QEMU) may keep it
 	info, err := m.boot(ctx)
 	if err != nil {
@@ -306,9 +310,9 @@ func (m *machine) decode(r *report.Report) {
 // counts warnings whose titles came after report.MaxWarnings others.
 func (m *machine) Warnings() ([]report.Warning, int) {
 	ws, more := m.con.warnings()
-	m.mu.Lock()
+	m.earlierMu.Lock()
 	ws, more = report.AddWarnings(m.earlier, m.earlierMore, ws, more)
-	m.mu.Unlock()
+	m.earlierMu.Unlock()
 	var sym *report.Symbolizer
 	for _, w := range ws {
 		if len(w.Report.Frames) == 0 {
