@@ -423,12 +423,7 @@ func join(a, b *Result) *Result {
 	out.Calls = AddCalls(a.Calls, b.Calls)
 	out.Finished, out.Plan, out.Stop = b.Finished, b.Plan, b.Stop
 	out.Noisy = a.Noisy || b.Noisy
-	out.Phases = map[string]float64{}
-	for _, m := range []map[string]float64{a.Phases, b.Phases} {
-		for k, v := range m {
-			out.Phases[k] += v
-		}
-	}
+	out.Phases = sumPhases(a.Phases, b.Phases)
 	out.Notes = map[string]string{}
 	for k, v := range a.Notes {
 		out.Notes[k] = v
@@ -528,15 +523,19 @@ func addPhases(p, q Prepared) Prepared {
 	if len(q.Phases) == 0 {
 		return p
 	}
-	phases := map[string]float64{}
-	for k, v := range p.Phases {
-		phases[k] += v
-	}
-	for k, v := range q.Phases {
-		phases[k] += v
-	}
-	p.Phases = phases
+	p.Phases = sumPhases(p.Phases, q.Phases)
 	return p
+}
+
+// sumPhases is the phase times of ms added, in a new map.
+func sumPhases(ms ...map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range ms {
+		for k, v := range m {
+			out[k] += v
+		}
+	}
+	return out
 }
 
 // counted reports whether every side that runs keeps instruction-counted
