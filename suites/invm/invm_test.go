@@ -2,15 +2,19 @@ package invm
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/images/fsimage"
+	"github.com/patchbot/patchbot/images/initramfs"
 	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/vmrunner"
+	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
 // TestGuestCacheContention boots the minimal kernel under QEMU (4 vCPUs)
@@ -95,6 +99,74 @@ func TestGuestCacheContention(t *testing.T) {
 	t.Logf("read-storm: %.0f files/s, %.0f wake-ups, %.2f wake-ups per release (model wake-all %.2f)",
 		got["read-storm/files_per_s"], got["read-storm/sched_wakeup"], got["read-storm/wakeups_per_release"],
 		res.Model.WakeupsPerRelease["wake-all"])
+}
+
+// A round that nothing prepared (suites.Prepare: a local round, or an
+// agent asked for a round first) arms the release trace and the changed
+// functions' probes itself, and says so: the round's first workload
+// (stat-storm) armed the trace and carries the note, the later two found
+// it armed. TestGuestCacheContention checks the other side, that a
+// prepared round carries no such note.
+func TestUnpreparedRoundArmsItself(t *testing.T) {
+	k := guestKernel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a guard, as above
+	defer cancel()
+	s, err := suites.Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := fsimage.Build(ctx, *cfg.Image, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	initrd, err := initramfs.ForKernel(ctx, k.BzImage, initramfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm := DefaultVM()
+	pool, err := vmrunner.New(vm.Backend, vmrunner.Config{Limit: 1, Boot: vmrunner.BootLegacy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	inst, err := pool.Create(ctx, vmrunner.Spec{Name: "base", Kernel: k.BzImage, Initramfs: initrd,
+		CPUs: vm.CPUs, MemMiB: vm.MemMiB, Disks: []string{img}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if _, err := inst.Boot(ctx); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := inst.Do(ctx, proto.Request{Op: proto.OpRunSuite, Suite: cfg.Suite, Profile: cfg.Profile, Round: 1,
+		Params: map[string]string{suites.ParamImage: "/dev/vda", suites.ParamProbes: "squashfs_cache_get"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res suites.Result
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	var armed []string
+	for k, v := range res.Notes {
+		if w, ok := strings.CutPrefix(k, "release_trace_armed/"); ok {
+			armed = append(armed, w)
+			t.Logf("%s: %s", k, v)
+		}
+	}
+	if len(armed) != 1 || armed[0] != "stat-storm" {
+		t.Errorf("the workloads that armed the release trace: %v, want only the first, stat-storm", armed)
+	}
+	if arm := res.Phases[suites.PhaseArm+"/release-trace"]; arm <= 0 || res.Phases[suites.PhasePrepare] != 0 {
+		t.Errorf("phases %v: want the release trace armed in the round, and no prepare", res.Phases)
+	}
+	if len(res.Calls) != 1 || res.Calls[0].Func != "squashfs_cache_get" || res.Calls[0].Count == 0 {
+		t.Errorf("calls %+v: want squashfs_cache_get counted by a probe the round armed", res.Calls)
+	}
 }
 
 // Under TCG the PVH path's microvm has no HPET or ACPI PM timer: the
