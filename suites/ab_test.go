@@ -19,22 +19,29 @@ import (
 )
 
 // fakeGuest answers run-suite with one sample and logs the order of
-// rounds; it answers prepare-suite as if it took 2 s.
+// rounds; it answers prepare-suite as if it took 2 s, with the shape of
+// the profile it was asked for, as a real agent built from the same
+// definitions does.
 type fakeGuest struct {
 	label string
 	log   *[]string
-	fail  int // round to fail at; -1: fail the prepare
+	fail  int     // round to fail at; -1: fail the prepare; -2: prepare another shape
+	cfg   *Config // the profile as its agent resolves it
 }
 
 func (g fakeGuest) Do(ctx context.Context, req proto.Request, _ func(proto.Event)) (json.RawMessage, error) {
 	if req.Op == proto.OpPrepare {
-		if g.fail < 0 {
+		if g.fail == -1 {
 			return nil, errors.New("no kprobes here")
 		}
 		if req.Params[ParamImage] != "/dev/vda" || req.Profile != "quick" || req.Suite != "cache-contention" {
 			return nil, errors.New("prepare request lost its parameters")
 		}
-		return json.Marshal(Prepared{Phases: map[string]float64{PhasePrepare: 2}})
+		cfg := *g.cfg
+		if g.fail == -2 {
+			cfg.Params.Windows++ // the agent of a tree whose profile was edited
+		}
+		return json.Marshal(Prepared{Phases: map[string]float64{PhasePrepare: 2}, Shape: cfg.Sum()})
 	}
 	*g.log = append(*g.log, g.label+req.Params[ParamKernel])
 	if req.Round == g.fail {
@@ -54,8 +61,8 @@ func abFixture(t *testing.T) (*Config, []Side, *[]string) {
 	var log []string
 	params := map[string]string{ParamImage: "/dev/vda"}
 	return cfg, []Side{
-		{Label: "base", Guest: fakeGuest{"A:", &log, 0}, Accel: "tcg", Params: params},
-		{Label: "patched", Guest: fakeGuest{"B:", &log, 0}, Accel: "tcg", Params: params},
+		{Label: "base", Guest: fakeGuest{"A:", &log, 0, cfg}, Accel: "tcg", Params: params},
+		{Label: "patched", Guest: fakeGuest{"B:", &log, 0, cfg}, Accel: "tcg", Params: params},
 	}, &log
 }
 
@@ -83,12 +90,20 @@ func TestRunABInterleaves(t *testing.T) {
 	// on its kernel.
 	*log = nil
 	fails := append([]Side(nil), sides...)
-	fails[1].Guest, fails[1].Kernel = fakeGuest{"B:", log, -1}, blame.Patched
+	fails[1].Guest, fails[1].Kernel = fakeGuest{"B:", log, -1, cfg}, blame.Patched
 	_, err = RunAB(context.Background(), cfg, fails, Fixed(3), Quiet{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "preparing patched") || !strings.Contains(err.Error(), "no kprobes here") || blame.KernelOf(err) != blame.Patched || len(*log) != 0 {
 		t.Errorf("failing prepare: %v (blamed on %q), %d rounds run; want the patch blamed before any round", err, blame.KernelOf(err), len(*log))
 	}
-	sides[1].Guest = fakeGuest{"B:", log, 2}
+	// A guest whose agent resolves the profile to another shape is
+	// refused before any round, and blamed on nobody's kernel: its agent
+	// was built from a changed source tree.
+	fails[1].Guest = fakeGuest{"B:", log, -2, cfg}
+	_, err = RunAB(context.Background(), cfg, fails, Fixed(3), Quiet{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "another shape") || blame.KernelOf(err) != "" || len(*log) != 0 {
+		t.Errorf("another shape: %v (blamed on %q), %d rounds run; want the infrastructure blamed before any round", err, blame.KernelOf(err), len(*log))
+	}
+	sides[1].Guest = fakeGuest{"B:", log, 2, cfg}
 	if _, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, nil); err == nil || !strings.Contains(err.Error(), "round 2 on patched") {
 		t.Errorf("failing guest: %v, want an error naming round 2 on patched", err)
 	}
@@ -103,8 +118,7 @@ func TestRunABInterleaves(t *testing.T) {
 // refuses the profile, and a reboot that fails is its kernel's.
 func TestRunABRebootsEachRound(t *testing.T) {
 	cfg, sides, log := abFixture(t)
-	c := *cfg
-	c.Params.Reboot = true
+	cfg.Params.Reboot = true // the guests' agents resolve it so too
 	var mu sync.Mutex // the sides reboot at once
 	for i := range sides {
 		s := &sides[i]
@@ -116,7 +130,7 @@ func TestRunABRebootsEachRound(t *testing.T) {
 		}
 	}
 	var progress strings.Builder
-	res, err := RunAB(context.Background(), &c, sides, Fixed(3), Quiet{}, &progress)
+	res, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, &progress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +152,12 @@ func TestRunABRebootsEachRound(t *testing.T) {
 	fails := append([]Side(nil), sides...)
 	fails[1].Kernel = blame.Patched
 	fails[1].Reboot = func(context.Context) error { return errors.New("no ready") }
-	_, err = RunAB(context.Background(), &c, fails, Fixed(3), Quiet{}, nil)
+	_, err = RunAB(context.Background(), cfg, fails, Fixed(3), Quiet{}, nil)
 	if err == nil || !strings.Contains(err.Error(), "rebooting patched") || !strings.Contains(err.Error(), "no ready") || blame.KernelOf(err) != blame.Patched || len(*log) != 3 {
 		t.Errorf("a failed reboot: %v (blamed on %q), log %v; want the patch blamed after round 1", err, blame.KernelOf(err), *log)
 	}
 	fails[1].Reboot = nil
-	if _, err := RunAB(context.Background(), &c, fails, Fixed(3), Quiet{}, nil); err == nil || !strings.Contains(err.Error(), "cannot reboot") {
+	if _, err := RunAB(context.Background(), cfg, fails, Fixed(3), Quiet{}, nil); err == nil || !strings.Contains(err.Error(), "cannot reboot") {
 		t.Errorf("a side that cannot reboot: %v", err)
 	}
 }

@@ -146,6 +146,11 @@ func joinParams(p map[string]string, sep string) string {
 type Prepared struct {
 	// Phases is the time it took, in seconds (PhasePrepare).
 	Phases map[string]float64 `json:"phases,omitempty"`
+	// Shape is the Sum of the profile as the guest resolved it from the
+	// definitions built into its agent; the host refuses a guest whose
+	// shape is not its own (RunAB). Empty: the agent did not say (one
+	// with nothing to prepare, as the fake backend's).
+	Shape string `json:"shape,omitempty"`
 }
 
 // Prepare readies the machine it runs on for the rounds of the suite that
@@ -168,7 +173,7 @@ func Prepare(ctx context.Context, req proto.Request) (*Prepared, error) {
 	if err := ArmCalls(req.Params); err != nil {
 		return nil, fmt.Errorf("preparing %s: probing the changed functions: %w", cfg.Suite, err)
 	}
-	return &Prepared{Phases: map[string]float64{PhasePrepare: time.Since(t0).Seconds()}}, nil
+	return &Prepared{Phases: map[string]float64{PhasePrepare: time.Since(t0).Seconds()}, Shape: cfg.Sum()}, nil
 }
 
 // mounted resolves the suite and profile req names, and mounts what the

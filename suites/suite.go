@@ -2,7 +2,10 @@ package suites
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -262,6 +265,17 @@ type Config struct {
 	Workloads []string
 	Image     *fsimage.Spec
 	Params    Params
+}
+
+// Sum names what a resolved profile measures: its workloads, parameters
+// and image, so that a profile reshaped under the same name is another.
+// The guest agent is built apart from the host's binary (from the source
+// tree, when its initramfs is made), so the host checks the guest's Sum
+// against its own before a round (Prepared.Shape).
+func (c *Config) Sum() string {
+	b, _ := json.Marshal(c)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
 }
 
 //go:embed *.yaml

@@ -64,8 +64,7 @@ func baseKey(cfg *suites.Config, base *images.Build, vm VMConfig) string {
 	if base.Head != "" {
 		commit = base.Head
 	}
-	shape, _ := json.Marshal(cfg)
-	parts := []string{commit, base.ConfigHash, cfg.Suite, cfg.Profile, string(shape), vm.Backend, vm.Boot, vm.Clock,
+	parts := []string{commit, base.ConfigHash, cfg.Suite, cfg.Profile, cfg.Sum(), vm.Backend, vm.Boot, vm.Clock,
 		fmt.Sprintf("%dx%d", vm.CPUs, vm.MemMiB), host}
 	sum := sha256.Sum256([]byte(strings.Join(parts, "\x00")))
 	return hex.EncodeToString(sum[:12])
