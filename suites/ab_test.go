@@ -119,7 +119,7 @@ func TestRunABInterleaves(t *testing.T) {
 func TestRunABRebootsEachRound(t *testing.T) {
 	cfg, sides, log := abFixture(t)
 	cfg.Params.Reboot = true // the guests' agents resolve it so too
-	var mu sync.Mutex // the sides reboot at once
+	var mu sync.Mutex        // the sides reboot at once
 	for i := range sides {
 		s := &sides[i]
 		s.Reboot = func(context.Context) error {

@@ -111,14 +111,7 @@ func TestUnpreparedRoundArmsItself(t *testing.T) {
 	k := guestKernel(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute) // a guard, as above
 	defer cancel()
-	s, err := suites.Lookup("cache-contention")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := s.Resolve("quick")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := resolve(t, "cache-contention", "quick")
 	img, _, err := fsimage.Build(ctx, *cfg.Image, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -234,6 +227,20 @@ func guestKernel(t testing.TB) *images.Build {
 		t.Fatalf("building the default kernel: %v", err)
 	}
 	return k
+}
+
+// resolve is the suite's profile, resolved as a run resolves it.
+func resolve(t testing.TB, suite, profile string) *suites.Config {
+	t.Helper()
+	s, err := suites.Lookup(suite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 type testWriter struct{ t testing.TB }

@@ -75,14 +75,7 @@ func (settleAt4) Stop(rs []*suites.Result) string {
 // kernel after it; a host that drifted is measured afresh, and its rounds
 // replace the kept ones.
 func TestReuseBaseRounds(t *testing.T) {
-	s, err := suites.Lookup("cache-contention")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := s.Resolve("quick")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := resolve(t, "cache-contention", "quick")
 	baseLevel, patchedLevel := 1.0, 1.5
 	var log []string
 	sides := []suites.Side{
@@ -150,14 +143,7 @@ func TestReuseBaseRounds(t *testing.T) {
 func TestBaseKeyFollowsTheProfilesShape(t *testing.T) {
 	base := &images.Build{Commit: "abc", ConfigHash: "h"}
 	vm := VMConfig{Backend: "qemu", CPUs: 2, MemMiB: 1024}
-	s, err := suites.Lookup("cache-contention")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := s.Resolve(suites.DefaultProfile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := resolve(t, "cache-contention", suites.DefaultProfile)
 	key := baseKey(cfg, base, vm)
 	if BaseKey("cache-contention", "", base, vm) != key || BaseKey("cache-contention", suites.DefaultProfile, base, vm) != key {
 		t.Error("the default profile, named or not, has another key than its resolved shape")
