@@ -43,7 +43,11 @@ const (
 // guest on the hosts patchbot was measured on, so a sleep of a millisecond
 // weighs against work as it did under TCG's real time, where the panel of
 // known-effect patches was first measured; shift 0 would make work four
-// times cheaper against every sleep and timeout.
+// times cheaper against every sleep and timeout. That is slower than
+// hardware by far, and a sleep other threads' work can overlap is hidden:
+// the panel's read-delay (5 ms before every squashfs block read) measures
+// "no change" at shift 2 and a regression at shift 0 (docs/vmrunner.md,
+// "What it measures"). The panel at shift 0 is still to be measured.
 const ICountShift = 2
 
 // icountArgs are QEMU's arguments for instruction-counted time: the guest
