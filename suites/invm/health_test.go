@@ -120,3 +120,17 @@ func BenchmarkProbeCost(b *testing.B) {
 	b.ReportMetric(mean(without), "plain-round-s")
 	b.ReportMetric(100*(mean(with)/mean(without)-1), "probe-cost-%")
 }
+
+// A series whose changed lines hold no code (a #define, as the panel's
+// cache-sizing patches) does not read as one that changed no code: its
+// note says that the functions using a macro changed and are not counted.
+func TestNoteChangedWithoutFunctions(t *testing.T) {
+	res := []*suites.Result{{Kernel: "base"}, {Kernel: "patched"}}
+	NoteChanged(res, nil, 0, nil)
+	for _, r := range res {
+		note := r.Notes[NoteChangedFunctions]
+		if !strings.HasPrefix(note, "none found:") || !strings.Contains(note, "macro") || !strings.Contains(note, "not named or counted") {
+			t.Errorf("%s: note %q", r.Kernel, note)
+		}
+	}
+}
