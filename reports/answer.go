@@ -23,8 +23,7 @@ var answerTemplate = template.Must(template.New("answer.txt.tmpl").Funcs(templat
 // each further line under the first name: a list of names grows with the
 // suites and their profiles, and a mail's lines must not.
 func listLines(label string, names []string) string {
-	indent := strings.Repeat(" ", utf8.RuneCountInString(label))
-	return label + strings.ReplaceAll(wrap(strings.Join(names, ", "), 72-len(indent)), "\n", "\n"+indent)
+	return label + hanging(strings.Join(names, ", "), utf8.RuneCountInString(label), 72)
 }
 
 // AnswerKind is which short answer the daemon gives.

@@ -259,8 +259,7 @@ func exercisedText(run *Run) string {
 }
 
 func wrapIndent(s, indent string, width int) string {
-	w := wrap(s, width-len(indent))
-	return indent + strings.ReplaceAll(w, "\n", "\n"+indent)
+	return indent + hanging(s, len(indent), width)
 }
 
 // exercisedLead opens a "No change" on code the suites never ran: its first

@@ -610,6 +610,11 @@ func (r *Reply) Recipients() ([]string, error) {
 const setupIndent = 13
 
 // field wraps a setup value to fit MaxColumns after its label.
-func field(s string) string {
-	return strings.ReplaceAll(wrap(s, MaxColumns-setupIndent), "\n", "\n"+strings.Repeat(" ", setupIndent))
+func field(s string) string { return hanging(s, setupIndent, MaxColumns) }
+
+// hanging wraps s to end by column width when it starts at column col,
+// and starts every further line at col: text that goes on under itself
+// after a label or an indent the caller writes.
+func hanging(s string, col, width int) string {
+	return strings.ReplaceAll(wrap(s, width-col), "\n", "\n"+strings.Repeat(" ", col))
 }
