@@ -456,7 +456,7 @@ func prepare(ctx context.Context, cfg *Config, sides []Side) ([]Prepared, error)
 		// The infrastructure's, not the kernel's: the agent was built from
 		// a source tree that is not this binary's.
 		if got := out[i].Shape; got != "" && got != cfg.Sum() {
-			errs[i] = fmt.Errorf("%s: the %s guest's agent resolves profile %s to another shape (%s) than this binary (%s): "+
+			errs[i] = fmt.Errorf("%s: the %s guest's agent resolves profile %s to another shape (%.40q) than this binary (%s): "+
 				"the agent is built from the patchbot source tree when its initramfs is made, and that tree changed since this binary was built; rebuild patchbot",
 				cfg.Suite, s.Label, cfg.Profile, got, cfg.Sum())
 		}
