@@ -36,6 +36,54 @@ type Changed struct {
 	// Inlined are the functions the changed lines belong to that were
 	// inlined into Func.
 	Inlined []string `json:"inlined,omitempty"`
+	// Code is what comparing the two kernels' machine code said of it
+	// (CodeChanged): CodeDiffers, CodeSame, or "" when not compared.
+	// A function of CodeDiffers with no Lines was found by that
+	// comparison alone (it uses a changed macro or constant).
+	Code string `json:"code,omitempty"`
+}
+
+// What Changed.Code says.
+const (
+	CodeDiffers = "differs"
+	CodeSame    = "same"
+)
+
+// WithCode completes the functions the changed lines are in (Changed)
+// with the comparison of the two kernels' code (CodeChanged's code and
+// codeMore): each is marked as differing or the same, and the functions
+// whose code differs that hold no changed line follow them, within
+// MaxChanged; more is the functions past it.
+func WithCode(lines []Changed, more int, code []string, codeMore int) ([]Changed, int) {
+	differs := map[string]bool{}
+	for _, f := range code {
+		differs[f] = true
+	}
+	out := make([]Changed, 0, len(lines)+len(code))
+	named := map[string]bool{}
+	for _, c := range lines {
+		switch {
+		case differs[c.Func]:
+			c.Code = CodeDiffers
+		case codeMore == 0:
+			c.Code = CodeSame
+		default:
+			c.Code = "" // it may be one of those past the bound
+		}
+		named[c.Func] = true
+		out = append(out, c)
+	}
+	for _, f := range code {
+		if named[f] {
+			continue
+		}
+		if len(out) == MaxChanged {
+			more++
+			continue
+		}
+		out = append(out, Changed{Func: f, Code: CodeDiffers})
+	}
+	return out, more + codeMore
 }
 
 // MaxChanged bounds the functions Changed returns.

@@ -42,6 +42,13 @@ type Symbolizer struct {
 
 	byAddrOnce sync.Once
 	byAddr     []elf.Symbol // sized code symbols by address (textAt)
+
+	allOnce sync.Once
+	all     []elf.Symbol // symbols, code and data, by address (symbolAt)
+
+	spanOnce   sync.Once
+	marks      map[string]uint64 // the linker's symbols (spans)
+	byDistance map[int64][]span
 }
 
 type unit struct {
