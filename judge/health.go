@@ -95,6 +95,10 @@ type FuncCalls struct {
 	Func    string   `json:"func"`
 	Lines   []string `json:"lines,omitempty"`
 	Inlined []string `json:"inlined,omitempty"`
+	// Code says whether its compiled code differs from the base's:
+	// "differs", "same", "gone" (only the base has it), or "" when the
+	// code was not compared.
+	Code string `json:"code,omitempty"`
 	// Patched and Base are the calls on each kernel, over Rounds rounds
 	// of the patched kernel; BaseCounted is false when the base was not
 	// counted (the base lacks the function, or its rounds were kept from
@@ -129,7 +133,7 @@ func ExercisedOf(base, patched []suites.Result) *Exercised {
 			if !ok {
 				i = len(out.Funcs)
 				at[c.Func] = i
-				out.Funcs = append(out.Funcs, FuncCalls{Func: c.Func, Lines: c.Lines, Inlined: c.Inlined})
+				out.Funcs = append(out.Funcs, FuncCalls{Func: c.Func, Lines: c.Lines, Inlined: c.Inlined, Code: c.Code})
 			}
 			f := &out.Funcs[i]
 			if c.Err != "" {
@@ -170,6 +174,24 @@ func (r *Exercised) NeverRan() bool {
 	}
 	for _, f := range r.Funcs {
 		if !f.Counted() || f.Patched > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// NoMachineCode says whether the series changed no compiled code: every
+// function compiles to the base's (the changed functions' code compared
+// the same, or none differed at all).
+func (r *Exercised) NoMachineCode() bool {
+	if r == nil {
+		return false
+	}
+	if len(r.Funcs) == 0 {
+		return r.Note == suites.NoCompiledChange
+	}
+	for _, f := range r.Funcs {
+		if f.Code != "same" {
 			return false
 		}
 	}

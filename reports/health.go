@@ -234,6 +234,12 @@ func exercisedText(run *Run) string {
 	for _, f := range r.Funcs {
 		var line string
 		switch {
+		case f.Code == "gone":
+			line = fmt.Sprintf("  %-34s %12s", f.Func, "removed")
+			if f.BaseCounted {
+				line += fmt.Sprintf("  (base: %d calls)", f.Base)
+			}
+			line += "\n" + wrapIndent("the patched kernel has no such function: the series removed it, or the compiler now inlines or drops it", "      ", 72)
 		case !f.Counted():
 			line = fmt.Sprintf("  %-34s not counted: %s", f.Func, f.Err)
 		case f.Patched == 0:
@@ -245,8 +251,13 @@ func exercisedText(run *Run) string {
 			}
 		}
 		b.WriteString(line + "\n")
-		if len(f.Lines) > 0 {
+		switch {
+		case len(f.Lines) > 0 && f.Code == "same":
+			b.WriteString(wrapIndent("changed: "+strings.Join(f.Lines, ", ")+"; its compiled code is the base's", "      ", 72) + "\n")
+		case len(f.Lines) > 0:
 			b.WriteString(wrapIndent("changed: "+strings.Join(f.Lines, ", "), "      ", 72) + "\n")
+		case f.Code == "differs":
+			b.WriteString(wrapIndent("no changed line in it, but its compiled code differs from the base's (a changed macro, constant or type it uses)", "      ", 72) + "\n")
 		}
 		if len(f.Inlined) > 0 {
 			b.WriteString(wrapIndent("holds the inlined "+strings.Join(f.Inlined, ", ")+": their calls are its calls", "      ", 72) + "\n")
@@ -262,10 +273,16 @@ func wrapIndent(s, indent string, width int) string {
 	return indent + hanging(s, len(indent), width)
 }
 
-// exercisedLead opens a "No change" on code the suites never ran: its first
-// sentence says so.
+// exercisedLead opens a "No change" on code the suites never ran, or on a
+// series that changed no machine code: its first sentence says so.
 func exercisedLead(run *Run, verdict string) string {
-	if !strings.HasPrefix(verdict, "No change") || !run.Exercised.NeverRan() {
+	if !strings.HasPrefix(verdict, "No change") {
+		return verdict
+	}
+	if run.Exercised.NoMachineCode() {
+		return "No change, on a series that changes no machine code: every function of the patched kernel compiles to the base kernel's code. " + verdict
+	}
+	if !run.Exercised.NeverRan() {
 		return verdict
 	}
 	var names []string

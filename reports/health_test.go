@@ -112,10 +112,13 @@ func TestReplyWarningsAndExercised(t *testing.T) {
 	run.Patched[0].Calls = []suites.Calls{
 		{Func: "squashfs_cache_get", Count: 123456, Rounds: 5, Lines: []string{"fs/squashfs/cache.c:91-92"}, Inlined: []string{"squashfs_cache_wake_block"}},
 		{Func: "squashfs_cache_wake_function", Count: 0, Rounds: 5, Lines: []string{"fs/squashfs/cache.c:60-75"}},
+		{Func: "squashfs_fill_super", Count: 2, Rounds: 5, Code: "differs"},
+		{Func: "squashfs_cache_put", Count: 120000, Rounds: 5, Lines: []string{"fs/squashfs/cache.c:180"}, Code: "same"},
+		{Func: "squashfs_readahead", Err: "no such function in this kernel", Code: "gone"},
 	}
-	run.Base[0].Calls = []suites.Calls{{Func: "squashfs_cache_get", Count: 120001, Rounds: 5}}
+	run.Base[0].Calls = []suites.Calls{{Func: "squashfs_cache_get", Count: 120001, Rounds: 5}, {Func: "squashfs_readahead", Count: 5150, Rounds: 5}}
 	run.Record(Findings{})
-	if len(run.KernelWarnings) != 1 || !run.KernelWarnings[0].New() || run.Exercised == nil || len(run.Exercised.Funcs) != 2 {
+	if len(run.KernelWarnings) != 1 || !run.KernelWarnings[0].New() || run.Exercised == nil || len(run.Exercised.Funcs) != 5 {
 		t.Fatalf("warnings %+v, reach %+v", run.KernelWarnings, run.Exercised)
 	}
 	reply, rerr := Render(run, testOptions)
@@ -133,6 +136,9 @@ func TestReplyWarningsAndExercised(t *testing.T) {
 		"squashfs_cache_get 123456 calls (base: 120001)",
 		"holds the inlined squashfs_cache_wake_block",
 		"squashfs_cache_wake_function 0 calls not exercised",
+		"squashfs_fill_super 2 calls no changed line in it, but its compiled code differs from the base's (a changed macro, constant or type it uses)",
+		"changed: fs/squashfs/cache.c:180; its compiled code is the base's",
+		"squashfs_readahead removed (base: 5150 calls) the patched kernel has no such function",
 		"| [ 1.174888] squashfs: sample warning",
 	} {
 		if !strings.Contains(prose, want) {
@@ -160,6 +166,49 @@ func TestReplyNoChangeOnCodeNeverRun(t *testing.T) {
 	first := strings.SplitN(strings.Join(strings.Fields(strings.SplitN(reply.Body, "\n\n", 3)[1]), " "), ". ", 2)[0]
 	if !strings.Contains(first, "No change, on code the suites never ran") || !strings.Contains(first, "squashfs_readahead") {
 		t.Errorf("the first sentence %q does not say the changed code never ran", first)
+	}
+}
+
+// A "No change" on a series that changes no machine code says so in its
+// first sentence: whether the changed lines' functions compile to the
+// base's code, or no function differs at all.
+func TestReplyNoChangeOnNoMachineCode(t *testing.T) {
+	for name, calls := range map[string][]suites.Calls{
+		"the lines' functions the same": {{Func: "squashfs_readahead", Count: 40, Rounds: 5, Lines: []string{"fs/squashfs/file.c:556"}, Code: "same"}},
+		"no function differs":           nil,
+	} {
+		run, err := LoadRun("testdata/runs/aa-no-change")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range run.Patched {
+			run.Patched[i].Calls = calls
+			if calls == nil {
+				run.Patched[i].Notes = map[string]string{"changed-functions": suites.NoCompiledChange}
+			}
+		}
+		run.Record(Findings{})
+		reply, rerr := Render(run, testOptions)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		first := strings.SplitN(strings.Join(strings.Fields(strings.SplitN(reply.Body, "\n\n", 3)[1]), " "), ". ", 2)[0]
+		if !strings.HasPrefix(first, "No change, on a series that changes no machine code") {
+			t.Errorf("%s: the first sentence %q does not say the series changed no machine code", name, first)
+		}
+	}
+	// One function that differs, and the lead is the plain verdict's.
+	run, err := LoadRun("testdata/runs/aa-no-change")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range run.Patched {
+		run.Patched[i].Calls = []suites.Calls{{Func: "squashfs_fill_super", Count: 2, Rounds: 5, Code: "differs"}}
+	}
+	run.Record(Findings{})
+	reply, _ := Render(run, testOptions)
+	if strings.Contains(reply.Body, "changes no machine code") {
+		t.Errorf("a series whose code differs reads as one that changes none:\n%s", reply.Body)
 	}
 }
 

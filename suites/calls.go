@@ -27,6 +27,14 @@ const ParamProbes = "probes"
 // TCG.
 const MaxProbes = 32
 
+// NoCompiledChange is the note (Result.Notes["changed-functions"]) of a
+// series after which every function of the kernel compiles to the base's
+// code (report.CodeChanged): a comment, a rename the compiler does not
+// keep, a macro nothing uses. Data is not compared: a changed initial
+// value of a variable would not show here.
+const NoCompiledChange = "none: every function of the patched kernel compiles to the base kernel's code " +
+	"(the series changes no machine code; a variable's initial value is not compared)"
+
 // Calls is how often a function was called during the measured rounds on
 // one kernel.
 type Calls struct {
@@ -42,6 +50,9 @@ type Calls struct {
 	// knowledge of the patched kernel, invm.NoteChanged).
 	Lines   []string `json:"lines,omitempty"`
 	Inlined []string `json:"inlined,omitempty"`
+	// Code says whether its compiled code differs from the base's
+	// (report.Changed.Code).
+	Code string `json:"code,omitempty"`
 }
 
 const callEventPrefix = "chg_"

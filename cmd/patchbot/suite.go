@@ -18,7 +18,6 @@ import (
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/suites"
 	"github.com/patchbot/patchbot/suites/invm"
-	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
 func init() {
@@ -217,22 +216,23 @@ func suiteRun(ctx context.Context, name, profile string, runs int, local bool, k
 	// changed: their functions' calls are counted on both kernels, as
 	// the pipeline counts them.
 	var (
-		funcs   []report.Changed
-		more    int
-		changed error
+		changed invm.Changed
 		counted bool
 	)
 	if vs != "" {
 		if b, err := images.BuildAt(vs); err != nil {
 			fmt.Fprintf(stderr, "the changed functions' calls are not counted: %v\n", err)
 		} else if b.Series > 0 {
-			funcs, more, changed = invm.ChangedFunctions(b)
-			opts.Probes, counted = invm.Probes(funcs), true
+			// The base's record, when patchbot built it too, gives
+			// its code to compare with.
+			base, _ := images.BuildAt(kernel)
+			changed = invm.ChangedFunctions(base, b)
+			opts.Probes, counted = changed.Probes(), true
 		}
 	}
 	results, err := invm.Run(ctx, opts)
 	if err == nil && counted {
-		invm.NoteChanged(results, funcs, more, changed)
+		invm.NoteChanged(results, changed)
 	}
 	return results, err
 }

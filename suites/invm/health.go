@@ -64,49 +64,53 @@ func KernelWarnings(ws []report.Warning) []suites.KernelWarning {
 var changedCache struct {
 	sync.Mutex
 	keys []string
-	vals map[string]changedFuncs
+	vals map[string]Changed
 }
 
-type changedFuncs struct {
-	funcs []report.Changed
-	more  int
-	err   error
+// Changed is what the host knows of the code a series changed.
+type Changed struct {
+	// Funcs are the changed functions, More those past
+	// report.MaxChanged.
+	Funcs []report.Changed
+	More  int
+	// Compared says that the two kernels' machine code was compared
+	// (report.CodeChanged): every function not in Funcs compiles to the
+	// base's code.
+	Compared bool
+	// Err says why no function could be found.
+	Err error
 }
 
-// ChangedFunctions are the functions of the patched kernel that hold code
-// from the lines the series changed (report.Symbolizer.Changed), from its
-// vmlinux; more counts those past report.MaxChanged. A build without a
-// record of its changes (made before they were kept) has none, and says
-// so in err.
-func ChangedFunctions(patched *images.Build) (funcs []report.Changed, more int, err error) {
+// ChangedFunctions are the functions of the patched kernel that the series
+// changed, from both kernels' vmlinux: those holding code from the lines
+// the series changed (report.Symbolizer.Changed), each marked with whether
+// its compiled code differs from the base's, and those whose code differs
+// with no changed line in them (report.CodeChanged: a changed macro's or
+// constant's users), and the base's functions the patched kernel lacks. Without the vmlinux of the base the series was
+// built on (its commit and config), the code is not compared. A build without a record of its changes (made before they
+// were kept) has none, and says so in Err.
+func ChangedFunctions(base, patched *images.Build) Changed {
 	if patched == nil || patched.Series == 0 {
-		return nil, 0, nil
+		return Changed{}
 	}
 	if len(patched.Changes) == 0 {
-		return nil, 0, fmt.Errorf("the patched build's record keeps no changed lines")
+		return Changed{Err: fmt.Errorf("the patched build's record keeps no changed lines")}
 	}
 	if patched.Vmlinux == "" {
-		return nil, 0, report.ErrNoVmlinux
+		return Changed{Err: report.ErrNoVmlinux}
 	}
 	key := patched.Vmlinux + "\x00" + patched.Head
+	if base != nil {
+		key += "\x00" + base.Vmlinux
+	}
 	changedCache.Lock()
 	defer changedCache.Unlock()
 	if v, ok := changedCache.vals[key]; ok {
-		return v.funcs, v.more, v.err
+		return v
 	}
-	var v changedFuncs
-	if s, err := report.Open(patched.Vmlinux); err != nil {
-		v.err = err
-	} else {
-		m := map[string][][2]int{}
-		for _, c := range patched.Changes {
-			m[c.File] = c.Lines
-		}
-		v.funcs, v.more = s.Changed(m)
-		s.Close()
-	}
+	v := changedCode(base, patched)
 	if changedCache.vals == nil {
-		changedCache.vals = map[string]changedFuncs{}
+		changedCache.vals = map[string]Changed{}
 	}
 	changedCache.vals[key] = v
 	changedCache.keys = append(changedCache.keys, key)
@@ -114,14 +118,43 @@ func ChangedFunctions(patched *images.Build) (funcs []report.Changed, more int, 
 		delete(changedCache.vals, changedCache.keys[0])
 		changedCache.keys = changedCache.keys[1:]
 	}
-	return v.funcs, v.more, v.err
+	return v
+}
+
+func changedCode(base, patched *images.Build) Changed {
+	s, err := report.Open(patched.Vmlinux)
+	if err != nil {
+		return Changed{Err: err}
+	}
+	defer s.Close()
+	m := map[string][][2]int{}
+	for _, c := range patched.Changes {
+		m[c.File] = c.Lines
+	}
+	var v Changed
+	v.Funcs, v.More = s.Changed(m)
+	if base == nil || base.Vmlinux == "" || base.Commit != patched.Commit || base.ConfigHash != patched.ConfigHash {
+		return v // no base this series was built on: not compared
+	}
+	b, err := report.Open(base.Vmlinux)
+	if err != nil {
+		return v // the lines' functions, not compared
+	}
+	defer b.Close()
+	code, err := report.CodeChanged(b, s)
+	if err != nil {
+		return v
+	}
+	v.Funcs, v.More = report.WithCode(v.Funcs, v.More, code)
+	v.Compared = true
+	return v
 }
 
 // Probes is the ParamProbes value (Options.Probes) for the changed
 // functions: the first suites.MaxProbes of them.
-func Probes(funcs []report.Changed) string {
+func (c Changed) Probes() string {
 	var names []string
-	for _, f := range funcs {
+	for _, f := range c.Funcs {
 		if len(names) == suites.MaxProbes {
 			break
 		}
@@ -131,11 +164,11 @@ func Probes(funcs []report.Changed) string {
 }
 
 // NoteChanged completes each result's calls with what the host knows of
-// the changed functions: the changed lines in each and the functions
-// inlined into it, and the functions that were not probed; a series whose
-// changed lines made no code in any function, or whose functions could
-// not be found, says so in the result's notes.
-func NoteChanged(results []*suites.Result, funcs []report.Changed, more int, err error) {
+// the changed functions: the changed lines in each, the functions inlined
+// into it and whether its compiled code differs from the base's, and the
+// functions that were not probed; a series that changed no function, or
+// whose functions could not be found, says so in the result's notes.
+func NoteChanged(results []*suites.Result, c Changed) {
 	for _, r := range results {
 		if r == nil {
 			continue
@@ -144,18 +177,21 @@ func NoteChanged(results []*suites.Result, funcs []report.Changed, more int, err
 			r.Notes = map[string]string{}
 		}
 		switch {
-		case err != nil:
-			r.Notes[NoteChangedFunctions] = "not found: " + err.Error()
+		case c.Err != nil:
+			r.Notes[NoteChangedFunctions] = "not found: " + c.Err.Error()
 			continue
-		case len(funcs) == 0:
+		case len(c.Funcs) == 0 && c.Compared:
+			r.Notes[NoteChangedFunctions] = suites.NoCompiledChange
+			continue
+		case len(c.Funcs) == 0:
 			r.Notes[NoteChangedFunctions] = NoChangedCode
 			continue
 		}
 		at := map[string]int{}
-		for i, c := range r.Calls {
-			at[c.Func] = i
+		for i, calls := range r.Calls {
+			at[calls.Func] = i
 		}
-		for i, f := range funcs {
+		for i, f := range c.Funcs {
 			j, ok := at[f.Func]
 			if !ok {
 				why := "not probed: more than " + fmt.Sprint(suites.MaxProbes) + " functions changed"
@@ -165,20 +201,19 @@ func NoteChanged(results []*suites.Result, funcs []report.Changed, more int, err
 				r.Calls = append(r.Calls, suites.Calls{Func: f.Func, Err: why})
 				j = len(r.Calls) - 1
 			}
-			r.Calls[j].Lines, r.Calls[j].Inlined = f.Lines, f.Inlined
+			r.Calls[j].Lines, r.Calls[j].Inlined, r.Calls[j].Code = f.Lines, f.Inlined, f.Code
 		}
-		if more > 0 {
-			r.Notes[NoteChangedFunctions] = fmt.Sprintf("%d more functions changed, not listed", more)
+		if c.More > 0 {
+			r.Notes[NoteChangedFunctions] = fmt.Sprintf("%d more functions changed, not listed", c.More)
 		}
 	}
 }
 
 // NoChangedCode is the note of a series whose changed lines hold no code
-// of the kernel's own. The line table names no function for a comment, a
-// declaration, a macro or a constant: but a changed macro or constant
-// changes the code of the functions that use it (the panel's
-// frag-cache-* and meta-cache-* change one #define each), and those are
-// not found this way, so the note does not say that no code changed.
+// of the kernel's own, when the kernels' code could not be compared. The
+// line table names no function for a comment, a declaration, a macro or a
+// constant: but a changed macro or constant changes the code of the
+// functions that use it, and those are found only by comparing the code.
 const NoChangedCode = "none found: no code of the kernel comes from the lines the series changed themselves " +
 	"(a comment, a declaration, a macro or a constant); the functions that use a changed macro or constant " +
 	"changed too, and they are not named or counted here"

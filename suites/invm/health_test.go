@@ -10,7 +10,9 @@ import (
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/suites"
+	"github.com/patchbot/patchbot/vmrunner/report"
 )
 
 // seedKernel is the seed patch built on the default kernel (the shared
@@ -41,11 +43,11 @@ func seedKernel(t testing.TB, base *images.Build) *images.Build {
 func TestChangedFunctionsCounted(t *testing.T) {
 	base := guestKernel(t)
 	patched := seedKernel(t, base)
-	funcs, more, err := ChangedFunctions(patched)
-	if err != nil || more != 0 {
-		t.Fatalf("changed functions: %v (more %d)", err, more)
+	changed := ChangedFunctions(base, patched)
+	if changed.Err != nil || changed.More != 0 || !changed.Compared {
+		t.Fatalf("changed functions: %+v", changed)
 	}
-	names := Probes(funcs)
+	names := changed.Probes()
 	if !strings.Contains(names, "squashfs_cache_get") {
 		t.Fatalf("the seed's changed functions %q lack squashfs_cache_get", names)
 	}
@@ -57,7 +59,7 @@ func TestChangedFunctionsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	NoteChanged(res, funcs, more, nil)
+	NoteChanged(res, changed)
 	calls := map[string]map[string]suites.Calls{}
 	for _, r := range res {
 		calls[r.Kernel] = map[string]suites.Calls{}
@@ -65,7 +67,7 @@ func TestChangedFunctionsCounted(t *testing.T) {
 			calls[r.Kernel][c.Func] = c
 		}
 	}
-	if c := calls["patched"]["squashfs_cache_get"]; c.Count == 0 || c.Rounds != 1 || len(c.Lines) == 0 {
+	if c := calls["patched"]["squashfs_cache_get"]; c.Count == 0 || c.Rounds != 1 || len(c.Lines) == 0 || c.Code != report.CodeDiffers {
 		t.Errorf("patched squashfs_cache_get: %+v", c)
 	}
 	if c := calls["base"]["squashfs_cache_get"]; c.Count == 0 {
@@ -88,13 +90,13 @@ func TestChangedFunctionsCounted(t *testing.T) {
 func BenchmarkProbeCost(b *testing.B) {
 	base := guestKernel(b)
 	patched := seedKernel(b, base)
-	funcs, _, err := ChangedFunctions(patched)
-	if err != nil {
-		b.Fatal(err)
+	changed := ChangedFunctions(base, patched)
+	if changed.Err != nil {
+		b.Fatal(changed.Err)
 	}
 	var with, without []float64
 	for b.Loop() {
-		for _, p := range []string{Probes(funcs), ""} {
+		for _, p := range []string{changed.Probes(), ""} {
 			res, err := Run(context.Background(), Options{Suite: "cache-contention", Plan: FixedPlan("quick", 2, nil), Probes: p,
 				Kernels: []Kernel{{Side: blame.Patched, BzImage: patched.BzImage}}, CacheDir: b.TempDir()})
 			if err != nil {
@@ -122,15 +124,122 @@ func BenchmarkProbeCost(b *testing.B) {
 }
 
 // A series whose changed lines hold no code (a #define, as the panel's
-// cache-sizing patches) does not read as one that changed no code: its
-// note says that the functions using a macro changed and are not counted.
+// cache-sizing patches) does not read as one that changed no code when
+// the kernels' code could not be compared: its note says that the
+// functions using a macro changed and are not counted. When the code was
+// compared and no function differs, the note says the series changed no
+// machine code.
 func TestNoteChangedWithoutFunctions(t *testing.T) {
 	res := []*suites.Result{{Kernel: "base"}, {Kernel: "patched"}}
-	NoteChanged(res, nil, 0, nil)
+	NoteChanged(res, Changed{})
 	for _, r := range res {
 		note := r.Notes[NoteChangedFunctions]
 		if !strings.HasPrefix(note, "none found:") || !strings.Contains(note, "macro") || !strings.Contains(note, "not named or counted") {
 			t.Errorf("%s: note %q", r.Kernel, note)
+		}
+	}
+	NoteChanged(res, Changed{Compared: true})
+	for _, r := range res {
+		if note := r.Notes[NoteChangedFunctions]; note != suites.NoCompiledChange {
+			t.Errorf("%s, compared: note %q", r.Kernel, note)
+		}
+	}
+}
+
+// The functions a series changes, on real kernels built from the panel's
+// patches: a #define's users are found by their compiled code (the
+// fragment cache's size is squashfs_fill_super's constant, and nothing
+// else), a rename that the compiler does not keep changes no machine
+// code, a function that lost its only user is gone, and the seed's
+// functions hold its lines and differ.
+func TestChangedFunctionsByCode(t *testing.T) {
+	base, build := panelBuilds(t)
+	frag := ChangedFunctions(base, build("frag-cache-2"))
+	if frag.Err != nil || !frag.Compared || len(frag.Funcs) != 1 || frag.Funcs[0].Func != "squashfs_fill_super" ||
+		frag.Funcs[0].Code != report.CodeDiffers || len(frag.Funcs[0].Lines) != 0 {
+		t.Errorf("frag-cache-2 (SQUASHFS_CACHED_FRAGMENTS 3 -> 2): %+v", frag)
+	}
+	rename := ChangedFunctions(base, build("noop-rename"))
+	if rename.Err != nil || !rename.Compared || len(rename.Funcs) == 0 {
+		t.Fatalf("noop-rename: %+v", rename)
+	}
+	for _, f := range rename.Funcs {
+		if f.Code != report.CodeSame || len(f.Lines) == 0 {
+			t.Errorf("noop-rename's %s: %+v, want its changed lines and the base's code", f.Func, f)
+		}
+	}
+	// Readahead switched off: squashfs_readahead loses its only
+	// user and is gone, and read_blocklist, left with one caller, is
+	// inlined into it.
+	off, err := os.ReadFile("../../testdata/mbox/squashfs-readahead-off.mbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := images.DefaultBuilder(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offKernel, err := b.Patched(context.Background(), base, [][]byte{off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := map[string]string{}
+	for _, f := range ChangedFunctions(base, offKernel).Funcs {
+		gone[f.Func] = f.Code
+	}
+	if gone["squashfs_readahead"] != report.CodeGone || gone["read_blocklist"] != report.CodeGone || gone["squashfs_read_folio"] != report.CodeDiffers {
+		t.Errorf("readahead-off: %v", gone)
+	}
+	seed := ChangedFunctions(base, seedKernel(t, base))
+	got := map[string]string{}
+	for _, f := range seed.Funcs {
+		got[f.Func] = f.Code
+	}
+	if got["squashfs_cache_get"] != report.CodeDiffers || got["squashfs_cache_wake_function"] != report.CodeDiffers {
+		t.Errorf("the seed: %+v", seed)
+	}
+	t.Logf("frag-cache-2 %+v; noop-rename %+v; seed %+v", frag.Funcs, rename.Funcs, seed.Funcs)
+}
+
+// panelBuilds is the default kernel and a builder of the panel's patches
+// on it.
+func panelBuilds(t testing.TB) (*images.Build, func(name string) *images.Build) {
+	t.Helper()
+	testenv.NeedsKernel(t)
+	base, err := images.DefaultKernel(context.Background(), testWriter{t})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base, func(name string) *images.Build {
+		raw, err := os.ReadFile("../../testdata/panel/" + name + ".mbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := images.DefaultBuilder(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, err := b.Patched(context.Background(), base, [][]byte{raw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+}
+
+// BenchmarkChangedFunctions is what finding a series' changed functions
+// costs the host once per patched kernel: both vmlinux read, the line
+// table searched, every function's code compared (meta-cache-2: a
+// #define whose users are in two units).
+//
+//	PATCHBOT_FULL_TIER=1 PATCHBOT_CACHE=/var/cache/patchbot \
+//	  go test -run '^$' -bench ChangedFunctions -benchtime 5x ./suites/invm/
+func BenchmarkChangedFunctions(b *testing.B) {
+	base, build := panelBuilds(b)
+	patched := build("meta-cache-2")
+	for b.Loop() {
+		if c := changedCode(base, patched); !c.Compared || len(c.Funcs) != 2 {
+			b.Fatalf("meta-cache-2: %+v", c)
 		}
 	}
 }

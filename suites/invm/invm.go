@@ -400,9 +400,9 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 	if _, ok := s.Plan.Stop.(Reusing); ok && t.Bases != nil && s.Base != nil && s.Base.Commit != "" && s.Base != s.Patched {
 		reuse = &Reuse{Bases: t.Bases, Key: BaseKey(s.Suite, s.Plan.Profile, s.Base, t.VM.withDefaults()), Log: t.Log}
 	}
-	funcs, more, ferr := ChangedFunctions(s.Patched)
+	changed := ChangedFunctions(s.Base, s.Patched)
 	res, err := Run(ctx, Options{
-		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse, Probes: Probes(funcs),
+		Suite: s.Suite, Plan: s.Plan, VM: t.VM, CacheDir: t.CacheDir, Log: t.Log, Reuse: reuse, Probes: changed.Probes(),
 		Kernels: []Kernel{
 			{Side: blame.Base, BzImage: s.Base.BzImage, Cmdline: t.BaseCmdline},
 			{Side: blame.Patched, BzImage: s.Patched.BzImage, Cmdline: t.PatchedCmdline},
@@ -415,7 +415,7 @@ func (t *Tester) Test(ctx context.Context, s Spec) (*Outcome, error) {
 		return nil, fmt.Errorf("suite %s: got %d results, want 2", s.Suite, len(res))
 	}
 	if s.Patched != nil && s.Patched.Series > 0 {
-		NoteChanged(res, funcs, more, ferr)
+		NoteChanged(res, changed)
 	}
 	vm := t.VM.withDefaults()
 	return &Outcome{Base: res[0], Patched: res[1], Backend: vm.Backend, Accel: res[0].Accel, Clock: res[0].Clock,

@@ -47,25 +47,26 @@ type Changed struct {
 const (
 	CodeDiffers = "differs"
 	CodeSame    = "same"
+	CodeGone    = "gone" // the base has it, the patched kernel not
 )
 
 // WithCode completes the functions the changed lines are in (Changed)
-// with the comparison of the two kernels' code (CodeChanged's code and
-// codeMore): each is marked as differing or the same, and the functions
-// whose code differs that hold no changed line follow them, within
-// MaxChanged; more is the functions past it.
-func WithCode(lines []Changed, more int, code []string, codeMore int) ([]Changed, int) {
+// with the comparison of the two kernels' code (CodeChanged): each is
+// marked as differing or the same, and the functions whose code differs
+// that hold no changed line follow them, then those the series removed,
+// within MaxChanged; more is the functions past it.
+func WithCode(lines []Changed, more int, code CodeDiff) ([]Changed, int) {
 	differs := map[string]bool{}
-	for _, f := range code {
+	for _, f := range code.Differs {
 		differs[f] = true
 	}
-	out := make([]Changed, 0, len(lines)+len(code))
+	out := make([]Changed, 0, len(lines)+len(code.Differs)+len(code.Gone))
 	named := map[string]bool{}
 	for _, c := range lines {
 		switch {
 		case differs[c.Func]:
 			c.Code = CodeDiffers
-		case codeMore == 0:
+		case code.More == 0:
 			c.Code = CodeSame
 		default:
 			c.Code = "" // it may be one of those past the bound
@@ -73,17 +74,22 @@ func WithCode(lines []Changed, more int, code []string, codeMore int) ([]Changed
 		named[c.Func] = true
 		out = append(out, c)
 	}
-	for _, f := range code {
-		if named[f] {
-			continue
+	for _, list := range []struct {
+		names []string
+		code  string
+	}{{code.Differs, CodeDiffers}, {code.Gone, CodeGone}} {
+		for _, f := range list.names {
+			if named[f] {
+				continue
+			}
+			if len(out) == MaxChanged {
+				more++
+				continue
+			}
+			out = append(out, Changed{Func: f, Code: list.code})
 		}
-		if len(out) == MaxChanged {
-			more++
-			continue
-		}
-		out = append(out, Changed{Func: f, Code: CodeDiffers})
 	}
-	return out, more + codeMore
+	return out, more + code.More
 }
 
 // MaxChanged bounds the functions Changed returns.

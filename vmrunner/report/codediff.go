@@ -38,26 +38,53 @@ import (
 // read from the decoded instruction, so an instruction the decoder does
 // not know could hide one; sameConstant allows for the one seen.
 
-// CodeChanged are the functions of patched (the kernel built with the
-// series) whose compiled code differs from base's function of the same
-// name in the same compilation unit, or that base does not have. They are
-// named as Changed names them (a ".cold" part under its function), in
-// address order; more counts those past MaxChanged.
-func CodeChanged(base, patched *Symbolizer) (funcs []string, more int, err error) {
+// CodeDiff is what comparing two kernels' code found.
+type CodeDiff struct {
+	// Differs are the functions of the patched kernel whose compiled
+	// code differs from the base's function of the same name in the
+	// same compilation unit, or that the base does not have, named as
+	// Changed names them (a ".cold" part under its function), in
+	// address order.
+	Differs []string
+	// Gone are the base's functions that the patched kernel has under
+	// no form of their name (a series that removes a function's last
+	// user, and the compiler drops it).
+	Gone []string
+	// More counts those past MaxChanged.
+	More int
+}
+
+// CodeChanged compares the functions of base and patched (the kernel
+// built with the series).
+func CodeChanged(base, patched *Symbolizer) (CodeDiff, error) {
+	var d CodeDiff
 	before, err := base.code()
 	if err != nil {
-		return nil, 0, fmt.Errorf("the base kernel: %w", err)
+		return d, fmt.Errorf("the base kernel: %w", err)
 	}
 	after, err := patched.code()
 	if err != nil {
-		return nil, 0, fmt.Errorf("the patched kernel: %w", err)
+		return d, fmt.Errorf("the patched kernel: %w", err)
 	}
 	old := map[string]function{}
 	for _, f := range before {
 		old[f.key] = f
 	}
 	seen := map[string]bool{}
+	add := func(list *[]string, name string) {
+		if seen[name] {
+			return
+		}
+		seen[name] = true
+		if len(d.Differs)+len(d.Gone) == MaxChanged {
+			d.More++
+			return
+		}
+		*list = append(*list, name)
+	}
+	present := map[string]bool{}
 	for _, f := range after {
+		present[baseName(f.name)] = true
 		if o, ok := old[f.key]; ok && sameCode(base, patched, o, f) {
 			continue
 		}
@@ -65,17 +92,14 @@ func CodeChanged(base, patched *Symbolizer) (funcs []string, more int, err error
 		if base, ok := strings.CutSuffix(name, ".cold"); ok && len(patched.funcs[base]) > 0 {
 			name = base // as a kprobe counts it
 		}
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		if len(funcs) == MaxChanged {
-			more++
-			continue
-		}
-		funcs = append(funcs, name)
+		add(&d.Differs, name)
 	}
-	return funcs, more, nil
+	for _, f := range before {
+		if !present[baseName(f.name)] {
+			add(&d.Gone, f.name)
+		}
+	}
+	return d, nil
 }
 
 // function is one function's code in its kernel.

@@ -40,25 +40,25 @@ func compile(t *testing.T, name string) *Symbolizer {
 }
 
 // Two builds of one program, the second with a function that grew (a new
-// string and a new variable besides) and a #define changed: every
-// function after the one that grew moved, with its calls, its jumps into
-// a switch's table, its strings and its variables, and only the two that
-// the change reached are named. A program compared with itself has no
+// string and a new variable besides), a #define changed and a function
+// removed: every function after the one that grew moved, with its calls,
+// its jumps into a switch's table, its strings and its variables, and
+// only the two that the change reached are named, and the one removed. A program compared with itself has no
 // changed function.
 func TestCodeChangedSeesThroughMovedCode(t *testing.T) {
 	base, patched := compile(t, "base"), compile(t, "patched")
 	if a, b := base.funcs["dispatch"], patched.funcs["dispatch"]; len(a) != 1 || len(b) != 1 || a[0].Value == b[0].Value {
 		t.Fatalf("dispatch did not move (%v, %v): the test shows nothing", a, b)
 	}
-	got, more, err := CodeChanged(base, patched)
-	if err != nil || more != 0 {
-		t.Fatalf("CodeChanged: %v (more %d)", err, more)
+	got, err := CodeChanged(base, patched)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if want := []string{"grows", "uses_limit"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("changed functions %q, want %q", got, want)
+	if want := (CodeDiff{Differs: []string{"grows", "uses_limit"}, Gone: []string{"only_in_base"}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("changed functions %+v, want %+v", got, want)
 	}
-	if same, _, err := CodeChanged(base, base); err != nil || len(same) != 0 {
-		t.Errorf("a program against itself: %q, %v", same, err)
+	if same, err := CodeChanged(base, base); err != nil || len(same.Differs)+len(same.Gone)+same.More != 0 {
+		t.Errorf("a program against itself: %+v, %v", same, err)
 	}
 }
 
@@ -67,18 +67,19 @@ func TestCodeChangedSeesThroughMovedCode(t *testing.T) {
 func TestWithCode(t *testing.T) {
 	lines := []Changed{{Func: "squashfs_cache_get", Lines: []string{"fs/squashfs/cache.c:70"}},
 		{Func: "squashfs_cache_put", Lines: []string{"fs/squashfs/cache.c:180"}}}
-	got, more := WithCode(lines, 0, []string{"squashfs_fill_super", "squashfs_cache_get"}, 0)
+	got, more := WithCode(lines, 0, CodeDiff{Differs: []string{"squashfs_fill_super", "squashfs_cache_get"}, Gone: []string{"squashfs_readahead"}})
 	want := []Changed{
 		{Func: "squashfs_cache_get", Lines: []string{"fs/squashfs/cache.c:70"}, Code: CodeDiffers},
 		{Func: "squashfs_cache_put", Lines: []string{"fs/squashfs/cache.c:180"}, Code: CodeSame},
 		{Func: "squashfs_fill_super", Code: CodeDiffers},
+		{Func: "squashfs_readahead", Code: CodeGone},
 	}
 	if more != 0 || !reflect.DeepEqual(got, want) {
 		t.Errorf("WithCode: %+v (more %d)", got, more)
 	}
 	// Past the comparison's bound, a function not named may differ:
 	// it is not said to be the same.
-	got, more = WithCode(lines[1:], 0, nil, 3)
+	got, more = WithCode(lines[1:], 0, CodeDiff{More: 3})
 	if more != 3 || got[0].Code != "" {
 		t.Errorf("past the bound: %+v (more %d)", got, more)
 	}

@@ -35,6 +35,12 @@ __attribute__((noinline)) int dispatch(int x)
 	}
 }
 
+/* a function with no caller, which the series removes */
+int only_in_base(int x)
+{
+	return x * 7 + 1;
+}
+
 int main(int argc, char **argv)
 {
 	return unchanged(argc) + uses_limit(argc) + dispatch(argc);
