@@ -265,3 +265,24 @@ func TestReplyKernelHangSampled(t *testing.T) {
 	}
 	checkColumns(t, reply.Body)
 }
+
+// The reply's VM line states the instruction-counted clock's rate, at the
+// default shift and at any other.
+func TestReplyStatesTheClock(t *testing.T) {
+	for clock, want := range map[string]string{"icount": "instruction-counted time: 4 ns a guest instruction",
+		"icount:0": "instruction-counted time: 1 ns a guest instruction", "host": "TCG, no KVM (times are slow and noisy"} {
+		run, err := LoadRun("testdata/runs/squashfs-improvement")
+		if err != nil {
+			t.Fatal(err)
+		}
+		run.CPUs, run.MemMiB, run.Accel, run.Clock = 2, 1024, "tcg", clock
+		run.Record(Findings{})
+		reply, err := Render(run, testOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prose := strings.Join(strings.Fields(reply.Body), " "); !strings.Contains(prose, want) {
+			t.Errorf("%s: the reply lacks %q:\n%s", clock, want, reply.Body)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/patchbot/patchbot/internal/inert"
 	"github.com/patchbot/patchbot/judge"
+	"github.com/patchbot/patchbot/vmrunner"
 )
 
 //go:embed templates/*.tmpl
@@ -33,6 +34,12 @@ var replyTemplate = template.Must(template.New("reply.txt.tmpl").Funcs(template.
 	"sub":    func(a, b int) int { return a - b },
 	"field":  field,
 	"list":   listLines,
+	"icountNs": func(clock string) int {
+		if shift, ok := vmrunner.ICountShiftOf(clock); ok {
+			return 1 << shift
+		}
+		return 0
+	},
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
 // ReplyOptions are the configurable parts of a reply.

@@ -547,7 +547,7 @@ func sumPhases(ms ...map[string]float64) map[string]float64 {
 }
 
 // counted reports whether every side that runs keeps instruction-counted
-// time (vmrunner.ClockICount): their figures count the guest's
+// time (vmrunner.ClockICount, at any shift): their figures count the guest's
 // instructions, which the host's load cannot move, so their rounds may
 // run at once, each guest on its own host thread.
 func counted(sides []Side) bool {
@@ -556,7 +556,7 @@ func counted(sides []Side) bool {
 		if s.Guest == nil {
 			continue
 		}
-		if s.Clock != "icount" {
+		if s.Clock != "icount" && !strings.HasPrefix(s.Clock, "icount:") {
 			return false
 		}
 		n++

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -32,10 +33,47 @@ const (
 	ClockAuto = ""
 	// ClockHost is the host's real time: KVM's, or multi-threaded TCG's.
 	ClockHost = "host"
-	// ClockICount is instruction-counted time: TCG with -icount, even
-	// where KVM works.
+	// ClockICount is instruction-counted time: TCG with -icount at
+	// ICountShift, even where KVM works. "icount:N" is the same at
+	// shift N (ICountClock), 0 to MaxICountShift.
 	ClockICount = "icount"
 )
+
+// MaxICountShift is the largest -icount shift a clock may ask for: 2^10
+// ns an instruction, a 1 MIPS guest.
+const MaxICountShift = 10
+
+// ICountClock is the clock of instruction-counted time at shift: "icount"
+// at ICountShift, "icount:N" at any other.
+func ICountClock(shift int) string {
+	if shift == ICountShift {
+		return ClockICount
+	}
+	return fmt.Sprintf("%s:%d", ClockICount, shift)
+}
+
+// ICountShiftOf is the -icount shift of an instruction-counted clock
+// ("icount", "icount:N"); false for any other clock.
+func ICountShiftOf(clock string) (int, bool) {
+	if clock == ClockICount {
+		return ICountShift, true
+	}
+	rest, ok := strings.CutPrefix(clock, ClockICount+":")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n < 0 || n > MaxICountShift || strconv.Itoa(n) != rest {
+		return 0, false
+	}
+	return n, true
+}
+
+// IsICount says whether clock is instruction-counted time, at any shift.
+func IsICount(clock string) bool {
+	_, ok := ICountShiftOf(clock)
+	return ok
+}
 
 // ICountShift is the -icount shift: 2^2 = 4 ns of guest time per
 // instruction, a guest CPU of 250 million instructions a second (its
@@ -55,8 +93,8 @@ const ICountShift = 2
 // clock advances only with instructions (sleep=off: an idle guest's clock
 // jumps to its next timer instead of waiting for the host's), so that two
 // runs of the same work read the same duration.
-func icountArgs() []string {
-	return []string{"-icount", fmt.Sprintf("shift=%d,sleep=off", ICountShift)}
+func icountArgs(shift int) []string {
+	return []string{"-icount", fmt.Sprintf("shift=%d,sleep=off", shift)}
 }
 
 // ICountTSCkHz is the guest TSC's rate under -icount: it counts the guest's
@@ -80,12 +118,12 @@ func icountClockCmdline(hz int) string {
 // Versions between were not tried.
 var ICountSMPSince = [2]int{10, 0}
 
-func checkClock(c string) error {
-	switch c {
-	case ClockAuto, ClockHost, ClockICount:
+// CheckClock says whether c is a clock a Config may ask for.
+func CheckClock(c string) error {
+	if c == ClockAuto || c == ClockHost || IsICount(c) {
 		return nil
 	}
-	return fmt.Errorf("vmrunner: unknown clock %q (want %q or %q)", c, ClockHost, ClockICount)
+	return fmt.Errorf("unknown clock %q (want %q, %q or %q:N for shift N, 0 to %d)", c, ClockHost, ClockICount, ClockICount, MaxICountShift)
 }
 
 // qemuVersions caches each QEMU binary's version, asked once a process.

@@ -23,13 +23,19 @@ func TestQEMUArgsICount(t *testing.T) {
 			[]string{"tcg,thread=single", "-icount shift=2,sleep=off", "tsc=reliable"}, []string{"thread=multi"}},
 		{"PVH, TCG, icount", BootPVH, "tcg", true,
 			[]string{"tcg,thread=single", "-icount shift=2,sleep=off", "tsc_early_khz=1000000 tsc=reliable lpj=4000000"}, []string{"thread=multi"}},
+		{"legacy, TCG, icount at shift 0", BootLegacy, "tcg", true,
+			[]string{"tcg,thread=single", "-icount shift=0,sleep=off", "tsc=reliable"}, []string{"thread=multi", "shift=2"}},
 		{"legacy, TCG, host clock", BootLegacy, "tcg", false,
 			[]string{"tcg,thread=multi"}, []string{"-icount", "thread=single", "tsc=reliable"}},
 		{"legacy, KVM", BootLegacy, "kvm", true,
 			[]string{"-accel kvm"}, []string{"-icount", "thread=single", "tsc=reliable"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			q := &qemuVM{spec: Spec{Name: "x", CPUs: 2, MemMiB: 512}, boot: tt.boot, kernel: "/k", hz: 250, icount: tt.icount}
+			shift := ICountShift
+			if strings.Contains(tt.name, "shift 0") {
+				shift = 0
+			}
+			q := &qemuVM{spec: Spec{Name: "x", CPUs: 2, MemMiB: 512}, boot: tt.boot, kernel: "/k", hz: 250, icount: tt.icount, shift: shift}
 			args := strings.Join(q.args(tt.accel, files), " ")
 			for _, w := range tt.want {
 				if !strings.Contains(args, w) {
@@ -43,12 +49,33 @@ func TestQEMUArgsICount(t *testing.T) {
 			}
 			wantClock := ClockHost
 			if tt.icount && tt.accel == "tcg" {
-				wantClock = ClockICount
+				wantClock = ICountClock(shift)
 			}
 			if got := q.clockOf(tt.accel); got != wantClock {
 				t.Errorf("clock %q, want %q", got, wantClock)
 			}
 		})
+	}
+}
+
+// An instruction-counted clock names its shift when it is not the
+// default's; anything else is refused.
+func TestICountClocks(t *testing.T) {
+	for clock, want := range map[string]int{"icount": ICountShift, "icount:0": 0, "icount:10": 10} {
+		if got, ok := ICountShiftOf(clock); !ok || got != want || ICountClock(got) != clock {
+			t.Errorf("%q: shift %d, %v", clock, got, ok)
+		}
+		if err := CheckClock(clock); err != nil {
+			t.Errorf("%q refused: %v", clock, err)
+		}
+	}
+	if ICountClock(ICountShift) != ClockICount || ICountClock(0) != "icount:0" {
+		t.Errorf("ICountClock: %q, %q", ICountClock(ICountShift), ICountClock(0))
+	}
+	for _, bad := range []string{"icount:", "icount:11", "icount:-1", "icount:01", "icount:x", "icount0", "tsc"} {
+		if IsICount(bad) || CheckClock(bad) == nil {
+			t.Errorf("%q taken for a clock", bad)
+		}
 	}
 }
 
@@ -95,12 +122,14 @@ func TestQEMUPoolClock(t *testing.T) {
 		clock      string
 		cpus       int
 		wantICount bool
+		wantShift  int
 	}{
-		{"auto, 10.0, 2 vCPUs", young, ClockAuto, 2, true},
-		{"auto, 7.2, 2 vCPUs", old, ClockAuto, 2, false},
-		{"auto, 7.2, 1 vCPU", old, ClockAuto, 1, true},
-		{"icount, 7.2, 1 vCPU", old, ClockICount, 1, true},
-		{"host, 10.0", young, ClockHost, 2, false},
+		{"auto, 10.0, 2 vCPUs", young, ClockAuto, 2, true, ICountShift},
+		{"auto, 7.2, 2 vCPUs", old, ClockAuto, 2, false, ICountShift},
+		{"auto, 7.2, 1 vCPU", old, ClockAuto, 1, true, ICountShift},
+		{"icount, 7.2, 1 vCPU", old, ClockICount, 1, true, ICountShift},
+		{"icount:0, 10.0, 2 vCPUs", young, "icount:0", 2, true, 0},
+		{"host, 10.0", young, ClockHost, 2, false, ICountShift},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := New("qemu", Config{QEMU: tt.qemu, Clock: tt.clock, WorkDir: t.TempDir(), RunDir: t.TempDir()})
@@ -112,8 +141,8 @@ func TestQEMUPoolClock(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := hv.(*qemuVM).icount; got != tt.wantICount {
-				t.Errorf("icount %v, want %v", got, tt.wantICount)
+			if q := hv.(*qemuVM); q.icount != tt.wantICount || q.shift != tt.wantShift {
+				t.Errorf("icount %v at shift %d, want %v at %d", q.icount, q.shift, tt.wantICount, tt.wantShift)
 			}
 		})
 	}

@@ -66,7 +66,7 @@ func handOver(mu *sync.Mutex, c *io.ReadWriteCloser, none string) (io.ReadWriteC
 // launch describes a started VM.
 type launch struct {
 	accel string
-	clock string // ClockHost or ClockICount
+	clock string // ClockHost or ICountClock's
 	boot  string // BootPVH or BootLegacy
 	repro string // what reproduces it by hand
 	// probe, when non-zero, is how long the kernel has to show a sign of

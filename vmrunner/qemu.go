@@ -48,7 +48,7 @@ func pvhCmdline(tcgHere bool, hz int) string {
 // pvhClockCmdline is pvhCmdline for a guest with the given accelerator and
 // clock: under -icount its TSC's rate is exact (icountClockCmdline).
 func pvhClockCmdline(accel, clock string, hz int) string {
-	if accel == "tcg" && clock == ClockICount {
+	if accel == "tcg" && IsICount(clock) {
 		return "reboot=t " + icountClockCmdline(hz)
 	}
 	return pvhCmdline(accel != "kvm", hz)
@@ -140,11 +140,11 @@ func newQEMUPool(cfg Config) (Pool, error) {
 	default:
 		return nil, fmt.Errorf("qemu: unknown accelerator %q (want kvm or tcg)", cfg.Accel)
 	}
-	if err := checkClock(cfg.Clock); err != nil {
-		return nil, err
+	if err := CheckClock(cfg.Clock); err != nil {
+		return nil, fmt.Errorf("vmrunner: %w", err)
 	}
 	mode := cfg.Accel
-	if cfg.Clock == ClockICount {
+	if IsICount(cfg.Clock) {
 		if cfg.Accel == "kvm" {
 			return nil, errors.New("qemu: instruction-counted time (clock icount) needs TCG, not KVM")
 		}
@@ -183,12 +183,16 @@ func newQEMUPool(cfg Config) (Pool, error) {
 			return nil, err
 		}
 		icount := cfg.Clock != ClockHost && (smpICount || s.CPUs <= 1)
-		if cfg.Clock == ClockICount && !icount {
+		if IsICount(cfg.Clock) && !icount {
 			return nil, &InfraError{Op: "instruction-counted time", Err: fmt.Errorf(
 				"this QEMU cannot run a %d-vCPU guest under -icount (%d.%d or later can; scripts/install-deps.sh installs it)",
 				s.CPUs, ICountSMPSince[0], ICountSMPSince[1])}
 		}
-		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz, icount: icount}, nil
+		shift, ok := ICountShiftOf(cfg.Clock)
+		if !ok {
+			shift = ICountShift // auto
+		}
+		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz, icount: icount, shift: shift}, nil
 	}), nil
 }
 
@@ -208,8 +212,10 @@ type qemuVM struct {
 	kernel string // the file booted: the PVH ELF or the bzImage
 	hz     int    // the PVH kernel's CONFIG_HZ, 0 if unknown (kernelHZ)
 	// icount: under TCG, the guest keeps instruction-counted time
-	// (ClockICount); under KVM it keeps real time whatever this says.
+	// at shift (ICountClock); under KVM it keeps real time whatever
+	// this says.
 	icount bool
+	shift  int
 	dir    string
 	acc    *accelState
 	jail   *jail
@@ -237,7 +243,7 @@ type qemuFiles struct {
 // clockOf is the guest's clock under accel.
 func (q *qemuVM) clockOf(accel string) string {
 	if accel == "tcg" && q.icount {
-		return ClockICount
+		return ICountClock(q.shift)
 	}
 	return ClockHost
 }
@@ -262,7 +268,7 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 		machine = "microvm,x-option-roms=off,isa-serial=on,acpi=off"
 		serialDev, blkDev = "virtio-serial-device", "virtio-blk-device"
 		cmdline += " " + pvhClockCmdline(accel, clock, q.hz)
-	} else if clock == ClockICount {
+	} else if IsICount(clock) {
 		// The vCPUs' TSCs count the same virtual clock, but the boot's
 		// sync check needs them running at once, which turn-taking vCPUs
 		// never are: it marks the TSC unstable and the guest reads the
@@ -300,10 +306,10 @@ func (q *qemuVM) args(accel string, f qemuFiles) []string {
 	switch {
 	case accel == "kvm":
 		a = append(a, "-accel", "kvm", "-cpu", "host")
-	case clock == ClockICount:
+	case IsICount(clock):
 		// icount needs single-threaded TCG: the vCPUs take turns.
 		a = append(a, "-accel", fmt.Sprintf("tcg,thread=single,tb-size=%d", tbSizeMiB), "-cpu", "max")
-		a = append(a, icountArgs()...)
+		a = append(a, icountArgs(q.shift)...)
 	default:
 		a = append(a, "-accel", fmt.Sprintf("tcg,thread=multi,tb-size=%d", tbSizeMiB), "-cpu", "max")
 	}

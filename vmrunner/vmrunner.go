@@ -155,8 +155,9 @@ type Instance interface {
 type Info struct {
 	Backend string `json:"backend"`
 	Accel   string `json:"accel"` // "kvm" or "tcg"
-	// Clock is the guest's time: ClockHost (real time) or ClockICount
-	// (instruction-counted, ICountShift).
+	// Clock is the guest's time: ClockHost (real time) or
+	// instruction-counted (ICountClock: ClockICount at ICountShift,
+	// "icount:N" at shift N).
 	Clock         string        `json:"clock,omitempty"`
 	KernelRelease string        `json:"kernel_release"`
 	Repro         string        `json:"repro"` // QEMU command line or domain XML
@@ -178,7 +179,8 @@ type Config struct {
 	// QEMU is the qemu-system-x86_64 binary; default from $PATH.
 	QEMU string
 	// Clock is how a TCG guest keeps time: ClockAuto (the default),
-	// ClockHost or ClockICount (the qemu backend; see clock.go). libvirt's
+	// ClockHost, ClockICount or "icount:N" (the qemu backend; see
+	// clock.go). libvirt's
 	// guests keep TCG's real time.
 	Clock string
 	// Boot picks the boot path: BootAuto ("", the default) takes BootPVH

@@ -109,9 +109,10 @@ type VMConfig struct {
 	// Under KVM the PVH guest has kvm-clock.
 	Boot string `yaml:"boot"`
 	// Clock is how a TCG guest keeps time: "" (auto: instruction-counted
-	// where this QEMU can, docs/vmrunner.md), "icount" or "host" (TCG's
-	// real time, as every measurement before 2026-12-05). KVM guests
-	// keep real time.
+	// where this QEMU can, docs/vmrunner.md), "icount" (at
+	// vmrunner.ICountShift), "icount:N" (at shift N: 2^N ns an
+	// instruction) or "host" (TCG's real time, as every measurement
+	// before 2026-12-05). KVM guests keep real time.
 	Clock string `yaml:"clock"`
 }
 
@@ -147,10 +148,8 @@ func (c VMConfig) Validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("vm.concurrency: want at least 1"))
 	}
-	switch c.Clock {
-	case vmrunner.ClockAuto, vmrunner.ClockHost, vmrunner.ClockICount:
-	default:
-		errs = append(errs, fmt.Errorf("vm.clock %q: want %q or %q", c.Clock, vmrunner.ClockICount, vmrunner.ClockHost))
+	if err := vmrunner.CheckClock(c.Clock); err != nil {
+		errs = append(errs, fmt.Errorf("vm.clock: %w", err))
 	}
 	switch c.Boot {
 	case "", vmrunner.BootLegacy, vmrunner.BootPVH:
