@@ -13,7 +13,8 @@
 # measured on to the rule's maximum (patchbot suite run --continue), so
 # that each is judged as the pipeline would have stopped it. Runs measured
 # already are kept. Guests with instruction-counted time measure the same
-# whatever else the host runs, so JOBS runs (default 2) go at once.
+# whatever else the host runs, so JOBS runs (default 2) go at once. CLOCK
+# (e.g. icount:0) is given to every run as --clock.
 set -euo pipefail
 out=${1:?usage: aa.sh OUTDIR [N [PROFILE [SUITES]]]} n=${2:-10} profile=${3:-standard}
 suites=${4:-cache-contention,locks,fuse-waitq,readahead}
@@ -36,7 +37,7 @@ run() {
 	shift 3
 	echo "$(date -u +%T) $name: $rounds rounds a side $* (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	$pb suite run --suites "$suite" --profile "$profile" --kernel "$base" --vs "$base" \
-		--runs "$rounds" "$@" --json < /dev/null > "$out/$name.json.tmp" 2> "$out/$name.log"
+		--runs "$rounds" ${CLOCK:+--clock "$CLOCK"} "$@" --json < /dev/null > "$out/$name.json.tmp" 2> "$out/$name.log"
 	mv "$out/$name.json.tmp" "$out/$name.json"
 	echo "$(date -u +%T) $name: done" >&2
 }

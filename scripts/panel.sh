@@ -22,7 +22,8 @@
 # whatever else the host runs (with real time, set JOBS=1). SUITES (a
 # comma-separated list) measures only those suites' patches, NAMES only
 # those patches, and the table is then of what OUTDIR holds (`patchbot
-# panel --measured`).
+# panel --measured`). CLOCK (e.g. icount:0) is given to every run as
+# --clock.
 set -euo pipefail
 out=${1:?usage: panel.sh OUTDIR [RUNS [PROFILE]]} runs=${2:-5} profile=${3:-standard}
 max=6 # stats.DefaultRule.Max
@@ -50,7 +51,7 @@ measure() {
 	if grep -q "^$suite .*\b$profile\b" <<< "$profiles"; then p=$profile; fi
 	echo "$(date -u +%T) $name: $suite $p, $n rounds a side $* (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	$pb suite run --suites "$suite" --profile "$p" --kernel "$base" --vs "$patched" \
-		--runs "$n" "$@" --json < /dev/null > "$out/$name.json.tmp" 2> "$out/$name.log"
+		--runs "$n" ${CLOCK:+--clock "$CLOCK"} "$@" --json < /dev/null > "$out/$name.json.tmp" 2> "$out/$name.log"
 	mv "$out/$name.json.tmp" "$out/$name.json"
 	echo "$(date -u +%T) $name: done (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 }
