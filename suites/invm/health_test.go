@@ -18,13 +18,19 @@ import (
 // seedKernel is the seed patch built on the default kernel (the shared
 // cache's build): the changed functions of a real series.
 func seedKernel(t testing.TB, base *images.Build) *images.Build {
+	return patchedKernel(t, base, "../../testdata/mbox/squashfs-thundering-herd.mbox")
+}
+
+// patchedKernel is the first patch of the mbox (not the ping and review
+// after it) built on base.
+func patchedKernel(t testing.TB, base *images.Build, mbox string) *images.Build {
 	t.Helper()
-	raw, err := os.ReadFile("../../testdata/mbox/squashfs-thundering-herd.mbox")
+	raw, err := os.ReadFile(mbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if i := bytes.Index(raw, []byte("\nFrom ")); i > 0 {
-		raw = raw[:i+1] // the patch, not the ping and review after it
+		raw = raw[:i+1]
 	}
 	b, err := images.DefaultBuilder(nil)
 	if err != nil {
@@ -153,7 +159,8 @@ func TestNoteChangedWithoutFunctions(t *testing.T) {
 // code, a function that lost its only user is gone, and the seed's
 // functions hold its lines and differ.
 func TestChangedFunctionsByCode(t *testing.T) {
-	base, build := panelBuilds(t)
+	base := defaultKernel(t)
+	build := func(name string) *images.Build { return patchedKernel(t, base, "../../testdata/panel/"+name+".mbox") }
 	frag := ChangedFunctions(base, build("frag-cache-2"))
 	if frag.Err != nil || !frag.Compared || len(frag.Funcs) != 1 || frag.Funcs[0].Func != "squashfs_fill_super" ||
 		frag.Funcs[0].Code != report.CodeDiffers || len(frag.Funcs[0].Lines) != 0 {
@@ -171,20 +178,8 @@ func TestChangedFunctionsByCode(t *testing.T) {
 	// Readahead switched off: squashfs_readahead loses its only
 	// user and is gone, and read_blocklist, left with one caller, is
 	// inlined into it.
-	off, err := os.ReadFile("../../testdata/mbox/squashfs-readahead-off.mbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := images.DefaultBuilder(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	offKernel, err := b.Patched(context.Background(), base, [][]byte{off})
-	if err != nil {
-		t.Fatal(err)
-	}
 	gone := map[string]string{}
-	for _, f := range ChangedFunctions(base, offKernel).Funcs {
+	for _, f := range ChangedFunctions(base, patchedKernel(t, base, "../../testdata/mbox/squashfs-readahead-off.mbox")).Funcs {
 		gone[f.Func] = f.Code
 	}
 	if gone["squashfs_readahead"] != report.CodeGone || gone["read_blocklist"] != report.CodeGone || gone["squashfs_read_folio"] != report.CodeDiffers {
@@ -201,30 +196,16 @@ func TestChangedFunctionsByCode(t *testing.T) {
 	t.Logf("frag-cache-2 %+v; noop-rename %+v; seed %+v", frag.Funcs, rename.Funcs, seed.Funcs)
 }
 
-// panelBuilds is the default kernel and a builder of the panel's patches
-// on it.
-func panelBuilds(t testing.TB) (*images.Build, func(name string) *images.Build) {
+// defaultKernel is the default kernel, built or found cached; it needs no
+// VM.
+func defaultKernel(t testing.TB) *images.Build {
 	t.Helper()
 	testenv.NeedsKernel(t)
 	base, err := images.DefaultKernel(context.Background(), testWriter{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return base, func(name string) *images.Build {
-		raw, err := os.ReadFile("../../testdata/panel/" + name + ".mbox")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := images.DefaultBuilder(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, err := b.Patched(context.Background(), base, [][]byte{raw})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return k
-	}
+	return base
 }
 
 // BenchmarkChangedFunctions is what finding a series' changed functions
@@ -235,8 +216,8 @@ func panelBuilds(t testing.TB) (*images.Build, func(name string) *images.Build) 
 //	PATCHBOT_FULL_TIER=1 PATCHBOT_CACHE=/var/cache/patchbot \
 //	  go test -run '^$' -bench ChangedFunctions -benchtime 5x ./suites/invm/
 func BenchmarkChangedFunctions(b *testing.B) {
-	base, build := panelBuilds(b)
-	patched := build("meta-cache-2")
+	base := defaultKernel(b)
+	patched := patchedKernel(b, base, "../../testdata/panel/meta-cache-2.mbox")
 	for b.Loop() {
 		if c := changedCode(base, patched); !c.Compared || len(c.Funcs) != 2 {
 			b.Fatalf("meta-cache-2: %+v", c)
