@@ -159,3 +159,15 @@ func TestQEMUPoolClock(t *testing.T) {
 		t.Error("an unknown clock was accepted")
 	}
 }
+
+// A spin is a clock crawling against the host's by the shift's measure:
+// at shift 0 the guest's clock runs a quarter as fast for the same
+// instructions as at shift 2, and so does the rate below which a busy
+// guest is taken to spin.
+func TestCrawlScalesWithTheShift(t *testing.T) {
+	for clock, want := range map[string]float64{ClockICount: crawlRate, "icount:0": crawlRate / 4, "icount:3": crawlRate * 2, ClockHost: crawlRate} {
+		if got := crawlFor(clock); got != want {
+			t.Errorf("%s: crawl below %v, want %v", clock, got, want)
+		}
+	}
+}

@@ -105,6 +105,7 @@ type machine struct {
 
 	spunMu sync.Mutex
 	spun   *report.Sampled // the look that found the guest spinning (Pace), for the hang's error
+	clock  string          // the booted guest's Info.Clock, under spunMu (crawlFor)
 
 	// earlier, earlierMore: the warnings of the consoles of boots before
 	// this one (Reboot), under earlierMu (not mu, which a request holds
@@ -192,6 +193,9 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 		return info, err
 	}
 	m.log.Info("vm launched", "name", m.spec.Name, "backend", m.backend, "accel", l.accel, "clock", info.Clock, "boot", l.boot, "repro", l.repro)
+	m.spunMu.Lock()
+	m.clock = info.Clock
+	m.spunMu.Unlock()
 
 	ctx, cancel := context.WithTimeoutCause(ctx, m.spec.BootTimeout, errDeadline)
 	defer cancel()

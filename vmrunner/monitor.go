@@ -76,8 +76,11 @@ func (m *machine) lookAtHang() *report.Sampled {
 // spinning looks into the guest and says whether it spins (Pace): a vCPU
 // busy in the kernel in most samples while the guest's clock crawls.
 func (m *machine) spinning() (string, bool) {
+	m.spunMu.Lock()
+	crawl := crawlFor(m.clock)
+	m.spunMu.Unlock()
 	s := m.lookAtHang()
-	if s == nil || !s.Stuck() || s.HostClock <= 0 || s.GuestClock.Seconds() >= crawlRate*s.HostClock.Seconds() {
+	if s == nil || !s.Stuck() || s.HostClock <= 0 || s.GuestClock.Seconds() >= crawl*s.HostClock.Seconds() {
 		return "", false
 	}
 	where := "in the kernel"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -47,8 +48,22 @@ const (
 )
 
 // crawlRate is the guest's clock against the host's below which a guest
-// busy in the kernel is taken to spin.
+// busy in the kernel is taken to spin, at ICountShift (a spin on PAUSE
+// was measured at 1/19 of the host's, docs/vmrunner.md).
 const crawlRate = 0.2
+
+// crawlFor is crawlRate for a guest of the given clock. At another
+// shift the guest's clock runs 2^(shift - ICountShift) times as fast for
+// the same instructions, a spinning guest's and a working one's alike: at
+// shift 0 a quarter as fast, so a working guest would crawl by shift 2's
+// measure, and the rate scales with the shift. Real time never crawls.
+func crawlFor(clock string) float64 {
+	shift, ok := ICountShiftOf(clock)
+	if !ok {
+		return crawlRate
+	}
+	return math.Ldexp(crawlRate, shift-ICountShift)
+}
 
 // spinner is a guest the host can look into (machine): whether it spins,
 // and a line saying how it was seen.
