@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // compile builds testdata/codediff/name.c into a program with debugging
@@ -13,10 +15,7 @@ import (
 // name (prog.c) for both sides.
 func compile(t *testing.T, name string) *Symbolizer {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("no gcc")
-	}
+	gcc := testenv.Tool(t, "gcc")
 	src, err := os.ReadFile(filepath.Join("testdata", "codediff", name+".c"))
 	if err != nil {
 		t.Fatal(err)
