@@ -85,8 +85,11 @@ func IsICount(clock string) bool {
 // hardware by far, and a sleep other threads' work can overlap is hidden:
 // the panel's read-delay (5 ms before every squashfs block read) measures
 // "no change" at shift 2 and a regression at shift 0 (docs/vmrunner.md,
-// "What it measures"). Five of the panel are measured at shift 0 and
-// right (docs/suites.md); the rest and the A/A runs are not.
+// "What it measures"). At shift 0 the panel's verdicts measured keep
+// their direction and read-delay is right, but the no-ops' reach is no
+// better, the lock and FUSE suites take four times the host's time, and
+// no A/A run is measured (docs/suites.md, "At shift 0"): the default
+// stays 2, and "icount:0" asks for shift 0.
 const ICountShift = 2
 
 // icountArgs are QEMU's arguments for instruction-counted time: the guest
