@@ -84,11 +84,12 @@ type Changed struct {
 // ChangedFunctions are the functions of the patched kernel that the series
 // changed, from both kernels' vmlinux: those holding code from the lines
 // the series changed (report.Symbolizer.Changed), each marked with whether
-// its compiled code differs from the base's, and those whose code differs
-// with no changed line in them (report.CodeChanged: a changed macro's or
-// constant's users), and the base's functions the patched kernel lacks. Without the vmlinux of the base the series was
-// built on (its commit and config), the code is not compared. A build without a record of its changes (made before they
-// were kept) has none, and says so in Err.
+// its compiled code differs from the base's; those whose code differs with
+// no changed line in them (report.CodeChanged: a changed macro's or
+// constant's users); and the base's functions the patched kernel lacks.
+// Without the vmlinux of the base the series was built on (its commit and
+// config), the code is not compared. A build without a record of its
+// changes (made before they were kept) has none, and says so in Err.
 func ChangedFunctions(base, patched *images.Build) Changed {
 	if patched == nil || patched.Series == 0 {
 		return Changed{}
@@ -121,6 +122,7 @@ func ChangedFunctions(base, patched *images.Build) Changed {
 	return v
 }
 
+// changedCode is ChangedFunctions' work, uncached.
 func changedCode(base, patched *images.Build) Changed {
 	s, err := report.Open(patched.Vmlinux)
 	if err != nil {
