@@ -177,6 +177,10 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		cfg.Log.Warn("no private directory for host facts; the KVM probe will run in each process", "dir", acc.dir, "err", err)
 		acc.dir = ""
 	}
+	shift, ok := ICountShiftOf(cfg.Clock)
+	if !ok {
+		shift = ICountShift // auto
+	}
 	return newPool("qemu", cfg, func(s Spec, dir string) (hypervisor, error) {
 		boot, kernel, hz, err := bootPath(cfg.Boot, s)
 		if err != nil {
@@ -187,10 +191,6 @@ func newQEMUPool(cfg Config) (Pool, error) {
 			return nil, &InfraError{Op: "instruction-counted time", Err: fmt.Errorf(
 				"this QEMU cannot run a %d-vCPU guest under -icount (%d.%d or later can; scripts/install-deps.sh installs it)",
 				s.CPUs, ICountSMPSince[0], ICountSMPSince[1])}
-		}
-		shift, ok := ICountShiftOf(cfg.Clock)
-		if !ok {
-			shift = ICountShift // auto
 		}
 		return &qemuVM{bin: path, spec: s, dir: dir, acc: acc, jail: j, boot: boot, kernel: kernel, hz: hz, icount: icount, shift: shift}, nil
 	}), nil

@@ -236,10 +236,17 @@ func (s *Symbolizer) funcOf(pc uint64) string {
 	if !ok || elf.ST_TYPE(sym.Info) != elf.STT_FUNC {
 		return ""
 	}
-	if base, ok := strings.CutSuffix(sym.Name, ".cold"); ok && len(s.funcs[base]) > 0 {
+	return s.counted(sym.Name)
+}
+
+// counted is the function a code symbol's calls are counted under: a
+// ".cold" part's function, when the kernel has it; the symbol itself
+// otherwise.
+func (s *Symbolizer) counted(sym string) string {
+	if base, ok := strings.CutSuffix(sym, ".cold"); ok && len(s.funcs[base]) > 0 {
 		return base
 	}
-	return sym.Name
+	return sym
 }
 
 func inRanges(ranges [][2]int, line int) bool {

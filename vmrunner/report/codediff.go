@@ -88,11 +88,7 @@ func CodeChanged(base, patched *Symbolizer) (CodeDiff, error) {
 		if o, ok := old[f.key]; ok && sameCode(base, patched, o, f) {
 			continue
 		}
-		name := f.name
-		if base, ok := strings.CutSuffix(name, ".cold"); ok && len(patched.funcs[base]) > 0 {
-			name = base // as a kprobe counts it
-		}
-		add(&d.Differs, name)
+		add(&d.Differs, patched.counted(f.name))
 	}
 	for _, f := range before {
 		if !present[baseName(f.name)] {
@@ -279,8 +275,11 @@ func (c comparison) sameTarget(x, y uint64) bool {
 // offset in it (a symbol of no size only at its start), the text of an
 // unnamed string, or the data section it lies in.
 func (s *Symbolizer) pointsAt(addr uint64) (string, bool) {
+	at := func(sym elf.Symbol) string {
+		return stableName(sym.Name) + "+" + strconv.FormatUint(addr-sym.Value, 10)
+	}
 	if sym, ok := s.symbolAt(addr); ok {
-		return stableName(sym.Name) + "+" + strconv.FormatUint(addr-sym.Value, 10), true
+		return at(sym), true
 	}
 	for _, sec := range s.f.Sections {
 		if sec.Addr == 0 || addr < sec.Addr || addr >= sec.Addr+sec.Size {
@@ -291,7 +290,7 @@ func (s *Symbolizer) pointsAt(addr uint64) (string, bool) {
 			// exception's stub): its place after the symbol before
 			// it.
 			if sym, ok := s.symbolBefore(addr); ok {
-				return stableName(sym.Name) + "+" + strconv.FormatUint(addr-sym.Value, 10), true
+				return at(sym), true
 			}
 			return "", false
 		}
