@@ -115,8 +115,17 @@ func importTarball(ctx context.Context, repo, tarball, version, tag string) erro
 // noAutoGC turns git's automatic gc and maintenance off in patchbot's own
 // repository: git() does so for patchbot's calls, this for a person's
 // (issue 15: a "git gc --auto" ran beside a measurement).
+//
+// A value already set is not written again: every process that finds the
+// imported tree calls this, and two writing at once collide on git's lock
+// of the config file ("could not lock config file": seen with two test
+// packages starting together). --local: git() sets both for its own
+// call, which a plain --get would read.
 func noAutoGC(ctx context.Context, repo string) error {
 	for _, kv := range [][2]string{{"gc.auto", "0"}, {"maintenance.auto", "false"}} {
+		if out, err := git(ctx, "", "--git-dir="+repo, "config", "--local", "--get", kv[0]); err == nil && strings.TrimSpace(string(out)) == kv[1] {
+			continue
+		}
 		if _, err := git(ctx, "", "--git-dir="+repo, "config", kv[0], kv[1]); err != nil {
 			return infra("configuring "+repo, err)
 		}

@@ -425,3 +425,29 @@ func TestTryApplyWritesNothingToTheTree(t *testing.T) {
 		t.Errorf("objects %q before, %q after a try-apply", before, after)
 	}
 }
+
+// Processes that find the imported tree at once (test packages starting
+// together) each make sure its gc is off, and none fails on git's lock of
+// the config file: a value already set is not written again.
+func TestNoAutoGCConcurrent(t *testing.T) {
+	repo := filepath.Join(t.TempDir(), "r.git")
+	if out, err := exec.Command("git", "init", "-q", "--bare", repo).CombinedOutput(); err != nil {
+		t.Fatalf("git init: %v: %s", err, out)
+	}
+	if err := noAutoGC(context.Background(), repo); err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() { errs <- noAutoGC(context.Background(), repo) }()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	out, err := exec.Command("git", "--git-dir="+repo, "config", "--get", "gc.auto").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Errorf("gc.auto %q, %v", out, err)
+	}
+}
