@@ -126,7 +126,7 @@ func CheckClock(c string) error {
 	if c == ClockAuto || c == ClockHost || IsICount(c) {
 		return nil
 	}
-	return fmt.Errorf("unknown clock %q (want %q, %q or %q:N for shift N, 0 to %d)", c, ClockHost, ClockICount, ClockICount, MaxICountShift)
+	return fmt.Errorf("unknown clock %q (want %q, %q, or %q for shift N, 0 to %d)", c, ClockHost, ClockICount, ClockICount+":N", MaxICountShift)
 }
 
 // qemuVersions caches each QEMU binary's version, asked once a process.
