@@ -70,8 +70,9 @@ type Worker struct {
 	draining atomic.Bool
 
 	mu       sync.Mutex
-	running  int64          // the job being run, 0 when none
-	progress store.Progress // its current stage
+	running  int64           // the job being run, 0 when none
+	held     context.Context // its lease: ends when the lease is lost
+	progress store.Progress  // its current stage
 }
 
 func (w *Worker) defaults() {
@@ -261,13 +262,21 @@ func (w *Worker) RunOnce(ctx context.Context) (bool, error) {
 func (w *Worker) setStage(name string, done, total int) {
 	w.mu.Lock()
 	w.progress = store.Progress{Stage: name, Done: done, Total: total}
-	id := w.running
+	id, held := w.running, w.held
 	w.mu.Unlock()
 	if id != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		w.Store.SetStage(ctx, id, w.Name, name)
+		w.writeStage(held, id, name)
 	}
+}
+
+// writeStage stores the running job's stage, for no longer than one call
+// to the database and no longer than the lease holds: a worker cut off
+// from the database must not wait on a stage past the moment it has to
+// stop the job. A stage not written is only the dashboard's loss.
+func (w *Worker) writeStage(held context.Context, id int64, name string) {
+	ctx, cancel := context.WithTimeout(held, w.dbTimeout())
+	defer cancel()
+	w.Store.SetStage(ctx, id, w.Name, name)
 }
 
 // progressOf is the dashboard's view of the job this worker runs.
@@ -328,15 +337,15 @@ func (w *Worker) runJob(ctx context.Context, j *store.Job, until time.Time) {
 	defer os.RemoveAll(work)
 	j.RunDir = jobRunDir(w.Config, j)
 	req.ReplyID = w.Config.Desk().ReplyID(j.ID, j.Dedupe)
-	w.Store.SetStage(ctx, j.ID, w.Name, "running")
+	w.writeStage(held, j.ID, "running")
 	log.Info("job started")
 	start := time.Now()
 	w.mu.Lock()
-	w.running, w.progress = j.ID, store.Progress{Stage: "starting"}
+	w.running, w.held, w.progress = j.ID, held, store.Progress{Stage: "starting"}
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
-		w.running = 0
+		w.running, w.held = 0, nil
 		w.mu.Unlock()
 	}()
 
