@@ -134,12 +134,12 @@ func (r *round) readStorm(root string, files []fsimage.File, threads int, params
 }
 
 // mixed: each thread does Ops operations of open+read+stat+close on files
-// drawn at random (seeded by round and thread, so both kernels draw the
-// same sequence), as filebench's line in the seed.
+// drawn at random (seeded by round, r.drawSeed, and thread, so both
+// kernels draw the same sequence), as filebench's line in the seed.
 func (r *round) mixed(root string, files []fsimage.File, threads int, params map[string]string) error {
 	ops := r.cfg.Params.Ops
 	elapsed, all, err := r.storm("mixed", params, threads, func(t int) (latencies, error) {
-		rng := rand.New(rand.NewPCG(uint64(r.n), uint64(t)))
+		rng := rand.New(rand.NewPCG(r.drawSeed(), uint64(t)))
 		buf := make([]byte, 128<<10)
 		l := make(latencies, 0, ops)
 		for k := 0; k < ops; k++ {

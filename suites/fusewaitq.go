@@ -133,8 +133,6 @@ func (r *round) bonnieOnFuse(threads int) error {
 
 	p := r.cfg.Params
 	files := make([]string, p.Files)
-	sizes := make([]int, p.Files)
-	rng := rand.New(rand.NewPCG(uint64(r.n), 2))
 	for d := 0; d < p.Dirs; d++ {
 		if err := os.Mkdir(filepath.Join(mnt, fmt.Sprintf("d%02d", d)), 0o755); err != nil {
 			return err
@@ -142,14 +140,8 @@ func (r *round) bonnieOnFuse(threads int) error {
 	}
 	for i := range files {
 		files[i] = filepath.Join(mnt, fmt.Sprintf("d%02d", i%p.Dirs), fmt.Sprintf("%07d", i))
-		sizes[i] = rng.IntN(p.MaxBytes + 1)
 	}
-	order := make([]int, p.Files)
-	for i := range order {
-		order[i] = i
-	}
-	shuffled := append([]int(nil), order...)
-	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	sizes, order, shuffled := r.bonnieDraws()
 	data := make([]byte, p.MaxBytes+1)
 	buf := make([]byte, p.MaxBytes+1)
 	for _, ph := range bonniePhases {
@@ -183,6 +175,21 @@ func (r *round) bonnieOnFuse(threads int) error {
 		r.sample("bonnie", params, mLatMax, ms(lat.max()))
 	}
 	return nil
+}
+
+// bonnieDraws are a round's file sizes (0 to MaxBytes), in order and in
+// the random phases' order, seeded by r.drawSeed.
+func (r *round) bonnieDraws() (sizes, order, shuffled []int) {
+	p := r.cfg.Params
+	rng := rand.New(rand.NewPCG(r.drawSeed(), 2))
+	sizes, order = make([]int, p.Files), make([]int, p.Files)
+	for i := range sizes {
+		sizes[i] = rng.IntN(p.MaxBytes + 1)
+		order[i] = i
+	}
+	shuffled = append([]int(nil), order...)
+	rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	return sizes, order, shuffled
 }
 
 // bonnieOp is one file of a phase: create (and write its bytes), read

@@ -202,6 +202,16 @@ type round struct {
 	res    *Result
 }
 
+// drawSeed seeds a round's random draws: by the round's number, so that
+// both kernels draw the same in the same round, or, with SameDraws, the
+// same in every round.
+func (r *round) drawSeed() uint64 {
+	if r.cfg.Params.SameDraws {
+		return 1
+	}
+	return uint64(r.n)
+}
+
 func newResult(cfg *Config, req proto.Request) *Result {
 	accel := req.Params[ParamAccel]
 	if accel == "" {

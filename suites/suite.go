@@ -60,9 +60,16 @@ type Params struct {
 	// first (Side.Reboot), and prepares it again: the spread between
 	// boots, which rounds of one boot a side cannot show, is then in the
 	// rounds a comparison sees (patchbot suite variance measures it).
-	Reboot  bool `yaml:"reboot"`
-	Threads int  `yaml:"threads"` // cache-contention: OS threads per workload
-	Ops     int  `yaml:"ops"`     // cache-contention mixed: operations per thread
+	Reboot bool `yaml:"reboot"`
+	// SameDraws seeds the workloads' random draws (FUSE's file sizes and
+	// order, cache-contention's mixed files) the same in every round;
+	// otherwise by the round's number. Both kernels draw the same either
+	// way, but draws that change from round to round add to each side's
+	// spread a part that cancels between the sides, and an unpaired
+	// test's interval counts that part all the same.
+	SameDraws bool `yaml:"same_draws"`
+	Threads   int  `yaml:"threads"` // cache-contention: OS threads per workload
+	Ops       int  `yaml:"ops"`     // cache-contention mixed: operations per thread
 	// Readers are the parallel reader counts of the readahead table.
 	Readers []int `yaml:"readers"`
 	// Contenders are the process counts of the locks curve; Duration is

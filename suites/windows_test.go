@@ -31,3 +31,34 @@ func TestFoldWindows(t *testing.T) {
 		t.Errorf("one window: %+v", one)
 	}
 }
+
+// FUSE's file sizes and order are drawn by the round's number, or, with
+// same_draws, the same in every round.
+func TestSameDraws(t *testing.T) {
+	s, err := Lookup("fuse-waitq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	draws := func(profile string, n int) ([]int, []int) {
+		cfg, err := s.Resolve(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &round{cfg: cfg, n: n}
+		sizes, _, shuffled := r.bonnieDraws()
+		if len(sizes) != cfg.Params.Files {
+			t.Fatalf("%s: %d sizes for %d files", profile, len(sizes), cfg.Params.Files)
+		}
+		return sizes, shuffled
+	}
+	s1, o1 := draws(DefaultProfile, 1)
+	s2, o2 := draws(DefaultProfile, 2)
+	if reflect.DeepEqual(s1, s2) || reflect.DeepEqual(o1, o2) {
+		t.Errorf("%s: rounds 1 and 2 drew the same sizes or order", DefaultProfile)
+	}
+	s1, o1 = draws("same-draws", 1)
+	s2, o2 = draws("same-draws", 2)
+	if !reflect.DeepEqual(s1, s2) || !reflect.DeepEqual(o1, o2) {
+		t.Errorf("same-draws: rounds 1 and 2 drew different sizes or orders")
+	}
+}
