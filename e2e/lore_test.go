@@ -166,7 +166,8 @@ func processesNaming(s string) []string {
 			continue
 		}
 		status, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "status"))
-		if dying(string(status)) {
+		stat, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "stat"))
+		if dying(string(status)) || exiting(string(stat)) {
 			continue
 		}
 		out = append(out, strings.ReplaceAll(string(args), "\x00", " "))
@@ -192,6 +193,25 @@ func dying(status string) bool {
 		}
 	}
 	return false
+}
+
+// exiting reads /proc/PID/stat: the process has taken its fatal signal
+// (PF_SIGNALED) or is on its way out (PF_EXITING). A git killed with the
+// daemon is so from when it takes the SIGKILL, which clears the pending
+// bit dying looks for, until it has let go of its memory, which empties
+// its command line; on a loaded host that can be a while.
+func exiting(stat string) bool {
+	const pfExiting, pfSignaled = 0x4, 0x400
+	i := strings.LastIndex(stat, ")") // past the command, which may hold spaces and parentheses
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(stat[i+1:]) // state, ppid, pgrp, session, tty, tpgid, flags, ...
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&(pfExiting|pfSignaled) != 0
 }
 
 func listMailAt(id string, at time.Time) []byte {
@@ -247,8 +267,15 @@ func TestLoreWatchKill9(t *testing.T) {
 			cmd.Wait()
 			// A git it started dies with it (PR_SET_PDEATHSIG): the kernel
 			// signals the children before the parent can be waited for, so
-			// by now each is gone or has SIGKILL pending.
-			if left := processesNaming(filepath.Join(w.state, "lore")); len(left) > 0 {
+			// by now each is gone, has SIGKILL pending, or is exiting.
+			left := processesNaming(filepath.Join(w.state, "lore"))
+			if len(left) > 0 {
+				// One that took its SIGKILL a moment ago may not show it
+				// yet; a git that outlived the daemon is still there.
+				time.Sleep(100 * time.Millisecond)
+				left = processesNaming(filepath.Join(w.state, "lore"))
+			}
+			if len(left) > 0 {
 				o.orphans = append(o.orphans, left...)
 				syscall.Kill(-pid, syscall.SIGKILL)
 			}
