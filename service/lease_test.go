@@ -14,6 +14,7 @@ import (
 
 	"github.com/patchbot/patchbot/config"
 	"github.com/patchbot/patchbot/intake"
+	"github.com/patchbot/patchbot/internal/testenv"
 	"github.com/patchbot/patchbot/reports"
 	"github.com/patchbot/patchbot/store"
 	"github.com/patchbot/patchbot/store/pgtest"
@@ -105,9 +106,7 @@ func (l *link) port() int { return l.ln.Addr().(*net.TCPAddr).Port }
 // the lease may have run out and records nothing of it; the coordinator
 // then finds the lease over and hands the job on.
 func TestWorkerCutOffAtItsClaim(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testenv.Long(t) // PostgreSQL, and a lease run out
 	pg := pgtest.Start(t)
 	dsn, err := pg.NewDB()
 	if err != nil {
