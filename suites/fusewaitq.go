@@ -26,11 +26,15 @@ const (
 	fuseBackingEnv = "PATCHBOT_FUSE_BACKING"
 	fuseMountEnv   = "PATCHBOT_FUSE_MOUNT"
 	fuseSingleEnv  = "PATCHBOT_FUSE_SINGLE"
+	fuseRawEnv     = "PATCHBOT_FUSE_RAW"
 )
 
 // fuseServer serves a passthrough of the backing directory on the mount
 // point until it is unmounted; it writes one byte to stdout when mounted.
 func fuseServer() error {
+	if os.Getenv(fuseRawEnv) == "1" {
+		return rawFuseServer(os.Getenv(fuseBackingEnv), os.Getenv(fuseMountEnv), runtime.GOMAXPROCS(0))
+	}
 	root, err := fs.NewLoopbackRoot(os.Getenv(fuseBackingEnv))
 	if err != nil {
 		return err
@@ -92,42 +96,9 @@ func (r *round) bonnieOnFuse(threads int) error {
 	}
 	defer unix.Unmount(backing, unix.MNT_DETACH)
 
-	self, err := os.Executable()
+	stop, err := startFuseServer(backing, mnt, threads, r.cfg.Params.FuseServer == "raw")
 	if err != nil {
 		return err
-	}
-	cmd := exec.Command(self)
-	single := "0"
-	if threads == 1 {
-		single = "1"
-	}
-	cmd.Env = append(os.Environ(), childEnv+"=fuse", fuseBackingEnv+"="+backing, fuseMountEnv+"="+mnt,
-		fuseSingleEnv+"="+single, "GOMAXPROCS="+strconv.Itoa(threads))
-	ready, err := cmd.StdoutPipe()
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting the FUSE server: %w", err)
-	}
-	stop := func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			unix.Unmount(mnt, unix.MNT_DETACH)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	}
-	if _, err := io.ReadFull(ready, make([]byte, 1)); err != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		return fmt.Errorf("the FUSE server did not mount: %w", err)
 	}
 	defer stop()
 
@@ -142,29 +113,29 @@ func (r *round) bonnieOnFuse(threads int) error {
 		files[i] = filepath.Join(mnt, fmt.Sprintf("d%02d", i%p.Dirs), fmt.Sprintf("%07d", i))
 	}
 	sizes, order, shuffled := r.bonnieDraws()
-	data := make([]byte, p.MaxBytes+1)
-	buf := make([]byte, p.MaxBytes+1)
+	run := localPhase(files, sizes, p.MaxBytes)
+	if r.cfg.Params.FuseServer == "raw" {
+		c, err := startRawClient(bonnieSpec{Files: files, Sizes: sizes, MaxBytes: p.MaxBytes})
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		run = c.phase
+	}
 	for _, ph := range bonniePhases {
 		idx := order
 		if ph.random {
 			idx = shuffled
 		}
 		params := map[string]string{"server_threads": strconv.Itoa(threads), "phase": ph.name}
-		lat := make(latencies, 0, len(idx))
+		var lat latencies
 		var elapsed time.Duration
 		err := r.measure("bonnie", params, false, func() error {
-			// bonnie++ is one client thread.
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			t0 := time.Now()
-			for _, i := range idx {
-				s := time.Now()
-				if err := bonnieOp(ph.op, files[i], data[:sizes[i]], buf); err != nil {
-					return fmt.Errorf("%s %s: %w", ph.name, files[i], err)
-				}
-				lat = append(lat, time.Since(s))
+			var err error
+			elapsed, lat, err = run(ph.op, idx)
+			if err != nil {
+				return fmt.Errorf("%s: %w", ph.name, err)
 			}
-			elapsed = time.Since(t0)
 			return nil
 		})
 		if err != nil {
@@ -175,6 +146,78 @@ func (r *round) bonnieOnFuse(threads int) error {
 		r.sample("bonnie", params, mLatMax, ms(lat.max()))
 	}
 	return nil
+}
+
+// startFuseServer starts a passthrough of backing on mnt with threads
+// server threads: go-fuse's loopback, or the raw server (fuseraw.go). Its
+// stop unmounts the file system and returns the server's exit.
+func startFuseServer(backing, mnt string, threads int, raw bool) (stop func() error, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self)
+	single := "0"
+	if threads == 1 {
+		single = "1"
+	}
+	cmd.Env = append(os.Environ(), childEnv+"=fuse", fuseBackingEnv+"="+backing, fuseMountEnv+"="+mnt,
+		fuseSingleEnv+"="+single, "GOMAXPROCS="+strconv.Itoa(threads))
+	if raw {
+		// The raw server's threads block in raw reads of /dev/fuse, which
+		// a stop-the-world would wait on: no collector (it allocates
+		// little), and no preemption signals interrupting the reads.
+		cmd.Env = append(cmd.Env, fuseRawEnv+"=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1")
+	}
+	ready, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the FUSE server: %w", err)
+	}
+	if _, err := io.ReadFull(ready, make([]byte, 1)); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, fmt.Errorf("the FUSE server did not mount: %w", err)
+	}
+	return func() error {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			unix.Unmount(mnt, unix.MNT_DETACH)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			return errors.New("the FUSE server did not stop within 10s of its unmount")
+		}
+	}, nil
+}
+
+// localPhase runs a phase's ops in this process, on one locked thread:
+// bonnie++ is one client thread.
+func localPhase(files []string, sizes []int, maxBytes int) func(op string, idx []int) (time.Duration, latencies, error) {
+	data := make([]byte, maxBytes+1)
+	buf := make([]byte, maxBytes+1)
+	return func(op string, idx []int) (time.Duration, latencies, error) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		lat := make(latencies, 0, len(idx))
+		t0 := time.Now()
+		for _, i := range idx {
+			s := time.Now()
+			if err := bonnieOp(op, files[i], data[:sizes[i]], buf); err != nil {
+				return 0, nil, fmt.Errorf("%s: %w", files[i], err)
+			}
+			lat = append(lat, time.Since(s))
+		}
+		return time.Since(t0), lat, nil
+	}
 }
 
 // bonnieDraws are a round's file sizes (0 to MaxBytes), in order and in

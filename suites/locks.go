@@ -38,6 +38,8 @@ func init() {
 		run = lockContender
 	case "fuse":
 		run = fuseServer
+	case "bonnie":
+		run = bonnieClient
 	default:
 		fmt.Fprintf(os.Stderr, "%s=%q: unknown child role\n", childEnv, os.Getenv(childEnv))
 		os.Exit(2)

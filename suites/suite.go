@@ -81,6 +81,10 @@ type Params struct {
 	Files         int   `yaml:"files"`
 	Dirs          int   `yaml:"dirs"`
 	MaxBytes      int   `yaml:"max_bytes"`
+	// FuseServer is the FUSE server: "" (go-fuse's loopback) or "raw"
+	// (fuseraw.go: one OS thread a server thread, Go's scheduler out of
+	// the way).
+	FuseServer string `yaml:"fuse_server"`
 	// Model shape for the wake-ups-per-release prediction (cache-contention).
 	CacheEntries int `yaml:"cache_entries"`
 	// ModelCheck is the shape the model checker explores exhaustively for
@@ -506,6 +510,9 @@ func (p Params) check(suite string) error {
 		errs = append(errs, positives("server_threads", p.ServerThreads), positive("files", p.Files), positive("dirs", p.Dirs))
 		if p.MaxBytes < 0 {
 			errs = append(errs, errors.New("max_bytes: want 0 or more"))
+		}
+		if p.FuseServer != "" && p.FuseServer != "raw" {
+			errs = append(errs, fmt.Errorf("fuse_server: %q is not a FUSE server (want raw, or none for go-fuse's)", p.FuseServer))
 		}
 	}
 	return errors.Join(errs...)
