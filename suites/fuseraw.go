@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -88,6 +89,10 @@ type rawFS struct {
 // threads OS threads until it is unmounted; it writes one byte to stdout
 // when mounted.
 func rawFuseServer(backing, mnt string, threads int) error {
+	_, cpu := rawCPUs()
+	if err := pinTo(cpu); err != nil {
+		return err
+	}
 	var st unix.Stat_t
 	if err := unix.Stat(mnt, &st); err != nil {
 		return err
@@ -690,6 +695,10 @@ type bonniePhaseReply struct {
 
 // bonnieClient is the raw client's process.
 func bonnieClient() error {
+	cpu, _ := rawCPUs()
+	if err := pinTo(cpu); err != nil {
+		return err
+	}
 	dec, enc := json.NewDecoder(os.Stdin), json.NewEncoder(os.Stdout)
 	var spec bonnieSpec
 	if err := dec.Decode(&spec); err != nil {
@@ -843,4 +852,48 @@ func (c *rawClient) close() {
 		c.cmd.Process.Kill()
 		<-done
 	}
+}
+
+// Where the raw client and server run: the client on the first CPU, the
+// server's threads on the last, so that every request and every reply is
+// a wake-up from one CPU to the other. Left to the scheduler, one server
+// thread's windows fell in two modes: most with the server asleep at each
+// request, some 17% faster with 40% fewer wake-ups, and a run whose
+// rounds drew different shares of them could see nothing within 40%.
+func rawCPUs() (client, server int) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, 0
+	}
+	client, server = -1, 0
+	for cpu := 0; cpu < len(set)*64; cpu++ {
+		if set.IsSet(cpu) {
+			if client < 0 {
+				client = cpu
+			}
+			server = cpu
+		}
+	}
+	return max(client, 0), server
+}
+
+// pinTo pins every thread of this process to cpu; the threads made
+// later inherit it from the thread that makes them.
+func pinTo(cpu int) error {
+	var set unix.CPUSet
+	set.Set(cpu)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("pinning thread %d to CPU %d: %w", tid, cpu, err)
+		}
+	}
+	return nil
 }

@@ -2,8 +2,10 @@ package suites
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +32,22 @@ func TestRawClient(t *testing.T) {
 	}
 	if len(lat) != 3 || elapsed <= 0 || lat.max() > elapsed {
 		t.Errorf("create: %d latencies (max %v) in %v, want 3 within the phase", len(lat), lat.max(), elapsed)
+	}
+	// The client runs on the first CPU this process may use, every thread.
+	want, _ := rawCPUs()
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", c.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			t.Fatal(err)
+		}
+		if set.Count() != 1 || !set.IsSet(want) {
+			t.Errorf("client thread %d may run on %d CPUs (CPU %d: %v), want CPU %d only", tid, set.Count(), want, set.IsSet(want), want)
+		}
 	}
 	for i, f := range files {
 		st, err := os.Stat(f)
