@@ -51,14 +51,16 @@ func TestSameDraws(t *testing.T) {
 		}
 		return sizes, shuffled
 	}
-	s1, o1 := draws(DefaultProfile, 1)
-	s2, o2 := draws(DefaultProfile, 2)
+	s1, o1 := draws("go-fuse", 1)
+	s2, o2 := draws("go-fuse", 2)
 	if reflect.DeepEqual(s1, s2) || reflect.DeepEqual(o1, o2) {
-		t.Errorf("%s: rounds 1 and 2 drew the same sizes or order", DefaultProfile)
+		t.Errorf("go-fuse: rounds 1 and 2 drew the same sizes or order")
 	}
-	s1, o1 = draws("same-draws", 1)
-	s2, o2 = draws("same-draws", 2)
-	if !reflect.DeepEqual(s1, s2) || !reflect.DeepEqual(o1, o2) {
-		t.Errorf("same-draws: rounds 1 and 2 drew different sizes or orders")
+	for _, profile := range []string{"same-draws", DefaultProfile} {
+		s1, o1 = draws(profile, 1)
+		s2, o2 = draws(profile, 2)
+		if !reflect.DeepEqual(s1, s2) || !reflect.DeepEqual(o1, o2) {
+			t.Errorf("%s: rounds 1 and 2 drew different sizes or orders", profile)
+		}
 	}
 }
