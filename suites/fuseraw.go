@@ -243,6 +243,31 @@ func structIn[T any](req []byte) *T {
 	return (*T)(unsafe.Pointer(&req[0]))
 }
 
+// nodeIn is req as the input struct T and the path of the node it is
+// about (its header's NodeId).
+func nodeIn[T any](fs *rawFS, req []byte) (*T, string, syscall.Errno) {
+	in := structIn[T](req)
+	if in == nil {
+		return nil, "", unix.EINVAL
+	}
+	p, ok := fs.path((*fuse.InHeader)(unsafe.Pointer(&req[0])).NodeId)
+	if !ok {
+		return nil, "", unix.ESTALE
+	}
+	return in, p, 0
+}
+
+// childIn is req as the input struct T and the path of the name that
+// follows it in the directory of its header's NodeId (MKDIR, CREATE).
+func childIn[T any](fs *rawFS, req []byte) (*T, string, syscall.Errno) {
+	in := structIn[T](req)
+	if in == nil {
+		return nil, "", unix.EINVAL
+	}
+	p, errno := fs.child((*fuse.InHeader)(unsafe.Pointer(&req[0])).NodeId, cstring(req[unsafe.Sizeof(*in):]))
+	return in, p, errno
+}
+
 // put writes v at the start of out and returns its size.
 func put[T any](out []byte, v T) int {
 	*(*T)(unsafe.Pointer(&out[0])) = v
@@ -386,25 +411,17 @@ func (fs *rawFS) attr(path string, fh uint64, useFh bool, out []byte) (int, sysc
 }
 
 func (fs *rawFS) getattr(req, out []byte) (int, syscall.Errno) {
-	in := structIn[fuse.GetAttrIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, ok := fs.path(in.NodeId)
-	if !ok {
-		return 0, unix.ESTALE
+	in, p, errno := nodeIn[fuse.GetAttrIn](fs, req)
+	if errno != 0 {
+		return 0, errno
 	}
 	return fs.attr(p, in.Fh(), in.Flags()&getattrFH != 0, out)
 }
 
 func (fs *rawFS) setattr(req, out []byte) (int, syscall.Errno) {
-	in := structIn[fuse.SetAttrInCommon](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, ok := fs.path(in.NodeId)
-	if !ok {
-		return 0, unix.ESTALE
+	in, p, errno := nodeIn[fuse.SetAttrInCommon](fs, req)
+	if errno != 0 {
+		return 0, errno
 	}
 	if in.Valid&fuse.FATTR_MODE != 0 {
 		if err := syscall.Chmod(p, in.Mode&07777); err != nil {
@@ -439,11 +456,7 @@ func (fs *rawFS) setattr(req, out []byte) (int, syscall.Errno) {
 }
 
 func (fs *rawFS) mkdir(req, out []byte) (int, syscall.Errno) {
-	in := structIn[fuse.MkdirIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, errno := fs.child(in.NodeId, cstring(req[unsafe.Sizeof(*in):]))
+	in, p, errno := childIn[fuse.MkdirIn](fs, req)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -492,11 +505,7 @@ func (fs *rawFS) file(fh uint64) (int, bool) {
 }
 
 func (fs *rawFS) create(req, out []byte) (int, syscall.Errno) {
-	in := structIn[fuse.CreateIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, errno := fs.child(in.NodeId, cstring(req[unsafe.Sizeof(*in):]))
+	in, p, errno := childIn[fuse.CreateIn](fs, req)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -513,13 +522,9 @@ func (fs *rawFS) create(req, out []byte) (int, syscall.Errno) {
 }
 
 func (fs *rawFS) open(req, out []byte) (int, syscall.Errno) {
-	in := structIn[fuse.OpenIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, ok := fs.path(in.NodeId)
-	if !ok {
-		return 0, unix.ESTALE
+	in, p, errno := nodeIn[fuse.OpenIn](fs, req)
+	if errno != 0 {
+		return 0, errno
 	}
 	flags := int(in.Flags) &^ (syscall.O_CREAT | syscall.O_EXCL | syscall.O_NOCTTY)
 	fd, err := syscall.Open(p, flags|syscall.O_CLOEXEC, 0)
@@ -624,26 +629,18 @@ type xattrIn struct {
 }
 
 func (fs *rawFS) getxattr(req, out []byte) (int, syscall.Errno) {
-	in := structIn[xattrIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, ok := fs.path(in.NodeId)
-	if !ok {
-		return 0, unix.ESTALE
+	in, p, errno := nodeIn[xattrIn](fs, req)
+	if errno != 0 {
+		return 0, errno
 	}
 	name := cstring(req[unsafe.Sizeof(*in):])
 	return xattrReply(in.Size, out, func(dest []byte) (int, error) { return unix.Lgetxattr(p, name, dest) })
 }
 
 func (fs *rawFS) listxattr(req, out []byte) (int, syscall.Errno) {
-	in := structIn[xattrIn](req)
-	if in == nil {
-		return 0, unix.EINVAL
-	}
-	p, ok := fs.path(in.NodeId)
-	if !ok {
-		return 0, unix.ESTALE
+	in, p, errno := nodeIn[xattrIn](fs, req)
+	if errno != 0 {
+		return 0, errno
 	}
 	return xattrReply(in.Size, out, func(dest []byte) (int, error) { return unix.Llistxattr(p, dest) })
 }

@@ -142,6 +142,9 @@ func TestRawFuseServer(t *testing.T) {
 		if _, err := unix.Getxattr(f, "user.none", make([]byte, 16)); !errors.Is(err, unix.ENODATA) && !errors.Is(err, unix.ENOTSUP) {
 			t.Errorf("%d threads: getxattr of a missing attribute: %v, want the backing file system's ENODATA or ENOTSUP", threads, err)
 		}
+		if n, err := unix.Listxattr(f, make([]byte, 256)); err != nil && !errors.Is(err, unix.ENOTSUP) || n < 0 {
+			t.Errorf("%d threads: listxattr: %d, %v", threads, n, err)
+		}
 		if _, err := os.OpenFile(f, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600); !errors.Is(err, os.ErrExist) {
 			t.Errorf("%d threads: O_EXCL create of an existing file: %v, want EEXIST", threads, err)
 		}
