@@ -855,7 +855,7 @@ func (c *rawClient) close() {
 // server's threads on the last, so that every request and every reply is
 // a wake-up from one CPU to the other. Left to the scheduler, one server
 // thread's windows fell in two modes: most with the server asleep at each
-// request, some 17% faster with 40% fewer wake-ups, and a run whose
+// request, some 16% faster with 37% fewer wake-ups, and a run whose
 // rounds drew different shares of them could see nothing within 40%.
 func rawCPUs() (client, server int) {
 	var set unix.CPUSet
