@@ -176,8 +176,7 @@ func (fs *rawFS) handle(req, out []byte) []byte {
 		return nil
 	}
 	body := req[inHeaderSize:]
-	// in is the request as its input struct T (which embeds the header);
-	// nil when the request is too short for it.
+	// The reply's payload goes after its header.
 	payload := out[outHeaderSize:]
 	var n int
 	var errno syscall.Errno
