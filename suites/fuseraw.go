@@ -840,14 +840,7 @@ func (c *rawClient) phase(op string, idx []int) (time.Duration, latencies, error
 
 func (c *rawClient) close() {
 	c.in.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
+	waitChild(c.cmd, 10*time.Second)
 }
 
 // Where the raw client and server run: the client on the first CPU, the

@@ -186,17 +186,26 @@ func startFuseServer(backing, mnt string, threads int, raw bool) (stop func() er
 		if err := unix.Unmount(mnt, 0); err != nil {
 			unix.Unmount(mnt, unix.MNT_DETACH)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
+		exited, err := waitChild(cmd, 10*time.Second)
+		if !exited {
 			return errors.New("the FUSE server did not stop within 10s of its unmount")
 		}
+		return err
 	}, nil
+}
+
+// waitChild waits for cmd to exit, and kills it once grace is over:
+// exited says whether it went by itself, and err is its exit.
+func waitChild(cmd *exec.Cmd, grace time.Duration) (exited bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return true, err
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		return false, <-done
+	}
 }
 
 // localPhase runs a phase's ops in this process, on one locked thread:
