@@ -678,6 +678,20 @@ type bonnieSpec struct {
 	MaxBytes int
 }
 
+// check says what is wrong with a spec: a size for each file, each
+// within 0 to MaxBytes.
+func (spec bonnieSpec) check() error {
+	if len(spec.Sizes) != len(spec.Files) || spec.MaxBytes < 0 {
+		return fmt.Errorf("bonnie's client: %d sizes for %d files, at most %d bytes", len(spec.Sizes), len(spec.Files), spec.MaxBytes)
+	}
+	for i, n := range spec.Sizes {
+		if n < 0 || n > spec.MaxBytes {
+			return fmt.Errorf("bonnie's client: %s has %d bytes, want 0 to %d", spec.Files[i], n, spec.MaxBytes)
+		}
+	}
+	return nil
+}
+
 type bonniePhaseReq struct {
 	Op  string
 	Idx []int
@@ -700,8 +714,8 @@ func bonnieClient() error {
 	if err := dec.Decode(&spec); err != nil {
 		return err
 	}
-	if len(spec.Sizes) != len(spec.Files) || spec.MaxBytes < 0 {
-		return errors.New("bonnie client: malformed spec")
+	if err := spec.check(); err != nil {
+		return err
 	}
 	paths := make([]*byte, len(spec.Files))
 	for i, f := range spec.Files {
@@ -729,7 +743,7 @@ func bonnieClient() error {
 				break
 			}
 			s := time.Now()
-			if e := rawBonnieOp(ph.Op, paths[i], data[:min(spec.Sizes[i], spec.MaxBytes)], buf, &stx); e != 0 {
+			if e := rawBonnieOp(ph.Op, paths[i], data[:spec.Sizes[i]], buf, &stx); e != 0 {
 				rep.Err = fmt.Sprintf("%s %s: %v", ph.Op, spec.Files[i], e)
 				break
 			}
@@ -793,6 +807,9 @@ type rawClient struct {
 }
 
 func startRawClient(spec bonnieSpec) (*rawClient, error) {
+	if err := spec.check(); err != nil {
+		return nil, err
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err

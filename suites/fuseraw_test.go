@@ -87,6 +87,27 @@ func TestRawClient(t *testing.T) {
 	}
 }
 
+// A spec whose sizes are out of its bounds is refused, naming the file,
+// and no client is started.
+func TestRawClientRefusesBadSizes(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a")
+	for _, spec := range []bonnieSpec{
+		{Files: []string{f}, Sizes: []int{-1}, MaxBytes: 1},
+		{Files: []string{f}, Sizes: []int{2}, MaxBytes: 1},
+	} {
+		c, err := startRawClient(spec)
+		if err == nil {
+			c.close()
+			t.Errorf("sizes %v of at most %d: started", spec.Sizes, spec.MaxBytes)
+		} else if !strings.Contains(err.Error(), f) {
+			t.Errorf("sizes %v: %v, want the file named", spec.Sizes, err)
+		}
+	}
+	if _, err := startRawClient(bonnieSpec{Files: []string{f}, Sizes: nil, MaxBytes: 1}); err == nil {
+		t.Error("no sizes for one file: started")
+	}
+}
+
 func umask() os.FileMode {
 	m := unix.Umask(0)
 	unix.Umask(m)
