@@ -98,6 +98,7 @@ type machine struct {
 
 	mu        sync.Mutex // one request at a time
 	ch        *channel   // the current connection to the agent, under mu
+	booted    bool       // Boot succeeded once, under mu: Reboot may start it again, even after a reboot failed
 	chMu      sync.Mutex // Close may run while Boot or Do holds mu
 	chans     []*channel // every connection opened, closed by Close
 	closeOnce sync.Once
@@ -151,18 +152,21 @@ func (m *machine) Boot(ctx context.Context) (Info, error) {
 		}
 		return info, err
 	}
+	m.booted = true
 	return info, nil
 }
 
 // Reboot boots the kernel afresh: the VM is destroyed and started again
 // from its spec, as Boot started it, with a new console, and Reboot waits
-// for the agent's ready. What the guest held (a prepared suite, the page
-// cache, where its memory went) is gone; the warnings of the earlier
-// boots' consoles are kept, and Warnings counts them with this boot's.
+// for the agent's ready. A reboot that failed leaves the VM to be
+// rebooted again (a hung reboot is tried once more). What the guest held
+// (a prepared suite, the page cache, where its memory went) is gone; the
+// warnings of the earlier boots' consoles are kept, and Warnings counts
+// them with this boot's.
 func (m *machine) Reboot(ctx context.Context) (Info, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.ch == nil {
+	if !m.booted {
 		return Info{}, fmt.Errorf("reboot %s: not booted", m.spec.Name)
 	}
 	ws, more := m.con.warnings()

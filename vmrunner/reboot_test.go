@@ -37,7 +37,8 @@ func rebootGuest(t *testing.T, p Pool) {
 		t.Fatalf("Reboot: %v", err)
 	}
 	t.Logf("rebooted in %s (boot %s)", time.Since(start).Round(time.Millisecond), info.BootDuration.Round(time.Millisecond))
-	if second := bootID(); second == first {
+	second := bootID()
+	if second == first {
 		t.Errorf("the same boot_id %s after the reboot", first)
 	}
 	if info.KernelRelease == "" || info.BootDuration <= 0 {
@@ -45,6 +46,21 @@ func rebootGuest(t *testing.T, p Pool) {
 	}
 	if n := strings.Count(string(vm.Console()), "Linux version"); n != 1 {
 		t.Errorf("the console after the reboot has %d kernel banners, want its own one", n)
+	}
+	// A reboot that fails (here its time runs out before the guest is
+	// up) leaves the VM to be rebooted again: the retry after a hung
+	// reboot is such a reboot.
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = vm.Reboot(short)
+	cancel()
+	if err == nil {
+		t.Fatal("a reboot given 50 ms booted")
+	}
+	if _, err := vm.Reboot(ctx); err != nil {
+		t.Fatalf("rebooting after a failed reboot: %v", err)
+	}
+	if third := bootID(); third == second {
+		t.Errorf("the same boot_id %s after the reboot that followed a failed one", third)
 	}
 	m := vm.(*machine)
 	mon, ok := m.hv.(monitor)
