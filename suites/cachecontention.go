@@ -60,17 +60,7 @@ func groupFiles(files []fsimage.File, group string) []fsimage.File {
 // each thread its own share), so every directory is hit by many threads.
 // Each lstat is timed: a herd shows in the tail.
 func (r *round) statStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
-	elapsed, all, err := r.storm("stat-storm", params, threads, func(t int) (latencies, error) {
-		l := make(latencies, 0, len(files)/threads+1)
-		for i := t; i < len(files); i += threads {
-			t0 := time.Now()
-			if _, err := os.Lstat(filepath.Join(root, files[i].Path)); err != nil {
-				return nil, err
-			}
-			l = append(l, time.Since(t0))
-		}
-		return l, nil
-	})
+	elapsed, all, _, err := r.storm("stat-storm", params, stormStat, root, files, shares(len(files), threads))
 	if err != nil {
 		return err
 	}
@@ -80,18 +70,56 @@ func (r *round) statStorm(root string, files []fsimage.File, threads int, params
 	return nil
 }
 
-// storm runs fn on threads threads at once, measured as workload with the
-// release counters, and returns the time they took and the latencies of
-// all their operations: fn(t) is thread t's, one latency an operation.
-func (r *round) storm(workload string, params map[string]string, threads int,
-	fn func(t int) (latencies, error)) (time.Duration, latencies, error) {
-	lat := make([]latencies, threads)
+// shares deals n files to threads threads: thread t's are t, t+T, t+2T...
+func shares(n, threads int) [][]int {
+	plan := make([][]int, threads)
+	for t := range plan {
+		for i := t; i < n; i += threads {
+			plan[t] = append(plan[t], i)
+		}
+	}
+	return plan
+}
+
+// storm runs op on the files of plan (plan[t]: thread t's, in order), its
+// threads released together, measured as workload with the release
+// counters, and returns the time from the release to the last thread's
+// end, the latencies of all the operations, and the bytes read. The
+// threads are the agent's own, or with Params.Workers "raw" a process's
+// of their own (stormraw.go).
+func (r *round) storm(workload string, params map[string]string, op, root string,
+	files []fsimage.File, plan [][]int) (time.Duration, latencies, int64, error) {
+	spec := stormSpec{Op: op, Files: make([]string, len(files)), Sizes: make([]int64, len(files)), Plan: plan}
+	for i, f := range files {
+		spec.Files[i], spec.Sizes[i] = filepath.Join(root, f.Path), f.Size
+	}
+	if r.cfg.Params.Workers == "raw" {
+		return rawStorm(spec, func(run func() error) error { return r.measure(workload, params, true, run) })
+	}
+	if err := spec.check(); err != nil {
+		return 0, nil, 0, err
+	}
+	lat := make([]latencies, len(plan))
 	var elapsed time.Duration
+	var bytes atomic.Int64
 	err := r.measure(workload, params, true, func() error {
 		var err error
-		elapsed, err = parallel(threads, func(t int) (err error) {
-			lat[t], err = fn(t)
-			return err
+		elapsed, err = parallel(len(plan), func(t int) error {
+			buf := make([]byte, 128<<10)
+			lat[t] = make(latencies, 0, len(plan[t]))
+			for _, i := range plan[t] {
+				t0 := time.Now()
+				n, err := stormOp(op, spec.Files[i], buf)
+				lat[t] = append(lat[t], time.Since(t0))
+				if err != nil {
+					return err
+				}
+				if op != stormStat && n != spec.Sizes[i] {
+					return fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, spec.Sizes[i])
+				}
+				bytes.Add(n)
+			}
+			return nil
 		})
 		return err
 	})
@@ -99,35 +127,45 @@ func (r *round) storm(workload string, params map[string]string, threads int,
 	for _, l := range lat {
 		all = append(all, l...)
 	}
-	return elapsed, all, err
+	return elapsed, all, bytes.Load(), err
+}
+
+// stormOp does op to path with Go's os package and returns the bytes
+// read: the agent's threads' side of rawStormOp.
+func stormOp(op, path string, buf []byte) (int64, error) {
+	switch op {
+	case stormStat:
+		_, err := os.Lstat(path)
+		return 0, err
+	case stormRead:
+		return readWhole(path, buf)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var n int64
+	for {
+		m, err := f.Read(buf)
+		n += int64(m)
+		if m == 0 || err != nil {
+			break
+		}
+	}
+	_, err = os.Stat(path)
+	return n, err
 }
 
 // readStorm: thread t reads its share of the small files whole, each read
 // timed from open to close.
 func (r *round) readStorm(root string, files []fsimage.File, threads int, params map[string]string) error {
-	var bytes atomic.Int64
-	elapsed, all, err := r.storm("read-storm", params, threads, func(t int) (latencies, error) {
-		buf := make([]byte, 128<<10)
-		l := make(latencies, 0, len(files)/threads+1)
-		for i := t; i < len(files); i += threads {
-			t0 := time.Now()
-			n, err := readWhole(filepath.Join(root, files[i].Path), buf)
-			if err != nil {
-				return nil, err
-			}
-			l = append(l, time.Since(t0))
-			if n != files[i].Size {
-				return nil, fmt.Errorf("%s: read %d bytes, the image has %d", files[i].Path, n, files[i].Size)
-			}
-			bytes.Add(n)
-		}
-		return l, nil
-	})
+	elapsed, all, bytes, err := r.storm("read-storm", params, stormRead, root, files, shares(len(files), threads))
 	if err != nil {
 		return err
 	}
 	r.sample("read-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
-	r.sample("read-storm", params, mMiBPerS, float64(bytes.Load())/(1<<20)/elapsed.Seconds())
+	r.sample("read-storm", params, mMiBPerS, float64(bytes)/(1<<20)/elapsed.Seconds())
 	r.sample("read-storm", params, mLatP50, ms(all.quantile(0.50)))
 	r.sample("read-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
@@ -138,32 +176,14 @@ func (r *round) readStorm(root string, files []fsimage.File, threads int, params
 // kernels draw the same sequence), as filebench's line in the seed.
 func (r *round) mixed(root string, files []fsimage.File, threads int, params map[string]string) error {
 	ops := r.cfg.Params.Ops
-	elapsed, all, err := r.storm("mixed", params, threads, func(t int) (latencies, error) {
+	plan := make([][]int, threads)
+	for t := range plan {
 		rng := rand.New(rand.NewPCG(r.drawSeed(), uint64(t)))
-		buf := make([]byte, 128<<10)
-		l := make(latencies, 0, ops)
 		for k := 0; k < ops; k++ {
-			path := filepath.Join(root, files[rng.IntN(len(files))].Path)
-			t0 := time.Now()
-			f, err := os.Open(path)
-			if err != nil {
-				return nil, err
-			}
-			for {
-				n, err := f.Read(buf)
-				if n == 0 || err != nil {
-					break
-				}
-			}
-			if _, err := os.Stat(path); err != nil {
-				f.Close()
-				return nil, err
-			}
-			f.Close()
-			l = append(l, time.Since(t0))
+			plan[t] = append(plan[t], rng.IntN(len(files)))
 		}
-		return l, nil
-	})
+	}
+	elapsed, all, _, err := r.storm("mixed", params, stormMixed, root, files, plan)
 	if err != nil {
 		return err
 	}

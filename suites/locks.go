@@ -40,6 +40,8 @@ func init() {
 		run = fuseServer
 	case "bonnie":
 		run = bonnieClient
+	case "storm":
+		run = stormWorkers
 	default:
 		fmt.Fprintf(os.Stderr, "%s=%q: unknown child role\n", childEnv, os.Getenv(childEnv))
 		os.Exit(2)

@@ -70,6 +70,11 @@ type Params struct {
 	SameDraws bool `yaml:"same_draws"`
 	Threads   int  `yaml:"threads"` // cache-contention: OS threads per workload
 	Ops       int  `yaml:"ops"`     // cache-contention mixed: operations per thread
+	// Workers runs cache-contention's threads: "" (the agent's own
+	// locked goroutines) or "raw" (stormraw.go: a process of their own,
+	// one OS thread a worker making raw system calls, Go's scheduler out
+	// of the way).
+	Workers string `yaml:"workers"`
 	// Readers are the parallel reader counts of the readahead table.
 	Readers []int `yaml:"readers"`
 	// Contenders are the process counts of the locks curve; Duration is
@@ -499,6 +504,12 @@ func (p Params) check(suite string) error {
 	switch suite {
 	case "cache-contention":
 		errs = append(errs, positive("threads", p.Threads), positive("ops", p.Ops), positive("cache_entries", p.CacheEntries))
+		if p.Threads > maxStormWorkers {
+			errs = append(errs, fmt.Errorf("threads: %d, want at most %d", p.Threads, maxStormWorkers))
+		}
+		if p.Workers != "" && p.Workers != "raw" {
+			errs = append(errs, fmt.Errorf("workers: %q is not a kind of workers (want raw, or none for the agent's threads)", p.Workers))
+		}
 	case "readahead":
 		errs = append(errs, positives("readers", p.Readers))
 	case "locks":
