@@ -145,13 +145,9 @@ func stormOp(op, path string, buf []byte) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	var n int64
-	for {
-		m, err := f.Read(buf)
-		n += int64(m)
-		if m == 0 || err != nil {
-			break
-		}
+	n, err := readToEnd(f, buf)
+	if err != nil {
+		return n, err
 	}
 	_, err = os.Stat(path)
 	return n, err

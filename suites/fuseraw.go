@@ -717,13 +717,9 @@ func bonnieClient() error {
 	if err := spec.check(); err != nil {
 		return err
 	}
-	paths := make([]*byte, len(spec.Files))
-	for i, f := range spec.Files {
-		p, err := unix.BytePtrFromString(f)
-		if err != nil {
-			return err
-		}
-		paths[i] = p
+	paths, err := cPaths(spec.Files)
+	if err != nil {
+		return err
 	}
 	data := make([]byte, spec.MaxBytes+1)
 	buf := make([]byte, spec.MaxBytes+1)
@@ -798,6 +794,45 @@ func rawBonnieOp(op string, path *byte, data, buf []byte, stx *unix.Statx_t) sys
 	return unix.EINVAL
 }
 
+// startRawChild starts this executable again as the child role with
+// procs of Go's processors, the collector off and no preemption signals,
+// its stdin and stdout piped to the caller: a process whose system calls
+// Go's runtime takes no part in.
+func startRawChild(role string, procs int) (*exec.Cmd, io.WriteCloser, io.ReadCloser, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), childEnv+"="+role, "GOMAXPROCS="+strconv.Itoa(procs), "GOGC=off", "GODEBUG=asyncpreemptoff=1")
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmd, in, out, nil
+}
+
+// cPaths makes each path a C string for the raw calls.
+func cPaths(files []string) ([]*byte, error) {
+	paths := make([]*byte, len(files))
+	for i, f := range files {
+		p, err := unix.BytePtrFromString(f)
+		if err != nil {
+			return nil, err
+		}
+		paths[i] = p
+	}
+	return paths, nil
+}
+
 // rawClient is the agent's end of a raw client process.
 type rawClient struct {
 	cmd *exec.Cmd
@@ -810,22 +845,8 @@ func startRawClient(spec bonnieSpec) (*rawClient, error) {
 	if err := spec.check(); err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	cmd, in, out, err := startRawChild("bonnie", 1)
 	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"=bonnie", "GOMAXPROCS=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting bonnie's client: %w", err)
 	}
 	c := &rawClient{cmd: cmd, in: in, dec: json.NewDecoder(out), enc: json.NewEncoder(in)}

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -91,23 +89,8 @@ func rawStorm(spec stormSpec, measure func(run func() error) error) (time.Durati
 	if err := spec.check(); err != nil {
 		return 0, nil, 0, err
 	}
-	self, err := os.Executable()
+	cmd, in, out, err := startRawChild("storm", len(spec.Plan)+1)
 	if err != nil {
-		return 0, nil, 0, err
-	}
-	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), childEnv+"=storm", "GOMAXPROCS="+strconv.Itoa(len(spec.Plan)+1),
-		"GOGC=off", "GODEBUG=asyncpreemptoff=1")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return 0, nil, 0, err
-	}
-	if err := cmd.Start(); err != nil {
 		return 0, nil, 0, fmt.Errorf("starting the storm's workers: %w", err)
 	}
 	defer waitChild(cmd, 10*time.Second)
@@ -156,13 +139,9 @@ func stormWorkers() error {
 	if runtime.GOMAXPROCS(0) <= len(spec.Plan) {
 		return fmt.Errorf("storm: GOMAXPROCS %d for %d workers: a worker blocked in the kernel holds its processor", runtime.GOMAXPROCS(0), len(spec.Plan))
 	}
-	paths := make([]*byte, len(spec.Files))
-	for i, f := range spec.Files {
-		p, err := unix.BytePtrFromString(f)
-		if err != nil {
-			return err
-		}
-		paths[i] = p
+	paths, err := cPaths(spec.Files)
+	if err != nil {
+		return err
 	}
 	n := len(spec.Plan)
 	var (

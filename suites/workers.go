@@ -44,6 +44,11 @@ func readWhole(path string, buf []byte) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
+	return readToEnd(f, buf)
+}
+
+// readToEnd reads f to its end with buf and returns the bytes read.
+func readToEnd(f *os.File, buf []byte) (int64, error) {
 	var n int64
 	for {
 		m, err := f.Read(buf)
