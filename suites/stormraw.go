@@ -77,6 +77,10 @@ func (spec stormSpec) check() error {
 	return nil
 }
 
+// stormReadyTimeout bounds the raw workers' start: a thousand threads
+// start in well under a second.
+var stormReadyTimeout = time.Minute
+
 // maxStormWorkers bounds the raw workers' threads (and Go's processors,
 // one a worker): the seed's largest shape is 128.
 const maxStormWorkers = 1024
@@ -98,9 +102,12 @@ func rawStorm(spec stormSpec, measure func(run func() error) error) (time.Durati
 	if err := json.NewEncoder(in).Encode(spec); err != nil {
 		return 0, nil, 0, fmt.Errorf("the storm's workers: %w", err)
 	}
-	ready := make([]byte, 1)
-	if _, err := io.ReadFull(out, ready); err != nil {
-		return 0, nil, 0, fmt.Errorf("the storm's workers never got ready: %w", err)
+	// Its workers' setup is bounded: a process that cannot get them all
+	// waiting (say, too few processors) is killed, not waited on forever.
+	kill := time.AfterFunc(stormReadyTimeout, func() { cmd.Process.Kill() })
+	_, err = io.ReadFull(out, make([]byte, 1))
+	if !kill.Stop() || err != nil {
+		return 0, nil, 0, fmt.Errorf("the storm's workers never got ready (within %v): %v", stormReadyTimeout, err)
 	}
 	var rep stormReply
 	err = measure(func() error {

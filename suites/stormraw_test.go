@@ -98,7 +98,8 @@ func TestRawStormFailures(t *testing.T) {
 // hold the others back. Each of two workers opens a FIFO to read it and
 // blocks until a writer comes; the test waits until both are in open at
 // once, which never happens if one blocked worker kept the process's only
-// processor (a raw call keeps it).
+// processor (a raw call keeps it: the workers would never all be waiting,
+// and the storm would end at stormReadyTimeout).
 func TestRawStormWorkersBlockApart(t *testing.T) {
 	dir := t.TempDir()
 	spec := stormSpec{Op: stormRead, Sizes: []int64{3, 3}, Plan: [][]int{{0}, {1}}}
@@ -110,7 +111,9 @@ func TestRawStormWorkersBlockApart(t *testing.T) {
 		spec.Files = append(spec.Files, f)
 	}
 	writers := make(chan error, 1)
+	measured := false
 	measure := func(run func() error) error {
+		measured = true
 		go func() {
 			// A FIFO opened to write without blocking fails with ENXIO
 			// until a reader has it open.
@@ -143,6 +146,9 @@ func TestRawStormWorkersBlockApart(t *testing.T) {
 		return run()
 	}
 	_, lat, bytes, err := rawStorm(spec, measure)
+	if !measured {
+		t.Fatalf("the storm never started: %v", err)
+	}
 	if werr := <-writers; werr != nil {
 		t.Fatalf("the two workers were never in open at once: %v", werr)
 	}
