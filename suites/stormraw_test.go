@@ -1,7 +1,9 @@
 package suites
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +175,45 @@ func TestWorkersParam(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%+v: %v, want %q", c.p, err, c.want)
 		}
+	}
+}
+
+// TestRawStormStartsOnTheStartByte: the newline after the spec's JSON,
+// which the decoder may leave in the pipe, does not start the storm;
+// only the start byte does, inside the agent's counters' window.
+func TestRawStormStartsOnTheStartByte(t *testing.T) {
+	spec := stormDir(t, stormStat, []int64{1}, [][]int{{0}})
+	cmd, in, out, err := startRawChild("storm", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waitChild(cmd, 10*time.Second)
+	defer in.Close()
+	b, _ := json.Marshal(spec)
+	in.Write(b)
+	time.Sleep(100 * time.Millisecond) // the decoder has the spec, not the newline
+	in.Write([]byte("\n"))
+	if _, err := io.ReadFull(out, make([]byte, 1)); err != nil {
+		t.Fatalf("no ready: %v", err)
+	}
+	reply := make(chan stormReply, 1)
+	go func() {
+		var rep stormReply
+		json.NewDecoder(out).Decode(&rep)
+		reply <- rep
+	}()
+	select {
+	case rep := <-reply:
+		t.Fatalf("the storm ran before its start: %+v", rep)
+	case <-time.After(500 * time.Millisecond):
+	}
+	in.Write([]byte{1})
+	select {
+	case rep := <-reply:
+		if rep.Err != "" || len(rep.Lat) != 1 || len(rep.Lat[0]) != 1 {
+			t.Errorf("reply %+v", rep)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reply after the start")
 	}
 }
