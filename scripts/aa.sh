@@ -8,18 +8,19 @@
 #
 # N runs of each suite (default 10), PROFILE (default standard, the
 # pipeline's), SUITES a comma-separated list (default all four). Each run
-# measures 5 rounds a side into OUTDIR/SUITE-K.json; a run the rule would
-# have taken further (patchbot suite reach: "measured rounds ran out") is
-# measured on to the rule's maximum (patchbot suite run --continue), so
-# that each is judged as the pipeline would have stopped it. Runs measured
-# already are kept. Guests with instruction-counted time measure the same
+# measures FIRST rounds a side (default 5) into OUTDIR/SUITE-K.json; while
+# the rule would have taken it further (patchbot suite reach: "measured
+# rounds ran out") it is measured on a round at a time, up to the rule's
+# maximum (patchbot suite run --continue, a fresh boot a side each time),
+# so that each is judged as the pipeline would have stopped it. A run is
+# whole before the next in its job starts. Runs measured already are kept. Guests with instruction-counted time measure the same
 # whatever else the host runs, so JOBS runs (default 2) go at once. CLOCK
 # (e.g. icount:0) is given to every run as --clock.
 set -euo pipefail
 out=${1:?usage: aa.sh OUTDIR [N [PROFILE [SUITES]]]} n=${2:-10} profile=${3:-standard}
 suites=${4:-cache-contention,locks,fuse-waitq,readahead}
 jobs=${JOBS:-2}
-first=5
+first=${FIRST:-5}
 max=6 # stats.DefaultRule.Max
 pb=${PATCHBOT:-go run ./cmd/patchbot}
 mkdir -p "$out"
@@ -42,15 +43,38 @@ run() {
 	echo "$(date -u +%T) $name: done" >&2
 }
 
+# Each run's file; NAME.first.json keeps a continued run's first rounds.
+measured() {
+	local f
+	for f in "$out/$1"-[0-9]*.json; do
+		[[ $f == *.first.json || $f == *.before.json ]] || echo "$f"
+	done
+}
+
+# one NAME SUITE: FIRST rounds, then on a round at a time while the rule
+# would have gone on, to its maximum.
+one() {
+	local name=$1 suite=$2 f=$out/$1.json rounds
+	[ -s "$f" ] || run "$name" "$suite" "$first" || return
+	rounds=$(python3 -c 'import json,sys; print(max(s["round"] for r in json.load(open(sys.argv[1]))["results"] for s in r["samples"]))' "$f")
+	while ((rounds < max)) && [[ $($pb suite reach --aa "$f") == *'measured rounds ran out'* ]]; do
+		[ -s "$out/$name.first.json" ] || cp "$f" "$out/$name.first.json"
+		cp "$f" "$out/$name.before.json"
+		run "$name" "$suite" 1 --continue "$out/$name.before.json" || return
+		rm "$out/$name.before.json"
+		rounds=$((rounds + 1))
+	done
+}
+
 todo=()
 for suite in ${suites//,/ }; do
 	for k in $(seq 1 "$n"); do
-		[ -s "$out/$suite-$k.json" ] || todo+=("$suite-$k:$suite")
+		todo+=("$suite-$k:$suite")
 	done
 done
 running=0
 for t in "${todo[@]}"; do
-	run "${t%%:*}" "${t#*:}" "$first" &
+	one "${t%%:*}" "${t#*:}" &
 	running=$((running + 1))
 	if ((running >= jobs)); then
 		wait -n || true # a failed measurement is judged below, not the end of the rest
@@ -58,24 +82,6 @@ for t in "${todo[@]}"; do
 	fi
 done
 wait
-
-# Each run's file; NAME.first.json keeps a continued run's first rounds.
-measured() {
-	local f
-	for f in "$out/$1"-[0-9]*.json; do
-		[[ $f == *.first.json ]] || echo "$f"
-	done
-}
-
-# On to the rule's maximum, where it would have gone on.
-for f in $(for suite in ${suites//,/ }; do measured "$suite"; done); do
-	name=$(basename "$f" .json)
-	suite=${name%-*}
-	if $pb suite reach --aa "$f" | grep -q 'measured rounds ran out'; then
-		cp "$f" "$out/$name.first.json"
-		run "$name" "$suite" $((max - first)) --continue "$out/$name.first.json"
-	fi
-done
 
 for suite in ${suites//,/ }; do
 	$pb suite reach --aa $(measured "$suite")
