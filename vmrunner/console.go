@@ -324,6 +324,14 @@ func (c *console) tail() []byte {
 	return c.scan.excerpt()
 }
 
+// lastGrew is when the console last grew (zero before it did).
+func (c *console) lastGrew() time.Time {
+	c.refresh()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.grew
+}
+
 // alive reports whether the kernel's banner was seen.
 func (c *console) alive() bool {
 	c.refresh()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/patchbot/patchbot/vmrunner/agent"
 	"github.com/patchbot/patchbot/vmrunner/proto"
@@ -23,6 +24,9 @@ import (
 //	fake.nostart the hypervisor fails to start (an *InfraError)
 //	fake.silent  the console stays empty and the agent silent
 //	fake.crash   the hypervisor fails once the kernel runs (an *InfraError, as QEMU's exit with an error)
+//	fake.slow=D  the "kernel" prints a line every 50 ms for D (a
+//	             time.Duration) before the agent reports ready, as a
+//	             guest booting slowly on a loaded host
 //	fake.trouble=KIND@N  in run-suite round N (0: prepare-suite) the
 //	             "kernel" prints the sample of KIND (oops, warn, hang: see
 //	             fakeTrouble) on its console, in every boot that runs
@@ -84,8 +88,38 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 		return l, nil
 	}
 	h := agent.Handler{RunSuite: f.scripted(f.runSuite), PrepareSuite: f.scripted(nil), KernelRelease: "fake", PowerOff: f.stop}
-	go agent.Serve(context.Background(), f.guest, h)
+	go func(guest net.Conn, done <-chan struct{}) {
+		if !f.bootSlowly(done) {
+			return
+		}
+		agent.Serve(context.Background(), guest, h)
+	}(f.guest, f.done)
 	return l, nil
+}
+
+// bootSlowly prints a console line every 50 ms for fake.slow's duration,
+// if the word is given; false if the VM stopped meanwhile.
+func (f *fakeVM) bootSlowly(done <-chan struct{}) bool {
+	var d time.Duration
+	for _, w := range strings.Fields(f.spec.Cmdline) {
+		if v, ok := strings.CutPrefix(w, "fake.slow="); ok {
+			d, _ = time.ParseDuration(v)
+		}
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		select {
+		case <-done:
+			return false
+		case t := <-tick.C:
+			if con, err := os.OpenFile(f.spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0); err == nil {
+				fmt.Fprintf(con, "[%12.6f] fake: still booting\n", float64(t.UnixNano()%1e12)/1e9)
+				con.Close()
+			}
+		}
+	}
+	return true
 }
 
 func (f *fakeVM) dial(ctx context.Context) (io.ReadWriteCloser, error) {

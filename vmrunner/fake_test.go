@@ -122,6 +122,49 @@ func TestFakeFailuresCarryBlame(t *testing.T) {
 	}
 }
 
+// A boot whose console keeps growing goes on past BootTimeout up to
+// BootLimit; a quiet one is a hang at BootTimeout all the same, and
+// without a BootLimit BootTimeout is the one deadline.
+func TestBootLimitFollowsTheConsole(t *testing.T) {
+	tests := []struct {
+		name    string
+		cmdline string
+		limit   time.Duration
+		hang    string        // "": boots
+		within  time.Duration // the boot's end, boot or hang
+	}{
+		{"slow, printing, with a limit", "fake.slow=1s", 10 * time.Second, "", 5 * time.Second},
+		{"slow, printing, no limit", "fake.slow=1s", 0, "no answer within 300ms", 900 * time.Millisecond},
+		{"slow past the limit", "fake.slow=5s", 800 * time.Millisecond, "no answer within 800ms", 2 * time.Second},
+		{"quiet, with a limit", "fake.hang", 10 * time.Second, "the console quiet for 300ms", 2 * time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newFakePool(t, Config{})
+			vm, err := p.Create(context.Background(), Spec{Kernel: fakeKernel(t), Cmdline: tt.cmdline,
+				BootTimeout: 300 * time.Millisecond, BootLimit: tt.limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer vm.Close()
+			start := time.Now()
+			info, err := vm.Boot(context.Background())
+			took := time.Since(start)
+			switch {
+			case tt.hang == "" && err != nil:
+				t.Fatalf("Boot after %s: %v, want it booted", took, err)
+			case tt.hang == "" && info.BootDuration < time.Second:
+				t.Errorf("booted in %s, before the scripted 1s", info.BootDuration)
+			case tt.hang != "" && (!IsBoot(err) || !strings.Contains(err.Error(), tt.hang)):
+				t.Fatalf("Boot after %s: err = %v, want a hang mentioning %q", took, err, tt.hang)
+			}
+			if took > tt.within {
+				t.Errorf("Boot took %s, want within %s", took, tt.within)
+			}
+		})
+	}
+}
+
 func TestPoolLimit(t *testing.T) {
 	p := newFakePool(t, Config{Limit: 1})
 	k := fakeKernel(t)

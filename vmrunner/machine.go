@@ -201,8 +201,12 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 	m.clock = info.Clock
 	m.spunMu.Unlock()
 
-	ctx, cancel := context.WithTimeoutCause(ctx, m.spec.BootTimeout, errDeadline)
+	// One deadline, or (BootLimit) a limit and a deadline on a quiet
+	// console, which the loop below watches.
+	ctx, cancel := context.WithTimeoutCause(ctx, m.bootLimit(), errDeadline)
 	defer cancel()
+	ctx, quiet := context.WithCancelCause(ctx)
+	defer quiet(nil)
 	conn, err := m.dialLoop(ctx)
 	if err != nil {
 		return info, m.blame(ctx, err, "waiting for the agent port", proto.Request{}, start)
@@ -236,6 +240,9 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 			if err := m.checkConsole(false, proto.Request{}, start); err != nil {
 				return info, err
 			}
+			if m.bootLimit() > m.spec.BootTimeout && time.Since(later(start, m.con.lastGrew())) > m.spec.BootTimeout {
+				quiet(&hangCause{reason: fmt.Sprintf("the console quiet for %s waiting for the agent's ready", m.spec.BootTimeout)})
+			}
 		case <-probe:
 			if !m.con.alive() {
 				return info, errNoProgress
@@ -246,6 +253,19 @@ func (m *machine) boot(ctx context.Context) (Info, error) {
 			return info, m.blame(ctx, ctx.Err(), "waiting for the agent's ready", proto.Request{}, start)
 		}
 	}
+}
+
+// bootLimit is how long a boot may take at most: BootLimit, if longer
+// than BootTimeout.
+func (m *machine) bootLimit() time.Duration {
+	return max(m.spec.BootTimeout, m.spec.BootLimit)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // dialLoop connects to the agent's port, which the hypervisor creates
@@ -377,7 +397,7 @@ func (m *machine) blame(ctx context.Context, cause error, doing string, req prot
 	// Only our own deadline is a hang; the caller's deadline or
 	// cancellation is passed through as it is.
 	if errors.Is(context.Cause(ctx), errDeadline) {
-		reason := fmt.Sprintf("hang: no answer within %s %s", m.spec.BootTimeout, doing)
+		reason := fmt.Sprintf("hang: no answer within %s %s", m.bootLimit(), doing)
 		var h *hangCause
 		if errors.As(context.Cause(ctx), &h) {
 			reason = "hang: " + h.reason

@@ -59,6 +59,11 @@ type Spec struct {
 	// Defaults: DefaultBootTimeout, DefaultRunTimeout.
 	BootTimeout time.Duration
 	RunTimeout  time.Duration
+	// BootLimit, when longer than BootTimeout, lets a boot whose console
+	// keeps growing go on up to BootLimit: BootTimeout is then how long
+	// the console may stay quiet. A guest on a loaded host boots slowly
+	// but prints as it goes; a hung one goes quiet. 0 is BootTimeout.
+	BootLimit time.Duration
 }
 
 // Boot paths (Config.Boot).

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/patchbot/patchbot/blame"
 	"github.com/patchbot/patchbot/images"
@@ -54,6 +55,14 @@ type Plan struct {
 	// Progress gets a line per stage and per round; nil for none.
 	Progress io.Writer
 }
+
+// bootLimit is how long a suite's VM may take to boot while its console
+// keeps growing (vmrunner.Spec.BootLimit); a quiet console is a hang at
+// vmrunner.DefaultBootTimeout all the same. Under instruction-counted
+// time a loaded host slows a guest without stopping it: at load 15 a
+// first boot here took past the 60 s deadline and cost the whole run
+// (docs/vmrunner.md).
+const bootLimit = 5 * time.Minute
 
 // FixedPlan measures runs rounds a side, interleaved, with nothing read of
 // the host.
@@ -242,7 +251,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		}
 		specs[i] = vmrunner.Spec{
 			Name: string(k.Side), Kernel: k.BzImage, Initramfs: initrd, Cmdline: k.Cmdline,
-			CPUs: vm.CPUs, MemMiB: vm.MemMiB, Disks: disks,
+			CPUs: vm.CPUs, MemMiB: vm.MemMiB, Disks: disks, BootLimit: bootLimit,
 		}
 	}
 	// Every VM boots at once: no round runs yet, and the boots overlap
