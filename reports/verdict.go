@@ -20,6 +20,7 @@ var phrases = map[string]string{
 	"ops_per_s":                "throughput",
 	"latency_mean":             "mean latency",
 	"latency_p50":              "median latency",
+	"latency_p95":              "95th percentile latency",
 	"latency_p99":              "99th percentile latency",
 	"latency_max":              "worst-case latency",
 	"elapsed":                  "time",

@@ -66,6 +66,7 @@ func (r *round) statStorm(root string, files []fsimage.File, threads int, params
 	}
 	r.sample("stat-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
 	r.sample("stat-storm", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("stat-storm", params, mLatP95, ms(all.quantile(0.95)))
 	r.sample("stat-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }
@@ -163,6 +164,7 @@ func (r *round) readStorm(root string, files []fsimage.File, threads int, params
 	r.sample("read-storm", params, mFilesPerS, float64(len(files))/elapsed.Seconds())
 	r.sample("read-storm", params, mMiBPerS, float64(bytes)/(1<<20)/elapsed.Seconds())
 	r.sample("read-storm", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("read-storm", params, mLatP95, ms(all.quantile(0.95)))
 	r.sample("read-storm", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }
@@ -186,6 +188,7 @@ func (r *round) mixed(root string, files []fsimage.File, threads int, params map
 	r.sample("mixed", params, mOpsPerS, float64(len(all))/elapsed.Seconds())
 	r.sample("mixed", params, mLatMean, ms(all.mean()))
 	r.sample("mixed", params, mLatP50, ms(all.quantile(0.50)))
+	r.sample("mixed", params, mLatP95, ms(all.quantile(0.95)))
 	r.sample("mixed", params, mLatP99, ms(all.quantile(0.99)))
 	return nil
 }

@@ -260,6 +260,7 @@ var (
 	mOpsPerS     = metric{"ops_per_s", "ops/s", true}
 	mLatMean     = metric{"latency_mean", "ms", false}
 	mLatP50      = metric{"latency_p50", "ms", false}
+	mLatP95      = metric{"latency_p95", "ms", false}
 	mLatP99      = metric{"latency_p99", "ms", false}
 	mLatMax      = metric{"latency_max", "ms", false}
 	mElapsed     = metric{"elapsed", "s", false}

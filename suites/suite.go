@@ -241,11 +241,11 @@ func metricsOf(suite, workload string) []string {
 	var own []string
 	switch suite + "/" + workload {
 	case "cache-contention/stat-storm":
-		own = []string{"files_per_s", "latency_p50", "latency_p99"}
+		own = []string{"files_per_s", "latency_p50", "latency_p95", "latency_p99"}
 	case "cache-contention/read-storm":
-		own = []string{"files_per_s", "mib_per_s", "latency_p50", "latency_p99"}
+		own = []string{"files_per_s", "mib_per_s", "latency_p50", "latency_p95", "latency_p99"}
 	case "cache-contention/mixed":
-		own = []string{"ops_per_s", "latency_mean", "latency_p50", "latency_p99"}
+		own = []string{"ops_per_s", "latency_mean", "latency_p50", "latency_p95", "latency_p99"}
 	case "readahead/bucket-read":
 		own = []string{"elapsed", "mib_per_s"}
 	case "locks/posix", "locks/flock":
