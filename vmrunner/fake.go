@@ -58,6 +58,26 @@ func (f *fakeVM) has(word string) bool {
 	return strings.Contains(" "+f.spec.Cmdline+" ", " "+word+" ")
 }
 
+// value is the value of the command line's word NAME=VALUE, the last one
+// given; "" without one.
+func (f *fakeVM) value(name string) string {
+	v := ""
+	for _, w := range strings.Fields(f.spec.Cmdline) {
+		if x, ok := strings.CutPrefix(w, name+"="); ok {
+			v = x
+		}
+	}
+	return v
+}
+
+// print appends text to the console, as the "kernel" printing it.
+func (f *fakeVM) print(text string) {
+	if con, err := os.OpenFile(f.spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0); err == nil {
+		con.WriteString(text)
+		con.Close()
+	}
+}
+
 func (f *fakeVM) start(ctx context.Context) (launch, error) {
 	l := launch{accel: "none", repro: "fake " + f.spec.Kernel + " " + f.spec.Cmdline}
 	if f.has("fake.nostart") {
@@ -100,12 +120,7 @@ func (f *fakeVM) start(ctx context.Context) (launch, error) {
 // bootSlowly prints a console line every 50 ms for fake.slow's duration,
 // if the word is given; false if the VM stopped meanwhile.
 func (f *fakeVM) bootSlowly(done <-chan struct{}) bool {
-	var d time.Duration
-	for _, w := range strings.Fields(f.spec.Cmdline) {
-		if v, ok := strings.CutPrefix(w, "fake.slow="); ok {
-			d, _ = time.ParseDuration(v)
-		}
-	}
+	d, _ := time.ParseDuration(f.value("fake.slow"))
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for end := time.Now().Add(d); time.Now().Before(end); {
@@ -113,10 +128,7 @@ func (f *fakeVM) bootSlowly(done <-chan struct{}) bool {
 		case <-done:
 			return false
 		case t := <-tick.C:
-			if con, err := os.OpenFile(f.spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0); err == nil {
-				fmt.Fprintf(con, "[%12.6f] fake: still booting\n", float64(t.UnixNano()%1e12)/1e9)
-				con.Close()
-			}
+			f.print(fmt.Sprintf("[%12.6f] fake: still booting\n", float64(t.UnixNano()%1e12)/1e9))
 		}
 	}
 	return true
@@ -195,12 +207,10 @@ var fakeTrouble = map[string]string{
 // fake.trouble=KIND@N word, if any.
 func (f *fakeVM) scripted(run agent.RunSuiteFunc) agent.RunSuiteFunc {
 	kind, round := "", -1
-	for _, w := range strings.Fields(f.spec.Cmdline) {
-		if v, ok := strings.CutPrefix(w, "fake.trouble="); ok {
-			k, n, _ := strings.Cut(v, "@")
-			fmt.Sscan(n, &round)
-			kind = k
-		}
+	if v := f.value("fake.trouble"); v != "" {
+		k, n, _ := strings.Cut(v, "@")
+		fmt.Sscan(n, &round)
+		kind = k
 	}
 	text, ok := fakeTrouble[kind]
 	prepare := run == nil
@@ -215,11 +225,7 @@ func (f *fakeVM) scripted(run agent.RunSuiteFunc) agent.RunSuiteFunc {
 			return run(ctx, req)
 		}
 		if text != "" {
-			con, err := os.OpenFile(f.spec.ConsoleLog, os.O_APPEND|os.O_WRONLY, 0)
-			if err == nil {
-				con.WriteString(text)
-				con.Close()
-			}
+			f.print(text)
 		}
 		if kind == "warn" {
 			if run == nil {
