@@ -324,9 +324,9 @@ func (c *console) tail() []byte {
 	return c.scan.excerpt()
 }
 
-// lastGrew is when the console last grew (zero before it did).
+// lastGrew is when the console last grew (zero before it did), as of the
+// last refresh: the boot loop asks right after trouble read the console.
 func (c *console) lastGrew() time.Time {
-	c.refresh()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.grew
