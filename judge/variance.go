@@ -13,7 +13,9 @@ import (
 // of one boot, and between boots. Each Result given is one boot of one
 // kernel (a side of a `patchbot suite run`, or an A/A run's two sides);
 // the same kernel's boots are split together, so give A/A runs, or one
-// kernel's results. The split is a nested analysis of variance on the
+// kernel's results. A Result whose rounds each booted afresh (it records
+// the time its reboots took, a profile with Params.Reboot) is as many
+// boots as it has rounds: its rounds' spread is between boots. The split is a nested analysis of variance on the
 // logarithm of each value (a change of a few percent reads as the same
 // share at any level of the metric), by the method of moments: each
 // component is what the spread at its level leaves once the levels below
@@ -33,7 +35,11 @@ type VarianceRow struct {
 	// windows) between the rounds of one boot, all parts below the boot's
 	// together: what a comparison of rounds sees.
 	RoundMean float64
-	// Defined: at least two rounds in some boot.
+	// BootARound: every round was a boot of its own (Params.Reboot), so
+	// the rounds of one boot cannot be told from the boots: Round is 0
+	// and Boot holds both.
+	BootARound bool
+	// Defined: at least two rounds in some boot, or at least two boots.
 	Defined bool
 }
 
@@ -41,15 +47,23 @@ type VarianceRow struct {
 // in the order of MetricID (suite, workload, cell, metric).
 func Variance(results []suites.Result) []VarianceRow {
 	type cell struct{ suite, workload, params, metric string }
+	// A boot is a result, or one round of a result whose rounds each
+	// booted afresh.
+	type boot struct{ result, round int }
 	ids := map[cell]MetricID{}
 	// boot → round → windows (log values)
-	data := map[cell][]map[int][]float64{}
-	for b, r := range results {
+	data := map[cell]map[boot]map[int][]float64{}
+	for i, r := range results {
+		rebooted := r.Phases[suites.PhaseReboot] > 0
 		for _, s := range r.Samples {
 			k := cell{s.Suite, s.Workload, CellName(s.Params), s.Metric}
 			if _, ok := ids[k]; !ok {
 				ids[k] = MetricID{Suite: s.Suite, Workload: s.Workload, Params: s.Params, Metric: s.Metric, Unit: s.Unit, HigherIsBetter: s.HigherIsBetter}
-				data[k] = make([]map[int][]float64, len(results))
+				data[k] = map[boot]map[int][]float64{}
+			}
+			b := boot{i, 0}
+			if rebooted {
+				b.round = s.Round
 			}
 			if data[k][b] == nil {
 				data[k][b] = map[int][]float64{}
@@ -66,7 +80,11 @@ func Variance(results []suites.Result) []VarianceRow {
 		}
 	}
 	var out []VarianceRow
-	for k, boots := range data {
+	for k, byBoot := range data {
+		boots := make([]map[int][]float64, 0, len(byBoot))
+		for _, rounds := range byBoot {
+			boots = append(boots, rounds)
+		}
 		out = append(out, split(ids[k], boots))
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -146,7 +164,8 @@ func split(id MetricID, boots []map[int][]float64) VarianceRow {
 		nRounds = append(nRounds, float64(len(means)))
 	}
 	row.Boots = len(bootMeans)
-	if row.Boots == 0 || dfR == 0 {
+	row.BootARound = dfR == 0 // every boot had one round
+	if row.Boots == 0 || row.BootARound && row.Boots < 2 {
 		return row
 	}
 	row.Defined = true
@@ -157,17 +176,27 @@ func split(id MetricID, boots []map[int][]float64) VarianceRow {
 	if dfW > 0 {
 		vw = ssW / dfW
 	}
-	vRoundMean := ssR / dfR // the variance of one round's mean
 	row.Window = math.Sqrt(vw)
-	row.RoundMean = math.Sqrt(vRoundMean)
-	row.Round = math.Sqrt(math.Max(0, vRoundMean-vw/w))
+	vBootMean := 0.0 // the variance of a boot's mean
 	if len(bootMeans) > 1 {
 		bm := mean(bootMeans)
 		ss := 0.0
 		for _, m := range bootMeans {
 			ss += (m - bm) * (m - bm)
 		}
-		vBootMean := ss / float64(len(bootMeans)-1)
+		vBootMean = ss / float64(len(bootMeans)-1)
+	}
+	if row.BootARound {
+		// A boot's mean is one round's: the rounds' share and the boots'
+		// are one.
+		row.RoundMean = math.Sqrt(vBootMean)
+		row.Boot = math.Sqrt(math.Max(0, vBootMean-vw/w))
+		return row
+	}
+	vRoundMean := ssR / dfR // the variance of one round's mean
+	row.RoundMean = math.Sqrt(vRoundMean)
+	row.Round = math.Sqrt(math.Max(0, vRoundMean-vw/w))
+	if len(bootMeans) > 1 {
 		row.Boot = math.Sqrt(math.Max(0, vBootMean-vRoundMean/mean(nRounds)))
 	}
 	return row

@@ -59,3 +59,43 @@ func TestVarianceSplit(t *testing.T) {
 		t.Errorf("no windows: %+v, want its spread between rounds (0.05)", no)
 	}
 }
+
+// A result whose rounds each booted afresh (it records its reboots) is a
+// boot a round: the spread between its rounds is the boots', and the
+// rounds of one boot cannot be told apart from it.
+func TestVarianceBootARound(t *testing.T) {
+	const results, rounds, windows = 10, 6, 4
+	wantW, wantB := 0.04, 0.03
+	rng := rand.New(rand.NewPCG(3, 4))
+	var rs []suites.Result
+	for i := 0; i < results; i++ {
+		r := suites.Result{Suite: "cache-contention", Kernel: "base", Phases: map[string]float64{suites.PhaseReboot: 40}}
+		for n := 1; n <= rounds; n++ {
+			boot := wantB * rng.NormFloat64()
+			var ws []float64
+			sum := 0.0
+			for w := 0; w < windows; w++ {
+				v := 500 * math.Exp(boot+wantW*rng.NormFloat64())
+				ws = append(ws, v)
+				sum += v
+			}
+			r.Samples = append(r.Samples, suites.Sample{Suite: "cache-contention", Workload: "stat-storm", Metric: "files_per_s", Round: n, Value: sum / windows, Windows: ws})
+		}
+		rs = append(rs, r)
+	}
+	rows := Variance(rs)
+	if len(rows) != 1 {
+		t.Fatalf("rows %+v, want one", rows)
+	}
+	row := rows[0]
+	t.Logf("window %.3f round %.3f boot %.3f (want %v, -, %v), a round's value %.3f", row.Window, row.Round, row.Boot, wantW, wantB, row.RoundMean)
+	if !row.Defined || !row.BootARound || row.Boots != results*rounds || row.Rounds != 1 || row.Round != 0 {
+		t.Errorf("shape %+v: want %d boots of one round each", row, results*rounds)
+	}
+	if math.Abs(row.Window-wantW) > 0.006 || math.Abs(row.Boot-wantB) > 0.008 {
+		t.Errorf("window %.3f, boot %.3f: want %v and %v", row.Window, row.Boot, wantW, wantB)
+	}
+	if want := math.Sqrt(wantW*wantW/windows + wantB*wantB); math.Abs(row.RoundMean-want) > 0.008 {
+		t.Errorf("a round's value %.3f, want %.3f", row.RoundMean, want)
+	}
+}

@@ -25,9 +25,9 @@ deviations in percent of the value: between the windows of one round (a
 profile's windows), between the rounds of one boot beyond their windows, and
 between boots beyond their rounds; and the spread of one round's value, what
 a comparison of rounds sees. A run whose rounds each booted afresh (a profile
-with params.reboot) has the spread between boots in its rounds; its boot
-column is then what a run's boots share. Without --all, only the suites'
-primary metrics.`,
+with params.reboot) is a boot a round: its rounds' spread is between boots,
+and its round column is "-". Without --all, only the suites' primary
+metrics.`,
 		example: `patchbot suite run --suites locks --kernel base/bzImage --vs base/bzImage --runs 5 --json > aa1.json
   patchbot suite variance aa1.json aa2.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
@@ -92,7 +92,11 @@ func writeVariance(w io.Writer, rows []judge.VarianceRow) error {
 		if r.Windows > 1 {
 			win = pct(r.Window)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t %s\t\n", r.Boots, r.Rounds, r.Windows, win, pct(r.Round), pct(r.Boot), pct(r.RoundMean), name)
+		round := pct(r.Round)
+		if r.BootARound {
+			round = "-"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t%s\t%s\t %s\t\n", r.Boots, r.Rounds, r.Windows, win, round, pct(r.Boot), pct(r.RoundMean), name)
 	}
 	return tw.Flush()
 }
