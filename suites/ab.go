@@ -278,51 +278,47 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 	if together {
 		fmt.Fprintf(progress, "%s: the guests keep instruction-counted time, so their rounds run at once and the host's load does not repeat them\n", cfg.Suite)
 	}
-	for n < hi {
-		n++
-		if cfg.Params.Reboot && n > 1 {
-			again, err := reboot(ctx, cfg, sides, progress)
-			for i, p := range again {
-				prepared[i] = addPhases(prepared[i], p)
+	boots := cfg.Params.boots()
+	// A round is boots parts on every side, each on a boot of its own
+	// (Params.Boots; without it one part, on the boot before): the parts
+	// of the round being run, a side's each.
+	var (
+		parts    [][]*Result
+		partRecs [][]Round
+	)
+	// atOnce runs a part of round n on every side at once.
+	atOnce := func(n int, label string) error {
+		res, recs, err := roundTogether(ctx, cfg, sides, n, read)
+		for i, rec := range recs {
+			if rec == nil {
+				continue
 			}
-			if err != nil {
-				return fresh, err
-			}
-		}
-		if together {
-			res, recs, err := roundTogether(ctx, cfg, sides, n, read)
-			for i, rec := range recs {
-				if rec == nil {
-					continue
-				}
-				fmt.Fprintf(progress, "%s round %d/%s %-8s %6.1fs  (%s elapsed)\n",
-					cfg.Suite, n, of, sides[i].Label, rec.Seconds, time.Since(start).Round(time.Second))
-				records[i] = append(records[i], *rec)
-				if res[i] != nil {
-					fresh[i] = merge(fresh[i], res[i])
-				}
-			}
-			if err != nil {
-				return fresh, err
+			fmt.Fprintf(progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)\n",
+				cfg.Suite, n, of, label, sides[i].Label, rec.Seconds, time.Since(start).Round(time.Second))
+			partRecs[i] = append(partRecs[i], *rec)
+			if res[i] != nil {
+				parts[i] = append(parts[i], res[i])
 			}
 		}
+		return err
+	}
+	// inTurn runs it on each side in turn, again while the host was busy
+	// around it and repeats are left.
+	inTurn := func(n int, label string) error {
 		for i, s := range sides {
-			if together {
-				break
-			}
 			if s.Guest == nil {
 				continue
 			}
 			for {
 				b, err := before()
 				if err != nil {
-					return fresh, err
+					return err
 				}
 				rec := Round{N: n, Started: time.Now().UTC(), Before: b}
 				res, err := runOne(ctx, cfg, s, n)
 				rec.Seconds = time.Since(rec.Started).Seconds()
 				if err != nil {
-					return fresh, err
+					return err
 				}
 				rec.After = read()
 				last = rec.After
@@ -335,17 +331,62 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 						note = "  host busy (" + busyText(rec) + "): repeating"
 					}
 				}
-				fmt.Fprintf(progress, "%s round %d/%s %-8s %6.1fs  (%s elapsed)%s\n",
-					cfg.Suite, n, of, s.Label, rec.Seconds, time.Since(start).Round(time.Second), note)
-				records[i] = append(records[i], rec)
+				fmt.Fprintf(progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)%s\n",
+					cfg.Suite, n, of, label, s.Label, rec.Seconds, time.Since(start).Round(time.Second), note)
 				if rec.Repeated {
+					// A repeated part is on the record as a round of its
+					// own, as a repeated round always was.
+					records[i] = append(records[i], rec)
 					repeats--
 					continue
 				}
-				fresh[i] = merge(fresh[i], res)
+				partRecs[i] = append(partRecs[i], rec)
+				parts[i] = append(parts[i], res)
 				break
 			}
 		}
+		return nil
+	}
+	// done folds the parts run so far into the round: one record a side
+	// that ran any, and its samples if it ran them all.
+	done := func() {
+		for i := range sides {
+			if len(partRecs[i]) > 0 {
+				records[i] = append(records[i], joinRecords(partRecs[i]))
+			}
+			if len(parts[i]) == boots {
+				fresh[i] = merge(fresh[i], FoldBoots(parts[i]))
+			}
+		}
+	}
+	run := inTurn
+	if together {
+		run = atOnce
+	}
+	for n < hi {
+		n++
+		parts, partRecs = make([][]*Result, len(sides)), make([][]Round, len(sides))
+		for part := 1; part <= boots; part++ {
+			label := ""
+			if boots > 1 {
+				label = fmt.Sprintf(" boot %d/%d", part, boots)
+			}
+			if cfg.Params.Reboot && (n > 1 || part > 1) {
+				again, err := reboot(ctx, cfg, sides, progress)
+				for i, p := range again {
+					prepared[i] = addPhases(prepared[i], p)
+				}
+				if err != nil {
+					done()
+					return fresh, err
+				}
+			}
+			if err := run(n, label); err != nil {
+				done()
+				return fresh, err
+			}
+		}
+		done()
 		if !sequential || n < lo {
 			continue
 		}
@@ -380,6 +421,20 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 		r.Plan, r.Stop = stop.Plan(), why
 	}
 	return out, nil
+}
+
+// joinRecords is the record of a round run in parts (Params.Boots): from
+// the first part's start and load to the last one's, the parts' seconds
+// summed, busy if any part was.
+func joinRecords(parts []Round) Round {
+	out := parts[0]
+	out.Seconds = 0
+	for _, p := range parts {
+		out.Seconds += p.Seconds
+		out.Busy = out.Busy || p.Busy
+	}
+	out.After = parts[len(parts)-1].After
+	return out
 }
 
 // lastRound is the last round any side has done, 0 for a fresh run.

@@ -162,6 +162,53 @@ func TestRunABRebootsEachRound(t *testing.T) {
 	}
 }
 
+// A profile that spreads a round's windows over boots (Params.Boots) runs
+// each round in parts, every part but the very first on a fresh boot, and
+// folds the parts into one sample a metric and one record a round, the
+// parts' values its windows; in turn and, with instruction-counted time,
+// with the sides at once.
+func TestRunABSpreadsRoundsOverBoots(t *testing.T) {
+	for _, clock := range []string{"", "icount"} {
+		cfg, sides, log := abFixture(t)
+		cfg.Params.Reboot, cfg.Params.Windows, cfg.Params.Boots = true, 2, 2
+		var mu sync.Mutex
+		for i := range sides {
+			s := &sides[i]
+			s.Clock = clock
+			s.Guest = fakeGuest{s.Label[:1] + ":", log, 0, cfg}
+			s.Reboot = func(context.Context) error {
+				mu.Lock()
+				defer mu.Unlock()
+				*log = append(*log, "reboot")
+				return nil
+			}
+		}
+		var progress strings.Builder
+		res, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{}, &progress)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(*log, " ")
+		got = strings.NewReplacer("p:patched b:base", "b:base p:patched").Replace(got)
+		if want := "b:base p:patched reboot reboot b:base p:patched reboot reboot b:base p:patched reboot reboot b:base p:patched"; got != want {
+			t.Errorf("clock %q: order = %s\nwant %s", clock, got, want)
+		}
+		for _, r := range res {
+			if len(r.Samples) != 2 || len(r.Rounds) != 2 || r.Rounds[1].N != 2 || r.Phases[PhasePrepare] != 8 {
+				t.Fatalf("clock %q, %s: %d samples, %d records, phases %v; want 2 rounds, 4 prepares", clock, r.Kernel, len(r.Samples), len(r.Rounds), r.Phases)
+			}
+			for _, smp := range r.Samples {
+				if smp.Value != float64(smp.Round) || len(smp.Windows) != 2 || smp.Windows[0] != smp.Windows[1] {
+					t.Errorf("clock %q, %s: round %d sample %v %v, want its two boots' values as windows", clock, r.Kernel, smp.Round, smp.Value, smp.Windows)
+				}
+			}
+		}
+		if n := strings.Count(progress.String(), " boot 2/2 base "); n != 2 {
+			t.Errorf("clock %q: %d lines of a second boot on base, want 2:\n%s", clock, n, progress.String())
+		}
+	}
+}
+
 // The plan's rule is asked after every round from Min on, sees every
 // side's results so far, and stops the rounds; without an answer of yes
 // they stop at Max.

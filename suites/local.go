@@ -28,12 +28,18 @@ func RunLocal(ctx context.Context, cfg *Config, rounds int, imageDir string, pro
 	}
 	var all []*Result
 	for n := 1; n <= rounds; n++ {
-		res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: cfg.Suite, Profile: cfg.Profile, Round: n, Params: params})
-		if err != nil {
-			return nil, err
+		// A profile that spreads a round over boots (Params.Boots) runs
+		// its parts here on the one kernel this host has.
+		var parts []*Result
+		for range cfg.Params.boots() {
+			res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: cfg.Suite, Profile: cfg.Profile, Round: n, Params: params})
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(progress, "%s round %d/%d local %6.1fs\n", cfg.Suite, n, rounds, res.Finished.Sub(res.Started).Seconds())
+			parts = append(parts, res)
 		}
-		fmt.Fprintf(progress, "%s round %d/%d local %6.1fs\n", cfg.Suite, n, rounds, res.Finished.Sub(res.Started).Seconds())
-		all = append(all, res)
+		all = append(all, FoldBoots(parts))
 	}
 	res := Merge(all)
 	pred, err := Predict(cfg)

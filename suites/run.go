@@ -66,7 +66,7 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 		return nil, fmt.Errorf("suite %s round %d: counting the changed functions' calls: %w", cfg.Suite, req.Round, err)
 	}
 	windows := func(r *round, img *mountedImage) error {
-		for w := 0; w < max(1, cfg.Params.Windows); w++ {
+		for w := 0; w < cfg.Params.windowsABoot(); w++ {
 			if err := run(r, img); err != nil {
 				return err
 			}
@@ -125,6 +125,36 @@ func foldWindows(samples []Sample) []Sample {
 		out[i].Value = sum / float64(len(w))
 	}
 	return out
+}
+
+// FoldBoots makes the results of one round's parts on one kernel, each
+// run on a boot of its own (Params.Boots), one result: every metric's
+// windows are those of all the parts, in the order they ran, and its value
+// their mean, as if one boot had run them all.
+func FoldBoots(parts []*Result) *Result {
+	if len(parts) == 1 {
+		return parts[0]
+	}
+	var acc *Result
+	var windows []Sample
+	for _, p := range parts {
+		for _, s := range p.Samples {
+			ws := s.Windows
+			if len(ws) == 0 {
+				ws = []float64{s.Value}
+			}
+			for _, v := range ws {
+				w := s
+				w.Value, w.Windows = v, nil
+				windows = append(windows, w)
+			}
+		}
+		part := *p
+		part.Samples = nil
+		acc = merge(acc, &part)
+	}
+	acc.Samples = foldWindows(windows)
+	return acc
 }
 
 // paramsKey writes a cell's parameters in a fixed order, a key for a map.

@@ -57,10 +57,17 @@ type Params struct {
 	// 0 is 1.
 	Windows int `yaml:"windows"`
 	// Reboot boots each side's kernel afresh before every round but the
-	// first (Side.Reboot), and prepares it again: the spread between
+	// first (Side.Reboot; before every part of a round spread over Boots
+	// but the very first), and prepares it again: the spread between
 	// boots, which rounds of one boot a side cannot show, is then in the
 	// rounds a comparison sees (patchbot suite variance measures it).
 	Reboot bool `yaml:"reboot"`
+	// Boots spreads a round's windows over this many boots of each side,
+	// Windows/Boots windows on each (0 is 1; with Reboot, whose fresh
+	// boots they are): the host folds them into the round's samples
+	// (FoldBoots). The spread between boots is then averaged inside a
+	// round as the windows' is, instead of adding to each round whole.
+	Boots int `yaml:"boots"`
 	// SameDraws seeds the workloads' random draws (FUSE's file sizes and
 	// order, cache-contention's mixed files) the same in every round;
 	// otherwise by the round's number. Both kernels draw the same either
@@ -501,6 +508,12 @@ func (p Params) check(suite string) error {
 		return nil
 	}
 	var errs []error
+	if p.Windows < 0 || p.Boots < 0 {
+		errs = append(errs, fmt.Errorf("windows = %d, boots = %d: want 0 or more", p.Windows, p.Boots))
+	}
+	if p.Boots > 1 && (!p.Reboot || max(1, p.Windows)%p.Boots != 0) {
+		errs = append(errs, fmt.Errorf("boots = %d: want reboot, and windows (%d) a multiple of it", p.Boots, p.Windows))
+	}
 	switch suite {
 	case "cache-contention":
 		errs = append(errs, positive("threads", p.Threads), positive("ops", p.Ops), positive("cache_entries", p.CacheEntries))
@@ -528,6 +541,12 @@ func (p Params) check(suite string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// boots is how many boots a round's windows are spread over (Boots).
+func (p Params) boots() int { return max(1, p.Boots) }
+
+// windowsABoot is how many windows a round runs on each of its boots.
+func (p Params) windowsABoot() int { return max(1, p.Windows) / p.boots() }
 
 // Selects reports whether a series touching paths selects the suite.
 func (s *Suite) Selects(paths []string) bool {

@@ -62,6 +62,10 @@ profiles:
 		{"primary metric not measured", strings.Replace(base, "metric: acquisitions_per_s}", "metric: files_per_s}", 1), "measures no metric"},
 		{"unknown verdict key", strings.Replace(base, "noise_floor: 0.05", "noise_floor: 0.05\n  power: 0.8", 1), "field power not found"},
 		{"floor above smallest effect", strings.Replace(base, "noise_floor: 0.05", "noise_floor: 0.2", 1), "below smallest_effect"},
+		{"boots ok", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 2, reboot: true}", 1), ""},
+		{"boots without reboot", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 2}", 1), "want reboot"},
+		{"boots not dividing windows", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 3, reboot: true}", 1), "a multiple of it"},
+		{"negative windows", strings.Replace(base, "{windows: 2}", "{windows: -1}", 1), "want 0 or more"},
 		{"image on imageless", strings.Replace(base, "quick: {params", "quick: {image: {seed: 2}, params", 1), "reads no image"},
 	}
 	for _, tt := range tests {
