@@ -112,6 +112,24 @@ func TestRunABInterleaves(t *testing.T) {
 	}
 }
 
+// logReboots has every side log its reboots, as prefix and its label (no
+// label with an empty prefix: "reboot"); the sides reboot at once.
+func logReboots(sides []Side, log *[]string, prefix string) {
+	var mu sync.Mutex
+	for i := range sides {
+		entry := "reboot"
+		if prefix != "" {
+			entry = prefix + sides[i].Label
+		}
+		sides[i].Reboot = func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			*log = append(*log, entry)
+			return nil
+		}
+	}
+}
+
 // A profile that boots each round afresh reboots every side before every
 // round but the first and prepares it again; the reboots' and the
 // prepares' times are the result's phases. A side that cannot reboot
@@ -119,16 +137,7 @@ func TestRunABInterleaves(t *testing.T) {
 func TestRunABRebootsEachRound(t *testing.T) {
 	cfg, sides, log := abFixture(t)
 	cfg.Params.Reboot = true // the guests' agents resolve it so too
-	var mu sync.Mutex        // the sides reboot at once
-	for i := range sides {
-		s := &sides[i]
-		s.Reboot = func(context.Context) error {
-			mu.Lock()
-			defer mu.Unlock()
-			*log = append(*log, "reboot-"+s.Label)
-			return nil
-		}
-	}
+	logReboots(sides, log, "reboot-")
 	var progress strings.Builder
 	res, err := RunAB(context.Background(), cfg, sides, Fixed(3), Quiet{}, &progress)
 	if err != nil {
@@ -171,18 +180,11 @@ func TestRunABSpreadsRoundsOverBoots(t *testing.T) {
 	for _, clock := range []string{"", "icount"} {
 		cfg, sides, log := abFixture(t)
 		cfg.Params.Reboot, cfg.Params.Windows, cfg.Params.Boots = true, 2, 2
-		var mu sync.Mutex
 		for i := range sides {
-			s := &sides[i]
-			s.Clock = clock
-			s.Guest = fakeGuest{s.Label[:1] + ":", log, 0, cfg}
-			s.Reboot = func(context.Context) error {
-				mu.Lock()
-				defer mu.Unlock()
-				*log = append(*log, "reboot")
-				return nil
-			}
+			sides[i].Clock = clock
+			sides[i].Guest = fakeGuest{sides[i].Label[:1] + ":", log, 0, cfg}
 		}
+		logReboots(sides, log, "")
 		var progress strings.Builder
 		res, err := RunAB(context.Background(), cfg, sides, Fixed(2), Quiet{}, &progress)
 		if err != nil {
