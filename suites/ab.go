@@ -197,55 +197,21 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 	if progress == nil {
 		progress = io.Discard
 	}
-	busy := quiet.Busy
-	if busy == nil {
-		busy = DefaultBusy
+	a := &abRun{ctx: ctx, cfg: cfg, sides: sides, quiet: quiet, busy: quiet.Busy, repeats: quiet.Repeats, progress: progress,
+		start: time.Now(), of: strconv.Itoa(hi), fresh: make([]*Result, len(sides)), records: make([][]Round, len(sides)),
+		prepared: make([]Prepared, len(sides))}
+	if a.busy == nil {
+		a.busy = DefaultBusy
 	}
-	repeats := quiet.Repeats
-	if repeats == 0 {
-		repeats = hi
+	if a.repeats == 0 {
+		a.repeats = hi
 	}
-	repeats = max(0, repeats)
+	a.repeats = max(0, a.repeats)
 	sequential := hi > lo
-	of := strconv.Itoa(hi)
-	if sequential {
-		of = "≤" + of
-	}
-	fresh := make([]*Result, len(sides))
-	records := make([][]Round, len(sides))
-	start := time.Now()
 	why := StopFixed
 	if sequential {
+		a.of = "≤" + a.of
 		why = StopMax
-	}
-	read := func() *HostLoad {
-		if quiet.Host == nil {
-			return nil
-		}
-		l, err := quiet.Host()
-		if err != nil {
-			fmt.Fprintf(progress, "reading the host's load: %v\n", err)
-			return nil
-		}
-		return &l
-	}
-	// The reading after one round is the reading before the next, unless
-	// it was busy: then the host is read again, and waited for.
-	var last *HostLoad
-	before := func() (*HostLoad, error) {
-		if last != nil && !busy(*last) {
-			return last, nil
-		}
-		l := read()
-		for waited := time.Duration(0); l != nil && busy(*l) && waited < quiet.Wait; waited += quietPoll {
-			select {
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			case <-time.After(quietPoll):
-			}
-			l = read()
-		}
-		return l, nil
 	}
 	n := lastRound(sides)
 	var calib *Calibration
@@ -258,14 +224,12 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 			fmt.Fprintf(progress, "host calibration: %s in %.1f ms (best of %d)\n", k.What, k.Seconds*1000, k.Repeats)
 		}
 	}
-	prepared := make([]Prepared, len(sides))
 	if n == 0 {
-		var err error
-		if prepared, err = prepare(ctx, cfg, sides); err != nil {
+		if a.prepared, err = prepare(ctx, cfg, sides); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(progress, "%s prepared %s in %s\n",
-			cfg.Suite, plural(len(sides), "guest"), time.Since(start).Round(100*time.Millisecond))
+			cfg.Suite, plural(len(sides), "guest"), time.Since(a.start).Round(100*time.Millisecond))
 	}
 	if cfg.Params.Reboot {
 		for _, s := range sides {
@@ -274,132 +238,28 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 			}
 		}
 	}
-	together := counted(sides)
-	if together {
+	a.together = counted(sides)
+	if a.together {
 		fmt.Fprintf(progress, "%s: the guests keep instruction-counted time, so their rounds run at once and the host's load does not repeat them\n", cfg.Suite)
-	}
-	boots := cfg.Params.boots()
-	// A round is boots parts on every side, each on a boot of its own
-	// (Params.Boots; without it one part, on the boot before): the parts
-	// of the round being run, a side's each.
-	var (
-		parts    [][]*Result
-		partRecs [][]Round
-	)
-	// atOnce runs a part of round n on every side at once.
-	atOnce := func(n int, label string) error {
-		res, recs, err := roundTogether(ctx, cfg, sides, n, read)
-		for i, rec := range recs {
-			if rec == nil {
-				continue
-			}
-			fmt.Fprintf(progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)\n",
-				cfg.Suite, n, of, label, sides[i].Label, rec.Seconds, time.Since(start).Round(time.Second))
-			partRecs[i] = append(partRecs[i], *rec)
-			if res[i] != nil {
-				parts[i] = append(parts[i], res[i])
-			}
-		}
-		return err
-	}
-	// inTurn runs it on each side in turn, again while the host was busy
-	// around it and repeats are left.
-	inTurn := func(n int, label string) error {
-		for i, s := range sides {
-			if s.Guest == nil {
-				continue
-			}
-			for {
-				b, err := before()
-				if err != nil {
-					return err
-				}
-				rec := Round{N: n, Started: time.Now().UTC(), Before: b}
-				res, err := runOne(ctx, cfg, s, n)
-				rec.Seconds = time.Since(rec.Started).Seconds()
-				if err != nil {
-					return err
-				}
-				rec.After = read()
-				last = rec.After
-				rec.Busy = rec.Before != nil && busy(*rec.Before) || rec.After != nil && busy(*rec.After)
-				note := ""
-				if rec.Busy {
-					rec.Repeated = repeats > 0
-					note = "  host busy (" + busyText(rec) + "): kept, flagged"
-					if rec.Repeated {
-						note = "  host busy (" + busyText(rec) + "): repeating"
-					}
-				}
-				fmt.Fprintf(progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)%s\n",
-					cfg.Suite, n, of, label, s.Label, rec.Seconds, time.Since(start).Round(time.Second), note)
-				if rec.Repeated {
-					// A repeated part is on the record as a round of its
-					// own, as a repeated round always was.
-					records[i] = append(records[i], rec)
-					repeats--
-					continue
-				}
-				partRecs[i] = append(partRecs[i], rec)
-				parts[i] = append(parts[i], res)
-				break
-			}
-		}
-		return nil
-	}
-	// done folds the parts run so far into the round: one record a side
-	// that ran any, and its samples if it ran them all.
-	done := func() {
-		for i := range sides {
-			if len(partRecs[i]) > 0 {
-				records[i] = append(records[i], joinRecords(partRecs[i]))
-			}
-			if len(parts[i]) == boots {
-				fresh[i] = merge(fresh[i], FoldBoots(parts[i]))
-			}
-		}
-	}
-	run := inTurn
-	if together {
-		run = atOnce
 	}
 	for n < hi {
 		n++
-		parts, partRecs = make([][]*Result, len(sides)), make([][]Round, len(sides))
-		for part := 1; part <= boots; part++ {
-			label := ""
-			if boots > 1 {
-				label = fmt.Sprintf(" boot %d/%d", part, boots)
-			}
-			if cfg.Params.Reboot && (n > 1 || part > 1) {
-				again, err := reboot(ctx, cfg, sides, progress)
-				for i, p := range again {
-					prepared[i] = addPhases(prepared[i], p)
-				}
-				if err != nil {
-					done()
-					return fresh, err
-				}
-			}
-			if err := run(n, label); err != nil {
-				done()
-				return fresh, err
-			}
+		if err := a.round(n); err != nil {
+			return a.fresh, err
 		}
-		done()
 		if !sequential || n < lo {
 			continue
 		}
-		if w := stop.Stop(soFar(sides, fresh)); w == StopSettled || w == StopFutile && n < hi {
+		if w := stop.Stop(soFar(sides, a.fresh)); w == StopSettled || w == StopFutile && n < hi {
 			why = w
 			break
 		}
 	}
-	for i, r := range fresh {
+	for i, r := range a.fresh {
 		if r == nil {
 			continue
 		}
-		for k, v := range prepared[i].Phases {
+		for k, v := range a.prepared[i].Phases {
 			if r.Phases == nil {
 				r.Phases = map[string]float64{}
 			}
@@ -408,19 +268,183 @@ func RunAB(ctx context.Context, cfg *Config, sides []Side, stop Stopping, quiet 
 		r.Notes["rounds"] = strconv.Itoa(n)
 		r.Plan = stop.Plan()
 		r.Stop = why
-		r.Rounds = records[i]
+		r.Rounds = a.records[i]
 		r.Calibration = calib
-		for _, rd := range records {
+		for _, rd := range a.records {
 			for _, x := range rd {
 				r.Noisy = r.Noisy || x.Busy && !x.Repeated
 			}
 		}
 	}
-	out := soFar(sides, fresh)
+	out := soFar(sides, a.fresh)
 	for _, r := range out {
 		r.Plan, r.Stop = stop.Plan(), why
 	}
 	return out, nil
+}
+
+// abRun is one RunAB call's state: each side's rounds so far, their
+// records, and the host's load as last read.
+type abRun struct {
+	ctx      context.Context
+	cfg      *Config
+	sides    []Side
+	quiet    Quiet
+	busy     func(HostLoad) bool
+	repeats  int // busy rounds that may still be run again
+	together bool
+	progress io.Writer
+	start    time.Time
+	of       string    // the rounds to run, for progress: "5" or "≤6"
+	last     *HostLoad // read after the last round run in turn
+	fresh    []*Result
+	records  [][]Round
+	prepared []Prepared // what preparing and rebooting each side took
+	// The round being run is boots parts on every side, each on a boot of
+	// its own (Params.Boots; without it one part, on the boot before):
+	// its parts so far, a side's each.
+	parts    [][]*Result
+	partRecs [][]Round
+}
+
+// round runs round n on every side: each of its parts, rebooting the
+// sides before every part but a run's very first when the profile boots
+// afresh, and folds them into the round.
+func (a *abRun) round(n int) error {
+	boots := a.cfg.Params.boots()
+	a.parts, a.partRecs = make([][]*Result, len(a.sides)), make([][]Round, len(a.sides))
+	defer a.done()
+	for part := 1; part <= boots; part++ {
+		label := ""
+		if boots > 1 {
+			label = fmt.Sprintf(" boot %d/%d", part, boots)
+		}
+		if a.cfg.Params.Reboot && (n > 1 || part > 1) {
+			again, err := reboot(a.ctx, a.cfg, a.sides, a.progress)
+			for i, p := range again {
+				a.prepared[i] = addPhases(a.prepared[i], p)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		run := a.inTurn
+		if a.together {
+			run = a.atOnce
+		}
+		if err := run(n, label); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// done folds the parts run so far into the round: one record a side that
+// ran any, and its samples if it ran them all.
+func (a *abRun) done() {
+	for i := range a.sides {
+		if len(a.partRecs[i]) > 0 {
+			a.records[i] = append(a.records[i], joinRecords(a.partRecs[i]))
+		}
+		if len(a.parts[i]) == a.cfg.Params.boots() {
+			a.fresh[i] = merge(a.fresh[i], FoldBoots(a.parts[i]))
+		}
+	}
+}
+
+// atOnce runs a part of round n on every side at once.
+func (a *abRun) atOnce(n int, label string) error {
+	res, recs, err := roundTogether(a.ctx, a.cfg, a.sides, n, a.read)
+	for i, rec := range recs {
+		if rec == nil {
+			continue
+		}
+		fmt.Fprintf(a.progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)\n",
+			a.cfg.Suite, n, a.of, label, a.sides[i].Label, rec.Seconds, time.Since(a.start).Round(time.Second))
+		a.partRecs[i] = append(a.partRecs[i], *rec)
+		if res[i] != nil {
+			a.parts[i] = append(a.parts[i], res[i])
+		}
+	}
+	return err
+}
+
+// inTurn runs a part of round n on each side in turn, again while the
+// host was busy around it and repeats are left.
+func (a *abRun) inTurn(n int, label string) error {
+	for i, s := range a.sides {
+		if s.Guest == nil {
+			continue
+		}
+		for {
+			b, err := a.before()
+			if err != nil {
+				return err
+			}
+			rec := Round{N: n, Started: time.Now().UTC(), Before: b}
+			res, err := runOne(a.ctx, a.cfg, s, n)
+			rec.Seconds = time.Since(rec.Started).Seconds()
+			if err != nil {
+				return err
+			}
+			rec.After = a.read()
+			a.last = rec.After
+			rec.Busy = rec.Before != nil && a.busy(*rec.Before) || rec.After != nil && a.busy(*rec.After)
+			note := ""
+			if rec.Busy {
+				rec.Repeated = a.repeats > 0
+				note = "  host busy (" + busyText(rec) + "): kept, flagged"
+				if rec.Repeated {
+					note = "  host busy (" + busyText(rec) + "): repeating"
+				}
+			}
+			fmt.Fprintf(a.progress, "%s round %d/%s%s %-8s %6.1fs  (%s elapsed)%s\n",
+				a.cfg.Suite, n, a.of, label, s.Label, rec.Seconds, time.Since(a.start).Round(time.Second), note)
+			if rec.Repeated {
+				// A repeated part is on the record as a round of its own,
+				// as a repeated round always was.
+				a.records[i] = append(a.records[i], rec)
+				a.repeats--
+				continue
+			}
+			a.partRecs[i] = append(a.partRecs[i], rec)
+			a.parts[i] = append(a.parts[i], res)
+			break
+		}
+	}
+	return nil
+}
+
+// read is the host's load now, nil if it cannot be read.
+func (a *abRun) read() *HostLoad {
+	if a.quiet.Host == nil {
+		return nil
+	}
+	l, err := a.quiet.Host()
+	if err != nil {
+		fmt.Fprintf(a.progress, "reading the host's load: %v\n", err)
+		return nil
+	}
+	return &l
+}
+
+// before is the host's load before a round run in turn: the reading
+// after the last one, unless it was busy; then the host is read again,
+// and waited for.
+func (a *abRun) before() (*HostLoad, error) {
+	if a.last != nil && !a.busy(*a.last) {
+		return a.last, nil
+	}
+	l := a.read()
+	for waited := time.Duration(0); l != nil && a.busy(*l) && waited < a.quiet.Wait; waited += quietPoll {
+		select {
+		case <-a.ctx.Done():
+			return nil, a.ctx.Err()
+		case <-time.After(quietPoll):
+		}
+		l = a.read()
+	}
+	return l, nil
 }
 
 // joinRecords is the record of a round run in parts (Params.Boots): from
