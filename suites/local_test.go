@@ -39,11 +39,17 @@ func needLocal(t *testing.T, fstype string) {
 // runLocal runs one round of suite's quick profile on this machine.
 func runLocal(t *testing.T, suite string) *Result {
 	t.Helper()
+	return runLocalProfile(t, suite, QuickProfile)
+}
+
+// runLocalProfile runs one round of a suite's profile on this machine.
+func runLocalProfile(t *testing.T, suite, profile string) *Result {
+	t.Helper()
 	s, err := Lookup(suite)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := s.Resolve("quick")
+	cfg, err := s.Resolve(profile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +68,7 @@ func runLocal(t *testing.T, suite string) *Result {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: suite, Profile: "quick", Round: 1, Params: params})
+	res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: suite, Profile: profile, Round: 1, Params: params})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +166,34 @@ func TestLocalLocks(t *testing.T) {
 	}
 	if n != 8 {
 		t.Errorf("%d acquisitions_per_s samples, want 2 kinds × 4 contender counts", n)
+	}
+}
+
+// The raw contenders (workers: raw) lock and unlock through raw system
+// calls: every cell of both curves acquires, in each of its windows.
+func TestLocalLocksRaw(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a round of the standard curve, 20 s")
+	}
+	needLocal(t, "")
+	res := runLocalProfile(t, "locks", "raw")
+	n := 0
+	for _, s := range res.Samples {
+		if s.Metric != mAcqPerS.name {
+			continue
+		}
+		n++
+		if len(s.Windows) != 4 {
+			t.Errorf("%s with %s contenders: windows %v, want 4", s.Workload, s.Params["contenders"], s.Windows)
+		}
+		for _, w := range s.Windows {
+			if w == 0 {
+				t.Errorf("%s with %s contenders: a window without acquisitions: %v", s.Workload, s.Params["contenders"], s.Windows)
+			}
+		}
+	}
+	if n != 12 {
+		t.Errorf("%d acquisitions_per_s samples, want 2 kinds × 6 contender counts", n)
 	}
 }
 

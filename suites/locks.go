@@ -10,7 +10,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,6 +29,7 @@ const (
 	lockCountEnv = "PATCHBOT_LOCK_COUNTS" // file of one uint64 per contender
 	lockIndexEnv = "PATCHBOT_LOCK_INDEX"
 	lockTimeEnv  = "PATCHBOT_LOCK_DURATION"
+	lockRawEnv   = "PATCHBOT_LOCK_RAW" // "1": the lock calls are raw (Params.Workers "raw")
 )
 
 func init() {
@@ -70,7 +73,7 @@ func lockContender() error {
 		return err
 	}
 	fd := int(f.Fd())
-	lock, unlock := lockOps(kind, fd)
+	lock, unlock := lockOps(kind, fd, os.Getenv(lockRawEnv) == "1")
 	if lock == nil {
 		return fmt.Errorf("unknown lock kind %q", kind)
 	}
@@ -132,16 +135,33 @@ func pin(idx int) error {
 	return nil
 }
 
-func lockOps(kind string, fd int) (lock, unlock func() error) {
+// lockOps are a kind's lock and unlock calls on fd. Raw, they go to the
+// kernel without telling Go's runtime (unix.RawSyscall): a call blocked
+// on the lock keeps the contender's one processor, so the runtime's
+// monitor thread neither takes it away nor is woken to give it back, as
+// it is around every blocking call made through the syscall package.
+func lockOps(kind string, fd int, raw bool) (lock, unlock func() error) {
+	call := func(trap, a1, a2, a3 uintptr) error {
+		var e syscall.Errno
+		if raw {
+			_, _, e = unix.RawSyscall(trap, a1, a2, a3)
+		} else {
+			_, _, e = unix.Syscall(trap, a1, a2, a3)
+		}
+		if e != 0 {
+			return e
+		}
+		return nil
+	}
 	switch kind {
 	case "posix":
 		wr := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0}
 		un := unix.Flock_t{Type: unix.F_UNLCK, Whence: 0}
-		return func() error { return unix.FcntlFlock(uintptr(fd), unix.F_SETLKW, &wr) },
-			func() error { return unix.FcntlFlock(uintptr(fd), unix.F_SETLK, &un) }
+		return func() error { return call(unix.SYS_FCNTL, uintptr(fd), unix.F_SETLKW, uintptr(unsafe.Pointer(&wr))) },
+			func() error { return call(unix.SYS_FCNTL, uintptr(fd), unix.F_SETLK, uintptr(unsafe.Pointer(&un))) }
 	case "flock":
-		return func() error { return unix.Flock(fd, unix.LOCK_EX) },
-			func() error { return unix.Flock(fd, unix.LOCK_UN) }
+		return func() error { return call(unix.SYS_FLOCK, uintptr(fd), unix.LOCK_EX, 0) },
+			func() error { return call(unix.SYS_FLOCK, uintptr(fd), unix.LOCK_UN, 0) }
 	}
 	return nil, nil
 }
@@ -219,6 +239,9 @@ func (r *round) lockCell(dir, kind string, n int, d time.Duration, params map[st
 		cmd.Env = append(os.Environ(), childEnv+"=locks", lockKindEnv+"="+kind, lockFileEnv+"="+lockFile,
 			lockCountEnv+"="+countFile, lockIndexEnv+"="+strconv.Itoa(i), lockTimeEnv+"="+d.String(),
 			"GOMAXPROCS=1")
+		if r.cfg.Params.Workers == "raw" {
+			cmd.Env = append(cmd.Env, lockRawEnv+"=1", "GOGC=off", "GODEBUG=asyncpreemptoff=1")
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = startR, readyW, os.Stderr
 		if err := cmd.Start(); err != nil {
 			killAll()

@@ -80,7 +80,10 @@ type Params struct {
 	// Workers runs cache-contention's threads: "" (the agent's own
 	// locked goroutines) or "raw" (stormraw.go: a process of their own,
 	// one OS thread a worker making raw system calls, Go's scheduler out
-	// of the way).
+	// of the way). For locks, "raw" has each contender process make its
+	// lock calls raw, with the collector off and no preemption signals,
+	// so that Go's runtime hands no processor around a blocked lock call
+	// and wakes no thread of its own for it.
 	Workers string `yaml:"workers"`
 	// Readers are the parallel reader counts of the readahead table.
 	Readers []int `yaml:"readers"`
@@ -527,6 +530,9 @@ func (p Params) check(suite string) error {
 		errs = append(errs, positives("readers", p.Readers))
 	case "locks":
 		errs = append(errs, positives("contenders", p.Contenders))
+		if p.Workers != "" && p.Workers != "raw" {
+			errs = append(errs, fmt.Errorf("workers: %q is not a kind of contender (want raw, or none for Go's system calls)", p.Workers))
+		}
 		if p.Duration <= 0 {
 			errs = append(errs, errors.New("duration: want a positive duration"))
 		}
