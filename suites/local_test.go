@@ -172,9 +172,7 @@ func TestLocalLocks(t *testing.T) {
 // The raw contenders (workers: raw) lock and unlock through raw system
 // calls: every cell of both curves acquires, in each of its windows.
 func TestLocalLocksRaw(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a round of the standard curve, 20 s")
-	}
+	testenv.Long(t) // a round of the standard curve: 20 s, 24 windows of up to 32 processes
 	needLocal(t, "")
 	res := runLocalProfile(t, "locks", "raw")
 	n := 0
