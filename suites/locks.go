@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -141,14 +140,12 @@ func pin(idx int) error {
 // monitor thread neither takes it away nor is woken to give it back, as
 // it is around every blocking call made through the syscall package.
 func lockOps(kind string, fd int, raw bool) (lock, unlock func() error) {
+	sys := unix.Syscall
+	if raw {
+		sys = unix.RawSyscall
+	}
 	call := func(trap, a1, a2, a3 uintptr) error {
-		var e syscall.Errno
-		if raw {
-			_, _, e = unix.RawSyscall(trap, a1, a2, a3)
-		} else {
-			_, _, e = unix.Syscall(trap, a1, a2, a3)
-		}
-		if e != 0 {
+		if _, _, e := sys(trap, a1, a2, a3); e != 0 {
 			return e
 		}
 		return nil
