@@ -207,14 +207,64 @@ func (c *cgroup) remove() {
 			if err := os.Remove(d); err == nil || os.IsNotExist(err) {
 				break
 			}
-			if data, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err == nil {
-				for _, f := range strings.Fields(string(data)) {
-					if pid, err := strconv.Atoi(f); err == nil {
-						syscall.Kill(pid, syscall.SIGKILL)
-					}
-				}
-			}
+			killProcs(d)
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// killProcs sends SIGKILL to every process of the group directory d.
+func killProcs(d string) {
+	data, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// watchForksEvery is how often watchForks reads the group's counter.
+var watchForksEvery = 100 * time.Millisecond
+
+// watchForks stops a build the first time its pids group refuses a fork:
+// it calls kill, then kills what is left in the group. Make fails where a
+// fork is refused, so a build at its process limit has failed already; but
+// a fork bomb beside it keeps the group at the limit, hundreds of
+// processes spinning on refused forks, until make happens to ask for one.
+// That took minutes at a load average of 50 on this host (2 cores), and
+// every other process on it, a measurement's VMs or a mail server,
+// starved meanwhile. Reading the counter ten times a second costs
+// nothing. stop, called once the build has ended, says whether it was
+// stopped so.
+func (c *cgroup) watchForks(kill func()) (stop func() bool) {
+	done := make(chan struct{})
+	var fired atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(watchForksEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+			if counter(filepath.Join(c.pids, "pids.events"), "max") > 0 {
+				fired.Store(true)
+				kill()
+				killProcs(c.pids)
+				return
+			}
+		}
+	}()
+	return func() bool {
+		close(done)
+		wg.Wait()
+		return fired.Load()
 	}
 }

@@ -22,9 +22,12 @@ type outcome struct {
 	// overOutput: the watchdog stopped the command, its object tree past
 	// Limits.Output or Limits.Files.
 	overOutput bool
-	usage      Usage  // what the command used (the object tree, memory, time)
-	limits     Limits // what it was allowed
-	scan       *scan  // what the output showed
+	// overForks: the command was stopped at its pids group's first
+	// refused fork (cgroup.watchForks).
+	overForks bool
+	usage     Usage  // what the command used (the object tree, memory, time)
+	limits    Limits // what it was allowed
+	scan      *scan  // what the output showed
 }
 
 // cause is a sign in a build's output that the machine, not the code,
@@ -89,6 +92,8 @@ func rootCause(o *outcome, log string) error {
 	case o.overOutput:
 		return o.limit("output", fmt.Errorf("%w: its object tree reached %s in %d files (limits %s, %d files)",
 			ErrOutput, formatBytes(o.usage.Output), o.usage.Files, formatBytes(o.limits.Output), o.limits.Files))
+	case o.overForks:
+		return o.limit("processes", fmt.Errorf("%w: %d fork(s) refused at the build's process limit, where it was stopped", ErrLimit, o.pidsMax))
 	case errors.Is(o.ctx, context.DeadlineExceeded):
 		return o.limit("time", ErrTimeout)
 	case o.ctx != nil:

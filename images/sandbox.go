@@ -54,7 +54,8 @@ type Limits struct {
 	// the address space of each of its processes (RLIMIT_AS).
 	Memory int64
 	// Processes counts processes and threads at once (cgroup v1 pids when
-	// root, RLIMIT_NPROC inside the sandbox always).
+	// root, RLIMIT_NPROC inside the sandbox always: at twice it behind a
+	// pids group). A build stops at its first fork the group refuses.
 	Processes int
 	// FileSize is the largest file the build may write (RLIMIT_FSIZE).
 	FileSize int64
@@ -291,7 +292,7 @@ func (s *sandbox) command(ctx context.Context, v view, env []string, cg *cgroup,
 	// host side's /tmp until bwrap has bound them.
 	bw = append(bw, "--size", strconv.FormatInt(s.limits.Tmp, 10), "--tmpfs", "/tmp",
 		"--remount-ro", "/", "--chdir", v.dir, "--json-status-fd", "3", "--")
-	bw = append(bw, s.limitArgs()...)
+	bw = append(bw, s.limitArgs(cg)...)
 	bw = append(bw, argv...)
 
 	full := bw
@@ -320,7 +321,15 @@ func (s *sandbox) command(ctx context.Context, v view, env []string, cg *cgroup,
 
 // limitArgs wrap the command in prlimit, inside the sandbox: RLIMIT_NPROC
 // then counts the processes of the sandbox's own user namespace only.
-func (s *sandbox) limitArgs() []string {
+// With a pids group (cg), the group is the process limit and RLIMIT_NPROC,
+// at twice it, only a second wall: the kernel checks the rlimit first, and
+// a fork it refuses is one the group's counter, which stops the build at
+// once (cgroup.watchForks), never sees.
+func (s *sandbox) limitArgs(cg *cgroup) []string {
+	nproc := int64(s.limits.Processes)
+	if cg != nil {
+		nproc *= 2
+	}
 	lim := func(name string, res int, want int64) string {
 		var cur syscall.Rlimit
 		if err := syscall.Getrlimit(res, &cur); err == nil && cur.Max != ^uint64(0) && int64(cur.Max) < want {
@@ -330,7 +339,7 @@ func (s *sandbox) limitArgs() []string {
 	}
 	return []string{"prlimit",
 		lim("as", syscall.RLIMIT_AS, s.limits.Memory),
-		lim("nproc", 6 /* RLIMIT_NPROC */, int64(s.limits.Processes)),
+		lim("nproc", 6 /* RLIMIT_NPROC */, nproc),
 		lim("fsize", syscall.RLIMIT_FSIZE, s.limits.FileSize),
 		"--core=0", "--"}
 }
@@ -425,15 +434,24 @@ func (s *sandbox) run(ctx context.Context, log *buildLog, v view, env []string, 
 	status := make(chan bwrapStatus, 1)
 	go func() { status <- readStatus(statusR) }()
 	started := time.Now()
+	stopBuild := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var dog *watchdog
 	if v.out != "" {
-		dog = watchOutput(v.out, s.limits.Output, s.limits.Files, func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+		dog = watchOutput(v.out, s.limits.Output, s.limits.Files, stopBuild)
+	}
+	forks := func() bool { return false }
+	if cg != nil {
+		forks = cg.watchForks(stopBuild)
 	}
 	o.wait = cmd.Wait()
 	if dog != nil {
 		o.overOutput, o.usage.Output, o.usage.Files = dog.finish()
 	}
+	o.overForks = forks()
 	log.flushLine()
+	if o.overForks {
+		log.note(fmt.Sprintf("patchbot: stopped the build at its first refused fork (its process limit, %d)", s.limits.Processes))
+	}
 	if ps := cmd.ProcessState; ps != nil {
 		// The CPU time of the command's whole tree. Bare, the processes
 		// patchbot waited for are that tree. Through bwrap they are not

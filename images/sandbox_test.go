@@ -210,9 +210,10 @@ func TestSandboxLimits(t *testing.T) {
 		limits  Limits
 		timeout time.Duration
 		script  string
-		want    error // a sentinel for an InfraError; nil for success
-		patch   bool  // want a *BuildError instead
-		cgroups bool  // needs cgroup v1 (root)
+		want    error  // a sentinel for an InfraError; nil for success
+		patch   bool   // want a *BuildError instead
+		cgroups bool   // needs cgroup v1 (root)
+		log     string // a line the build log must hold
 	}{
 		{name: "success", script: "echo fine"},
 		{name: "compiler error", script: "echo 'x.c:1:1: error: nope' >&2; exit 2", patch: true},
@@ -223,6 +224,13 @@ func TestSandboxLimits(t *testing.T) {
 		{name: "memory of the whole build", cgroups: true, limits: Limits{Memory: 256 << 20},
 			// Each under the per-process limit, together over the build's.
 			script: `for i in 1 2 3 4; do perl -e '$x = "a" x (100 << 20); sleep 3' & done; wait; exit 2`, want: ErrOutOfMemory},
+		// The bomb keeps the group at its limit while the build goes on
+		// without a fork (exec): stopped at the first refused fork, not
+		// when the build ends (61 s, and a success). At the default 512
+		// processes: there an RLIMIT_NPROC equal to the group's limit
+		// refused first, and the group never counted a refusal.
+		{name: "fork bomb beside the build", cgroups: true,
+			script: "f() { f | f & }; f; exec sleep 61", want: ErrLimit, log: "stopped the build at its first refused fork"},
 		{name: "killed", script: "kill -9 $$", want: ErrKilled},
 		// Many files, each under the file size limit, over the output's.
 		{name: "output in all", limits: Limits{Output: 8 << 20},
@@ -264,6 +272,9 @@ func TestSandboxLimits(t *testing.T) {
 			}
 			if d := time.Since(start); d > 30*time.Second {
 				t.Errorf("took %s", d)
+			}
+			if !strings.Contains(out, tt.log) {
+				t.Errorf("the log lacks %q", tt.log)
 			}
 			if t.Failed() {
 				t.Logf("output:\n%s", out)
