@@ -59,7 +59,7 @@ func TestChangedFunctionsCounted(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	res, err := Run(ctx, Options{Suite: "cache-contention", Plan: FixedPlan("quick", 1, testWriter{t}), Probes: names,
+	res, err := Run(ctx, Options{Suite: "cache-contention", Plan: FixedPlan("smoke", 1, testWriter{t}), Probes: names,
 		Kernels:  []Kernel{{Side: blame.Base, BzImage: base.BzImage}, {Side: blame.Patched, BzImage: patched.BzImage}},
 		CacheDir: t.TempDir()})
 	if err != nil {
