@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -467,8 +468,10 @@ func freeAddr(t testing.TB) string {
 // base kernel from the machine's cache, the patched build in the
 // sandbox, both booted in QEMU (TCG here), the rounds interleaved. Its
 // results and reply reach the coordinator through PostgreSQL, and the
-// reply goes out once. Heavy: run it under the shared lock. Its patch to
-// reply is the T of docs/fleet.md's sizing.
+// reply goes out once. Heavy: run it under the shared lock. It runs
+// cache-contention's smoke profile, a round in seconds: the path is what
+// it tests. With PATCHBOT_FLEET_PROFILE=standard its patch to reply is the
+// T of docs/fleet.md's sizing.
 func TestRealKernelThroughAWorker(t *testing.T) {
 	testenv.NeedsKernel(t)
 	testenv.NeedsVM(t)
@@ -480,7 +483,8 @@ func TestRealKernelThroughAWorker(t *testing.T) {
 	if cache == "" {
 		cache = "/var/cache/patchbot"
 	}
-	w := newWorld(t, options{workers: 1, lists: 1, lease: "30s", cache: cache,
+	profile := cmp.Or(os.Getenv("PATCHBOT_FLEET_PROFILE"), "smoke")
+	w := newWorld(t, options{workers: 1, lists: 1, lease: "30s", cache: cache, profile: profile,
 		extraWorker: "vm: {backend: qemu, cpus: 2, mem_mib: 1024}\n"})
 	start := time.Now()
 	id := w.post(0)
@@ -516,7 +520,7 @@ func TestRealKernelThroughAWorker(t *testing.T) {
 		}
 	}
 	w.checkCoordinatorBuiltNothing()
-	t.Logf("T for the seed series through a worker, %d rounds a side: %s", w.o.runs, took.Round(time.Second))
+	t.Logf("T for the seed series through a worker, %d rounds a side of %s: %s", w.o.runs, profile, took.Round(time.Second))
 }
 
 // A worker drained (SIGHUP, docs/fleet.md) while it runs a job finishes

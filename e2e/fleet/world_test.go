@@ -333,6 +333,7 @@ type options struct {
 	lists   int
 	lease   string // the fleet's lease: short, so that faults settle in seconds
 	runs    int    // rounds a side
+	profile string // the suites' profile: "" the pipeline's
 	// dryRun is the workers' dry_run: config; "" runs the real pipeline.
 	dryRun string
 	// extraWorker is more of a worker's config.
@@ -462,10 +463,10 @@ fleet: {local_worker: false, lease: %s, poll: 200ms}
 sources:
 %ssmtp: {enabled: true, addr: %q, from: bot@patchbot.test, ca_file: %s}
 reply: {from: "patchbot <bot@patchbot.test>"}
-suites: {runs: %d}
+suites: {runs: %d%s}
 http: %s
 `, filepath.Join(cdir, "state"), w.pg.Port, dbName, w.ca, pw, o.lease, srcs.String(), w.pf.Addr,
-		filepath.Join(dir, "smtp-ca.pem"), o.runs, w.http)
+		filepath.Join(dir, "smtp-ca.pem"), o.runs, profileOf(o.profile), w.http)
 	cfg := filepath.Join(cdir, "patchbot.yaml")
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -885,4 +886,12 @@ func (w *world) checkCoordinatorBuiltNothing() {
 	if _, err := os.Stat(w.coordCache); err == nil {
 		w.t.Errorf("the coordinator made a kernel cache at %s", w.coordCache)
 	}
+}
+
+// profileOf is the suites config's profile entry, after its runs.
+func profileOf(p string) string {
+	if p == "" {
+		return ""
+	}
+	return ", profile: " + p
 }
