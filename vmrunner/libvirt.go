@@ -429,14 +429,13 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	if err != nil {
 		return err
 	}
-	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		sc.Disconnect()
-		return err
-	}
 	v.mu.Lock()
 	v.streamConn = sc
 	v.mu.Unlock()
+	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
 	cw := &cappedWriter{f: con, left: maxConsole}
 	conErr := make(chan error, 1)
 	go func() {
@@ -617,9 +616,7 @@ func (s *stopEvents) wait(name string, d time.Duration) (int32, bool) {
 // consoles of a domain that ended: its main loop holds the stream's lock
 // and waits for the consoles', its QEMU event thread the other way round.
 // Every later call to it then hangs; it happened once in a CI run
-// (2026-12-07), at the close of the stream transport's test. (A domain
-// that ended on its own before destroy is past that point; so far none
-// has wedged the daemon.)
+// (2026-12-07), at the close of the stream transport's test.
 func (v *libvirtVM) destroy() error {
 	v.mu.Lock()
 	dom, done, streams, sc := v.dom, v.done, v.streams, v.streamConn
