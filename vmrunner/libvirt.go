@@ -76,7 +76,7 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &libvirtVM{conn: conn, uri: u, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel, hz: hz}, nil
+		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel, hz: hz}, nil
 	})
 	p.onClose = func() error {
 		stopWatching()
@@ -155,7 +155,6 @@ func dacLabel(conn *libvirt.Libvirt) (dacID, error) {
 // libvirtd destroys it if our connection goes away (a crash of patchbot).
 type libvirtVM struct {
 	conn *libvirt.Libvirt
-	uri  *url.URL // conn's, for the consoles' own connection
 	spec Spec
 	dir  string
 	// remote: the host's files are out of reach, so the console and the
@@ -180,9 +179,6 @@ type libvirtVM struct {
 	pollErr   error
 	agent     io.ReadWriteCloser // the remote agent stream, until dialled
 	streams   []io.Closer
-	// streamConn carries the remote consoles' streams, apart from conn:
-	// closing it is how a client ends them (destroy).
-	streamConn *libvirt.Libvirt
 }
 
 func (v *libvirtVM) socket() string { return filepath.Join(v.dir, "agent.sock") }
@@ -422,16 +418,8 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 }
 
 // openStreams connects the serial console (appended to the console log)
-// and the agent's console through a libvirt connection of their own
-// (destroy ends them by closing it).
+// and the agent's console through the libvirt connection.
 func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
-	sc, err := libvirt.ConnectToURI(v.uri)
-	if err != nil {
-		return err
-	}
-	v.mu.Lock()
-	v.streamConn = sc
-	v.mu.Unlock()
 	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
@@ -439,7 +427,7 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	cw := &cappedWriter{f: con, left: maxConsole}
 	conErr := make(chan error, 1)
 	go func() {
-		conErr <- sc.DomainOpenConsole(dom, libvirt.OptString{aliasConsole}, cw, 0)
+		conErr <- v.conn.DomainOpenConsole(dom, libvirt.OptString{aliasConsole}, cw, 0)
 		con.Close()
 	}()
 	// host → guest through toGuest, guest → host through fromGuest.
@@ -447,7 +435,7 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	fromGuestR, fromGuestW := io.Pipe()
 	agentErr := make(chan error, 1)
 	go func() {
-		err := sc.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
+		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
 		if err == nil {
 			err = io.EOF
 		}
@@ -610,25 +598,17 @@ func (s *stopEvents) wait(name string, d time.Duration) (int32, bool) {
 	}
 }
 
-// destroy ends the consoles' streams first, while the domain still runs,
-// then destroys it. libvirtd (11.3) deadlocks when it aborts a client's
-// console stream (the client closed its connection) just as it frees the
-// consoles of a domain that ended: its main loop holds the stream's lock
-// and waits for the consoles', its QEMU event thread the other way round.
-// Every later call to it then hangs; it happened once in a CI run
-// (2026-12-07), at the close of the stream transport's test.
 func (v *libvirtVM) destroy() error {
 	v.mu.Lock()
-	dom, done, streams, sc := v.dom, v.done, v.streams, v.streamConn
-	v.streams, v.streamConn = nil, nil
+	dom, done, streams := v.dom, v.done, v.streams
+	v.streams = nil
 	v.destroyed = v.destroyed || dom != nil
 	v.mu.Unlock()
-	for _, s := range streams {
-		s.Close()
-	}
-	if sc != nil {
-		sc.Disconnect()
-	}
+	defer func() {
+		for _, s := range streams {
+			s.Close()
+		}
+	}()
 	if dom == nil {
 		return nil
 	}
