@@ -179,6 +179,8 @@ type libvirtVM struct {
 	pollErr   error
 	agent     io.ReadWriteCloser // the remote agent stream, until dialled
 	streams   []io.Closer
+	ends      []streamEnd // the remote consoles' streams, for finish
+	finishes  []finished  // how each destroy's finish ended them
 }
 
 func (v *libvirtVM) socket() string { return filepath.Join(v.dir, "agent.sock") }
@@ -418,24 +420,33 @@ func (v *libvirtVM) start(ctx context.Context) (launch, error) {
 }
 
 // openStreams connects the serial console (appended to the console log)
-// and the agent's console through the libvirt connection.
+// and the agent's console through the libvirt connection. Both are
+// bidirectional, so that destroy can end each with a finish of its own
+// before the domain goes (finish).
 func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	con, err := os.OpenFile(v.spec.ConsoleLog, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return err
 	}
 	cw := &cappedWriter{f: con, left: maxConsole}
+	// Nothing is typed into the serial console; conIn only ends it.
+	conInR, conInW := io.Pipe()
 	conErr := make(chan error, 1)
+	conEnd := make(chan error, 1)
 	go func() {
-		conErr <- v.conn.DomainOpenConsole(dom, libvirt.OptString{aliasConsole}, cw, 0)
+		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasConsole}, conInR, cw, 0)
 		con.Close()
+		conErr <- err
+		conEnd <- err
 	}()
 	// host → guest through toGuest, guest → host through fromGuest.
 	toGuestR, toGuestW := io.Pipe()
 	fromGuestR, fromGuestW := io.Pipe()
 	agentErr := make(chan error, 1)
+	agentEnd := make(chan error, 1)
 	go func() {
 		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
+		agentEnd <- err
 		if err == nil {
 			err = io.EOF
 		}
@@ -445,7 +456,8 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	s := &stream{r: fromGuestR, w: toGuestW, closers: []io.Closer{toGuestR, toGuestW, fromGuestR}}
 	v.mu.Lock()
 	v.agent = s
-	v.streams = append(v.streams, s)
+	v.streams = append(v.streams, s, conInR, conInW)
+	v.ends = []streamEnd{{name: "serial console", in: conInW, ended: conEnd}, {name: "agent console", in: toGuestW, out: fromGuestR, ended: agentEnd}}
 	v.mu.Unlock()
 	// A console that cannot be opened fails at once; give both a moment.
 	select {
@@ -456,6 +468,72 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	case <-time.After(200 * time.Millisecond):
 		return nil
 	}
+}
+
+// streamEnd is one remote console's stream, as finish ends it: in is its
+// host → guest half, out the reader of its guest → host half (nil for
+// the serial console, whose output goes to the log), ended gets the
+// stream's call's return.
+type streamEnd struct {
+	name  string
+	in    io.Closer
+	out   io.Reader // nil: nothing to drain
+	ended chan error
+}
+
+// finishWait bounds how long destroy waits for libvirtd to acknowledge
+// the consoles' finishes before it destroys the domain all the same.
+const finishWait = 5 * time.Second
+
+// freedGrace is how long destroy lets libvirtd free the consoles of a
+// domain that stopped by itself before it ends their streams (finish).
+const freedGrace = 2 * time.Second
+
+// errEndedFirst: a console's stream ended from libvirtd's side (the
+// domain stopped) before finish ended it.
+var errEndedFirst = errors.New("ended before its finish")
+
+// finish ends the remote consoles' streams, each with a finish, and
+// returns how each ended: nil when libvirtd acknowledged it.
+//
+// libvirtd (11.3) deadlocks when a console's stream closes just as the
+// domain's consoles are freed, which happens when a transient domain is
+// gone: closing a stream takes its lock, then the consoles'; freeing the
+// consoles takes their lock, then each open stream's. Every later call
+// to the daemon then hangs. It happened in a CI run (2026-12-07): our
+// end of the streams was closed just after the guest powered off. A
+// stream closes on its client's finish or abort (libvirtd only tells
+// the client of a hang-up, and waits for it), so the client decides
+// when: destroy ends the streams while the domain runs, or, after a
+// domain stopped by itself, once its consoles are freed (freedGrace).
+func (v *libvirtVM) finish(ends []streamEnd) map[string]error {
+	got := map[string]error{}
+	for _, e := range ends {
+		select {
+		case err := <-e.ended:
+			got[e.name] = fmt.Errorf("%w (%v)", errEndedFirst, err)
+		default:
+		}
+		e.in.Close() // EOF: the client library sends the stream's finish
+		if e.out != nil {
+			// Keep reading what the guest still sends: the connection
+			// delivers the finish's answer after it.
+			go io.Copy(io.Discard, e.out)
+		}
+	}
+	deadline := time.After(finishWait)
+	for _, e := range ends {
+		if _, ok := got[e.name]; ok {
+			continue
+		}
+		select {
+		case err := <-e.ended:
+			got[e.name] = err
+		case <-deadline:
+			got[e.name] = fmt.Errorf("no answer to its finish within %s", finishWait)
+		}
+	}
+	return got
 }
 
 // stream is the agent's console as a connection.
@@ -600,8 +678,8 @@ func (s *stopEvents) wait(name string, d time.Duration) (int32, bool) {
 
 func (v *libvirtVM) destroy() error {
 	v.mu.Lock()
-	dom, done, streams := v.dom, v.done, v.streams
-	v.streams = nil
+	dom, done, streams, ends := v.dom, v.done, v.streams, v.ends
+	v.streams, v.ends = nil, nil
 	v.destroyed = v.destroyed || dom != nil
 	v.mu.Unlock()
 	defer func() {
@@ -612,10 +690,23 @@ func (v *libvirtVM) destroy() error {
 	if dom == nil {
 		return nil
 	}
+	stopped := false
 	select {
 	case <-done:
-		return nil
+		stopped = true
 	default:
+	}
+	if len(ends) > 0 {
+		if stopped {
+			time.Sleep(freedGrace)
+		}
+		got := v.finish(ends)
+		v.mu.Lock()
+		v.finishes = append(v.finishes, finished{running: !stopped, ends: got})
+		v.mu.Unlock()
+	}
+	if stopped {
+		return nil
 	}
 	if err := v.conn.DomainDestroy(*dom); err != nil && !isNoDomain(err) {
 		return &InfraError{Op: "destroy libvirt domain " + dom.Name, Err: err}
@@ -626,4 +717,10 @@ func (v *libvirtVM) destroy() error {
 		return &InfraError{Op: "destroy libvirt domain " + dom.Name, Err: errors.New("still present 10s after destroy")}
 	}
 	return nil
+}
+
+// finished is how a destroy's finish ended the remote consoles' streams.
+type finished struct {
+	running bool             // the domain still ran
+	ends    map[string]error // by console
 }

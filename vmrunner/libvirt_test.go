@@ -12,6 +12,8 @@ import (
 	"time"
 
 	libvirt "github.com/digitalocean/go-libvirt"
+
+	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
 func libvirtTestPool(t *testing.T) Pool {
@@ -232,18 +234,30 @@ func TestLibvirtBootMinimalKernel(t *testing.T) {
 // The transport for a remote libvirtd (console and agent as consoles
 // streamed through the libvirt connection, nothing listening on TCP),
 // tried against the local daemon. As on a remote host, the files are
-// used at their paths, relabelled by libvirt for its own QEMU user.
+// used at their paths, relabelled by libvirt for its own QEMU user. Each
+// end of a VM ends both streams with a finish (libvirtd deadlocks now
+// and then otherwise): after a power-off, once the guest's side has hung
+// up; before a destroy (a reboot, a close), acknowledged by libvirtd.
 func TestLibvirtStreamTransport(t *testing.T) {
 	p := libvirtTestPool(t)
 	pp := p.(*pool)
 	local := pp.newHV
+	var vms []*libvirtVM
 	pp.newHV = func(s Spec, dir string) (hypervisor, error) {
 		hv, err := local(s, dir)
 		if err == nil {
 			hv.(*libvirtVM).remote = true
+			vms = append(vms, hv.(*libvirtVM))
 		}
 		return hv, err
 	}
+	finishes := func(v *libvirtVM) []finished {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return v.finishes
+	}
+	consoles := []string{"serial console", "agent console"}
+
 	k := minimalKernel(t)
 	shared := traversableDir(t)
 	k.bzImage = copyTo(t, k.bzImage, filepath.Join(shared, "bzImage"))
@@ -252,4 +266,50 @@ func TestLibvirtStreamTransport(t *testing.T) {
 	}
 	k.initramfs = copyTo(t, k.initramfs, filepath.Join(shared, "initramfs"))
 	bootAndCheckDisks(t, p, k, []string{rawDisk(t, shared, "first"), rawDisk(t, shared, "second")})
+	if len(vms) != 1 {
+		t.Fatalf("%d VMs made, want 1", len(vms))
+	}
+	// The guest powered off: libvirtd hung up both streams first.
+	if f := finishes(vms[0]); len(f) != 1 || f[0].running {
+		t.Errorf("after a power-off: finishes %+v, want one, of a stopped domain", f)
+	} else {
+		for _, name := range consoles {
+			if err := f[0].ends[name]; !errors.Is(err, errEndedFirst) {
+				t.Errorf("after a power-off, the %s's stream: %v, want it ended by libvirtd's hang-up", name, err)
+			}
+		}
+	}
+
+	// A reboot and a close destroy a running domain: each finish is
+	// acknowledged before it, and the reboot's new streams carry the agent.
+	ctx := context.Background()
+	vm, err := p.Create(ctx, Spec{Name: "reboot", Kernel: k.bzImage, Initramfs: k.initramfs, CPUs: 2, MemMiB: 256, BootTimeout: 3 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := vm.Boot(ctx); err != nil {
+		vm.Close()
+		t.Fatalf("Boot: %v\nconsole:\n%s", err, vm.Console())
+	}
+	if _, err := vm.Reboot(ctx); err != nil {
+		vm.Close()
+		t.Fatalf("Reboot: %v\nconsole:\n%s", err, vm.Console())
+	}
+	if _, err := vm.Do(ctx, proto.Request{Op: proto.OpInfo}, nil); err != nil {
+		t.Errorf("the agent after a reboot: %v", err)
+	}
+	if err := vm.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	f := finishes(vms[1])
+	if len(f) != 2 {
+		t.Fatalf("finishes %+v, want two (the reboot's, the close's)", f)
+	}
+	for i, fi := range f {
+		for _, name := range consoles {
+			if err, ok := fi.ends[name]; !fi.running || !ok || err != nil {
+				t.Errorf("destroy %d of a running domain, the %s's stream: running %v, %v; want its finish acknowledged", i+1, name, fi.running, err)
+			}
+		}
+	}
 }
