@@ -173,7 +173,9 @@ func TestPaceProgressIsNotAHang(t *testing.T) {
 		func(proto.Event) { events++ }); err != nil || events < 5 {
 		t.Errorf("a slow patched round that shows progress: %v after %d events, want its answer and the events passed on", err, events)
 	}
-	_, err := p.Patched(progressDoer{total: 1200 * time.Millisecond}).Do(context.Background(), round(1), nil)
+	// Silent for 5 s: cut at the base's pace (300 ms here), long before;
+	// a base slowed to over 2.5 s by a loaded host cannot pass it.
+	_, err := p.Patched(progressDoer{total: 5 * time.Second}).Do(context.Background(), round(1), nil)
 	if err == nil || !strings.Contains(err.Error(), "nor progress") {
 		t.Errorf("a silent patched round as slow: %v, want a hang", err)
 	}
