@@ -169,12 +169,13 @@ func TestLocalLocks(t *testing.T) {
 	}
 }
 
-// The raw contenders (workers: raw) lock and unlock through raw system
-// calls: every cell of both curves acquires, in each of its windows.
+// The pipeline's contenders (standard: workers raw) lock and unlock
+// through raw system calls: every cell of both curves acquires, in each
+// of its windows.
 func TestLocalLocksRaw(t *testing.T) {
 	testenv.Long(t) // a round of the standard curve: 20 s, 24 windows of up to 32 processes
 	needLocal(t, "")
-	res := runLocalProfile(t, "locks", "raw")
+	res := runLocalProfile(t, "locks", "standard")
 	n := 0
 	for _, s := range res.Samples {
 		if s.Metric != mAcqPerS.name {
