@@ -205,7 +205,69 @@ func readRegisters(ctx context.Context, mon monitor) ([]report.Registers, error)
 // address or, past those, a frame pointer that does not climb the stack;
 // ended says why, "" when the chain ended as a task's does (a zero frame
 // pointer, or user space's below a system call).
+//
+// The frame pointer is the stopped function's own only once its
+// prologue has run (`push %rbp; mov %rsp,%rbp`), and a function built
+// without a frame (a leaf) never makes one: stopped there, the chain
+// from RBP starts at the caller's caller. The caller is then on the top
+// of the stack (topReturn), and goes in between.
 func walkFrames(ctx context.Context, mon monitor, r report.Registers) (stack []report.WalkedPC, ended string) {
+	stack, ended = walkChain(ctx, mon, r)
+	if ret, ok := topReturn(ctx, mon, r); ok && (len(stack) < 2 || stack[1].PC != ret) {
+		stack = append(stack[:1], append([]report.WalkedPC{{PC: ret}}, stack[1:]...)...)
+		if len(stack) > maxStackDepth {
+			stack = stack[:maxStackDepth]
+		}
+	}
+	return stack, ended
+}
+
+// callReach is how far below RIP the call into its function may point
+// for topReturn: kernel functions are shorter.
+const callReach = 4096
+
+// topReturn is the return address into the caller of the function a vCPU
+// stopped in, from the top of its stack: [RSP] before the function
+// pushed anything (a leaf, or its prologue before the push), [RSP+8]
+// after a push of RBP alone (RBP still the caller's). A word is taken
+// only if the instruction before it is a direct call (e8 rel32) of an
+// address at most callReach below RIP: the call that entered the
+// function RIP is in. Anything else there (a frame's data, an indirect
+// call's return) is none.
+func topReturn(ctx context.Context, mon monitor, r report.Registers) (uint64, bool) {
+	words := func(addr uint64, n int) []uint64 {
+		out, err := mon.hmp(ctx, fmt.Sprintf("x /%dgx 0x%x", n, addr))
+		if err != nil {
+			return nil
+		}
+		w, err := report.ParseWords(out, addr)
+		if err != nil || len(w) < n {
+			return nil
+		}
+		return w
+	}
+	top := words(r.RSP, 2)
+	for i, ret := range top {
+		if i == 1 && top[0] != r.RBP {
+			break // [RSP] is not a pushed RBP: [RSP+8] is the function's data
+		}
+		if !report.KernelText(ret) {
+			continue
+		}
+		w := words(ret-5, 1)
+		if w == nil || byte(w[0]) != 0xe8 {
+			continue
+		}
+		target := ret + uint64(int64(int32(uint32(w[0]>>8))))
+		if target <= r.RIP && r.RIP-target < callReach {
+			return ret, true
+		}
+	}
+	return 0, false
+}
+
+// walkChain is walkFrames' walk by the frame pointers alone.
+func walkChain(ctx context.Context, mon monitor, r report.Registers) (stack []report.WalkedPC, ended string) {
 	stack = []report.WalkedPC{{PC: r.RIP, At: true}}
 	bp := r.RBP
 	switches := 0
