@@ -113,12 +113,8 @@ func sampleCPUs(ctx context.Context, mon monitor, sym *report.Symbolizer, hz int
 		if jiffiesAt == 0 {
 			return 0, time.Time{}, false
 		}
-		out, err := mon.hmp(ctx, fmt.Sprintf("x /1gx 0x%x", jiffiesAt))
+		w, err := readWords(ctx, mon, jiffiesAt, 1)
 		now := time.Now()
-		if err != nil {
-			return 0, now, false
-		}
-		w, err := report.ParseWords(out, jiffiesAt)
 		if err != nil || len(w) != 1 {
 			return 0, now, false
 		}
@@ -235,18 +231,10 @@ const callReach = 4096
 // function RIP is in. Anything else there (a frame's data, an indirect
 // call's return) is none.
 func topReturn(ctx context.Context, mon monitor, r report.Registers) (uint64, bool) {
-	words := func(addr uint64, n int) []uint64 {
-		out, err := mon.hmp(ctx, fmt.Sprintf("x /%dgx 0x%x", n, addr))
-		if err != nil {
-			return nil
-		}
-		w, err := report.ParseWords(out, addr)
-		if err != nil || len(w) < n {
-			return nil
-		}
-		return w
+	top, err := readWords(ctx, mon, r.RSP, 2)
+	if err != nil || len(top) < 2 {
+		return 0, false
 	}
-	top := words(r.RSP, 2)
 	for i, ret := range top {
 		if i == 1 && top[0] != r.RBP {
 			break // [RSP] is not a pushed RBP: [RSP+8] is the function's data
@@ -254,8 +242,8 @@ func topReturn(ctx context.Context, mon monitor, r report.Registers) (uint64, bo
 		if !report.KernelText(ret) {
 			continue
 		}
-		w := words(ret-5, 1)
-		if w == nil || byte(w[0]) != 0xe8 {
+		w, err := readWords(ctx, mon, ret-5, 1)
+		if err != nil || len(w) < 1 || byte(w[0]) != 0xe8 {
 			continue
 		}
 		target := ret + uint64(int64(int32(uint32(w[0]>>8))))
@@ -264,6 +252,16 @@ func topReturn(ctx context.Context, mon monitor, r report.Registers) (uint64, bo
 		}
 	}
 	return 0, false
+}
+
+// readWords reads n words of the guest's memory at addr through the
+// monitor.
+func readWords(ctx context.Context, mon monitor, addr uint64, n int) ([]uint64, error) {
+	out, err := mon.hmp(ctx, fmt.Sprintf("x /%dgx 0x%x", n, addr))
+	if err != nil {
+		return nil, err
+	}
+	return report.ParseWords(out, addr)
 }
 
 // walkChain is walkFrames' walk by the frame pointers alone.
@@ -300,11 +298,7 @@ func walkChain(ctx context.Context, mon monitor, r report.Registers) (stack []re
 		case bp%8 != 0:
 			return stack, fmt.Sprintf("frame pointer %#x is not a kernel stack's", bp)
 		}
-		out, err := mon.hmp(ctx, fmt.Sprintf("x /2gx 0x%x", bp))
-		if err != nil {
-			return stack, err.Error()
-		}
-		w, err := report.ParseWords(out, bp)
+		w, err := readWords(ctx, mon, bp, 2)
 		if err != nil {
 			return stack, err.Error()
 		}

@@ -2,7 +2,6 @@ package vmrunner
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -47,10 +46,9 @@ func lookIntoIdleGuest(t *testing.T, p Pool) {
 	if s.GuestClock <= 0 {
 		at, _ := sym.Object("jiffies_64")
 		read := func() uint64 {
-			out, err := mon.hmp(ctx, fmt.Sprintf("x /1gx 0x%x", at))
-			w, perr := report.ParseWords(out, at)
-			if err != nil || perr != nil || len(w) != 1 {
-				t.Fatalf("reading jiffies_64: %v %v", err, perr)
+			w, err := readWords(ctx, mon, at, 1)
+			if err != nil || len(w) != 1 {
+				t.Fatalf("reading jiffies_64: %v, %d words", err, len(w))
 			}
 			return w[0]
 		}
