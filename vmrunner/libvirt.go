@@ -179,8 +179,8 @@ type libvirtVM struct {
 	pollErr   error
 	agent     io.ReadWriteCloser // the remote agent stream, until dialled
 	streams   []io.Closer
-	ends      []streamEnd // the remote consoles' streams, for finish
-	finishes  []finished  // how each destroy's finish ended them
+	ends      []*streamEnd // the remote consoles' streams, for finish
+	finishes  []finished   // how each destroy's finish ended them
 }
 
 func (v *libvirtVM) socket() string { return filepath.Join(v.dir, "agent.sock") }
@@ -431,54 +431,56 @@ func (v *libvirtVM) openStreams(dom libvirt.Domain) error {
 	cw := &cappedWriter{f: con, left: maxConsole}
 	// Nothing is typed into the serial console; conIn only ends it.
 	conInR, conInW := io.Pipe()
-	conErr := make(chan error, 1)
-	conEnd := make(chan error, 1)
+	conEnd := &streamEnd{name: "serial console", in: conInW, done: make(chan struct{})}
 	go func() {
-		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasConsole}, conInR, cw, 0)
+		conEnd.err = v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasConsole}, conInR, cw, 0)
 		con.Close()
-		conErr <- err
-		conEnd <- err
+		close(conEnd.done)
 	}()
 	// host → guest through toGuest, guest → host through fromGuest.
 	toGuestR, toGuestW := io.Pipe()
 	fromGuestR, fromGuestW := io.Pipe()
-	agentErr := make(chan error, 1)
-	agentEnd := make(chan error, 1)
+	agentEnd := &streamEnd{name: "agent console", in: toGuestW, out: fromGuestR, done: make(chan struct{})}
 	go func() {
-		err := v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
-		agentEnd <- err
-		if err == nil {
-			err = io.EOF
-		}
-		fromGuestW.CloseWithError(err)
-		agentErr <- err
+		agentEnd.err = v.conn.DomainOpenConsoleBidirectional(dom, libvirt.OptString{aliasAgent}, toGuestR, fromGuestW, 0)
+		close(agentEnd.done)
+		fromGuestW.CloseWithError(orEOF(agentEnd.err))
 	}()
 	s := &stream{r: fromGuestR, w: toGuestW, closers: []io.Closer{toGuestR, toGuestW, fromGuestR}}
 	v.mu.Lock()
 	v.agent = s
 	v.streams = append(v.streams, s, conInR, conInW)
-	v.ends = []streamEnd{{name: "serial console", in: conInW, ended: conEnd}, {name: "agent console", in: toGuestW, out: fromGuestR, ended: agentEnd}}
+	v.ends = []*streamEnd{conEnd, agentEnd}
 	v.mu.Unlock()
 	// A console that cannot be opened fails at once; give both a moment.
 	select {
-	case err := <-conErr:
-		return fmt.Errorf("serial console: %w", err)
-	case err := <-agentErr:
-		return fmt.Errorf("agent console: %w", err)
+	case <-conEnd.done:
+		return fmt.Errorf("serial console: %w", conEnd.err)
+	case <-agentEnd.done:
+		return fmt.Errorf("agent console: %w", orEOF(agentEnd.err))
 	case <-time.After(200 * time.Millisecond):
 		return nil
 	}
 }
 
+// orEOF is err, or io.EOF for a stream that ended without one.
+func orEOF(err error) error {
+	if err == nil {
+		return io.EOF
+	}
+	return err
+}
+
 // streamEnd is one remote console's stream, as finish ends it: in is its
 // host → guest half, out the reader of its guest → host half (nil for
-// the serial console, whose output goes to the log), ended gets the
-// stream's call's return.
+// the serial console, whose output goes to the log); done is closed when
+// the stream's call returned, with err.
 type streamEnd struct {
-	name  string
-	in    io.Closer
-	out   io.Reader // nil: nothing to drain
-	ended chan error
+	name string
+	in   io.Closer
+	out  io.Reader // nil: nothing to drain
+	done chan struct{}
+	err  error // set before done is closed
 }
 
 // finishWait bounds how long destroy waits for libvirtd to acknowledge
@@ -506,12 +508,12 @@ var errEndedFirst = errors.New("ended before its finish")
 // the client of a hang-up, and waits for it), so the client decides
 // when: destroy ends the streams while the domain runs, or, after a
 // domain stopped by itself, once its consoles are freed (freedGrace).
-func (v *libvirtVM) finish(ends []streamEnd) map[string]error {
+func (v *libvirtVM) finish(ends []*streamEnd) map[string]error {
 	got := map[string]error{}
 	for _, e := range ends {
 		select {
-		case err := <-e.ended:
-			got[e.name] = fmt.Errorf("%w (%v)", errEndedFirst, err)
+		case <-e.done:
+			got[e.name] = fmt.Errorf("%w (%v)", errEndedFirst, e.err)
 		default:
 		}
 		e.in.Close() // EOF: the client library sends the stream's finish
@@ -527,8 +529,8 @@ func (v *libvirtVM) finish(ends []streamEnd) map[string]error {
 			continue
 		}
 		select {
-		case err := <-e.ended:
-			got[e.name] = err
+		case <-e.done:
+			got[e.name] = e.err
 		case <-deadline:
 			got[e.name] = fmt.Errorf("no answer to its finish within %s", finishWait)
 		}
