@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -76,7 +77,7 @@ func newLibvirtPool(cfg Config) (Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel, hz: hz}, nil
+		return &libvirtVM{conn: conn, spec: s, dir: dir, remote: remote, label: label, stops: stops, boot: boot, kernel: kernel, hz: hz, log: cfg.Log}, nil
 	})
 	p.onClose = func() error {
 		stopWatching()
@@ -181,6 +182,7 @@ type libvirtVM struct {
 	streams   []io.Closer
 	ends      []*streamEnd // the remote consoles' streams, for finish
 	finishes  []finished   // how each destroy's finish ended them
+	log       *slog.Logger
 }
 
 func (v *libvirtVM) socket() string { return filepath.Join(v.dir, "agent.sock") }
@@ -523,15 +525,21 @@ func (v *libvirtVM) finish(ends []*streamEnd) map[string]error {
 			go io.Copy(io.Discard, e.out)
 		}
 	}
-	deadline := time.After(finishWait)
+	// Closed, not sent on: every end still waiting sees it.
+	expired := make(chan struct{})
+	defer time.AfterFunc(finishWait, func() { close(expired) }).Stop()
 	for _, e := range ends {
 		if _, ok := got[e.name]; ok {
 			continue
 		}
 		select {
 		case <-e.done:
+		case <-expired:
+		}
+		select { // an end that answered in time counts, even when checked after
+		case <-e.done:
 			got[e.name] = e.err
-		case <-deadline:
+		default:
 			got[e.name] = fmt.Errorf("no answer to its finish within %s", finishWait)
 		}
 	}
@@ -703,6 +711,13 @@ func (v *libvirtVM) destroy() error {
 			time.Sleep(freedGrace)
 		}
 		got := v.finish(ends)
+		for name, err := range got {
+			if err != nil && !errors.Is(err, errEndedFirst) {
+				// Not acknowledged: the destroy goes on, and this is
+				// what to look at if libvirtd stops answering later.
+				v.log.Warn("libvirt: a console stream's finish failed", "domain", dom.Name, "console", name, "running", !stopped, "err", err)
+			}
+		}
 		v.mu.Lock()
 		v.finishes = append(v.finishes, finished{running: !stopped, ends: got})
 		v.mu.Unlock()

@@ -1,8 +1,11 @@
 package vmrunner
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -243,10 +246,12 @@ func TestLibvirtStreamTransport(t *testing.T) {
 	pp := p.(*pool)
 	local := pp.newHV
 	var vms []*libvirtVM
+	var warned bytes.Buffer // the VMs' warnings; a failed finish is one
 	pp.newHV = func(s Spec, dir string) (hypervisor, error) {
 		hv, err := local(s, dir)
 		if err == nil {
 			hv.(*libvirtVM).remote = true
+			hv.(*libvirtVM).log = slog.New(slog.NewTextHandler(&warned, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			vms = append(vms, hv.(*libvirtVM))
 		}
 		return hv, err
@@ -312,4 +317,42 @@ func TestLibvirtStreamTransport(t *testing.T) {
 			}
 		}
 	}
+	if strings.Contains(warned.String(), "finish failed") {
+		t.Errorf("a finish was logged as failed:\n%s", &warned)
+	}
 }
+
+// finish waits finishWait in all, not finishWait for the first silent
+// stream and forever for the next: a daemon that acknowledges nothing
+// must not hang a destroy.
+func TestFinishBoundsEveryEnd(t *testing.T) {
+	silent := func(name string) *streamEnd {
+		return &streamEnd{name: name, in: io.NopCloser(nil), done: make(chan struct{})}
+	}
+	acked := &streamEnd{name: "acked", done: make(chan struct{})}
+	acked.in = closeFunc(func() error { close(acked.done); return nil }) // acknowledged at once
+	ends := []*streamEnd{silent("serial console"), acked, silent("agent console")}
+	got := make(chan map[string]error, 1)
+	start := time.Now()
+	go func() { got <- (&libvirtVM{}).finish(ends) }()
+	select {
+	case m := <-got:
+		if took := time.Since(start); took < finishWait {
+			t.Errorf("finish returned after %s, before its %s", took, finishWait)
+		}
+		for _, name := range []string{"serial console", "agent console"} {
+			if err := m[name]; err == nil || !strings.Contains(err.Error(), "no answer") {
+				t.Errorf("%s: %v, want no answer", name, err)
+			}
+		}
+		if err, ok := m["acked"]; !ok || err != nil {
+			t.Errorf("acked: %v (present %v), want nil", err, ok)
+		}
+	case <-time.After(3 * finishWait):
+		t.Fatalf("finish still waiting after %s", 3*finishWait)
+	}
+}
+
+type closeFunc func() error
+
+func (f closeFunc) Close() error { return f() }
