@@ -76,6 +76,9 @@ type Row struct {
 	Level     float64 `json:"level"`
 	// Paired: the test paired the two kernels' rounds turn by turn.
 	Paired bool `json:"paired,omitempty"`
+	// Estimate is the test's change with its standard error and degrees
+	// of freedom, what Interval and Detectable are built on.
+	Estimate stats.Estimate `json:"-"`
 	// Detectable is the minimum detectable effect of the row's last look,
 	// a fraction (stats.Detectable).
 	Detectable float64 `json:"detectable,omitempty"`
@@ -533,7 +536,7 @@ func (c *Comparison) judgeFamily(f *family, t stats.Test) {
 		r := &c.Rows[f.idx[i]]
 		r.Judged, r.P, r.AdjustedP, r.Level = j.Judged, j.P, j.AdjustedP, level
 		r.Interval, r.Significant, r.Within = j.Interval, j.Significant, j.Within
-		r.Paired, r.Detectable, r.ShortOfReach = j.Estimate.Paired, j.Detectable, !j.Reaches
+		r.Estimate, r.Paired, r.Detectable, r.ShortOfReach = j.Estimate, j.Estimate.Paired, j.Detectable, !j.Reaches
 		if r.Significant {
 			r.Guard = stats.Guard(r.Base, r.Patched, r.Interval, st.j.NoiseFloor)
 			r.Called = r.Guard == ""

@@ -60,14 +60,14 @@ type reachRun struct {
 	runs    int
 	outcome judge.Outcome
 	reach   map[string]float64 // primary metric → its minimum detectable effect at the stop
-	// change and se: primary metric → its log-ratio at the stop, and the
-	// standard error its 95% interval assumes (the half-width over
-	// t(0.975) at 2n-2 degrees of freedom); metrics without a log
-	// interval are left out.
-	change, se map[string]float64
-	promise    float64
-	wall       float64 // seconds of the rounds, wall time (the longer side)
-	calib      float64 // the host's calibration, seconds
+	// change, se and score: primary metric → its log-ratio at the stop,
+	// the standard error its interval is built on, and the two as a
+	// normal score (stats.Estimate.Score); metrics without a log estimate
+	// are left out.
+	change, se, score map[string]float64
+	promise           float64
+	wall              float64 // seconds of the rounds, wall time (the longer side)
+	calib             float64 // the host's calibration, seconds
 }
 
 func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
@@ -104,7 +104,7 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 		suite := base[0].Suite
 		j, _ := c.Judgement(suite)
 		run := reachRun{file: f, suite: suite, runs: j.Runs, outcome: c.Outcome(), reach: map[string]float64{}, promise: j.SmallestEffect,
-			change: map[string]float64{}, se: map[string]float64{}}
+			change: map[string]float64{}, se: map[string]float64{}, score: map[string]float64{}}
 		switch {
 		case j.Settled:
 			run.stop = suites.StopSettled
@@ -121,9 +121,8 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 				name += " [" + cell + "]"
 			}
 			run.reach[name] = r.Detectable
-			if iv := r.Interval; iv.Defined && iv.Log && iv.Low > 0 && j.Runs > 1 {
-				run.change[name] = math.Log(iv.Ratio)
-				run.se[name] = math.Log(iv.High/iv.Low) / 2 / stats.StudentQuantile(0.975, float64(2*j.Runs-2))
+			if e := r.Estimate; e.Defined && e.Log && e.SE > 0 {
+				run.change[name], run.se[name], run.score[name] = e.D, e.SE, e.Score()
 			}
 		}
 		for _, side := range []suites.Result{base[0], patched[0]} {
@@ -224,31 +223,36 @@ func printReach(w io.Writer, runs []reachRun, aa bool) error {
 }
 
 // printCalibration holds each metric's A/A changes against what their
-// intervals assume: across A/A runs the changes should spread as much as
-// the standard error each interval is built on. A spread well beyond it
-// is variance the rounds did not show (two boots that differ, when each
-// side is one boot), and intervals that narrow call changes that are not
+// intervals assume. Each change over its standard error is put on the
+// normal scale through its own t distribution (stats.Estimate.Score): the
+// scores of intervals that are right spread by 1 whatever each run's
+// rounds, where the changes over their standard errors spread by
+// sqrt(DF/(DF-2)), 1.73 at 4 paired rounds (3 DF). A spread of the scores
+// beyond what 1 gives by chance (95%, chi-square over the runs) is
+// variance the rounds did not show (two boots that differ, when each side
+// is one boot), and intervals that narrow call changes that are not
 // there. Only with 3 runs or more.
 func printCalibration(w io.Writer, rs []reachRun, metrics []string) {
 	if len(rs) < 3 {
 		return
 	}
-	fmt.Fprintln(w, "  the A/A changes' spread over the runs, against the standard error the intervals assume:")
+	fmt.Fprintln(w, "  the A/A changes against their intervals: each change over its standard error as a normal score, which spreads by 1 when the intervals are right:")
 	for _, m := range metrics {
-		var changes, ses []float64
+		var changes, ses, scores []float64
 		for _, r := range rs {
 			if se, ok := r.se[m]; ok {
-				changes, ses = append(changes, r.change[m]), append(ses, se)
+				changes, ses, scores = append(changes, r.change[m]), append(ses, se), append(scores, r.score[m])
 			}
 		}
 		if len(changes) < 3 {
 			continue
 		}
-		spread, assumed := stats.Summarize(changes).Stddev, stats.Summarize(ses).Median
+		spread, bound := stats.ScoresSpread(scores)
 		mark := ""
-		if spread > 1.5*assumed {
+		if spread > bound {
 			mark = "  (the intervals are too narrow)"
 		}
-		fmt.Fprintf(w, "  %-50s spread %5.2f%%, assumed %5.2f%% (x%.2f)%s\n", strings.TrimSpace(m), 100*spread, 100*assumed, spread/assumed, mark)
+		fmt.Fprintf(w, "  %-50s changes %5.2f%%, standard error %5.2f%% (median); scores spread %.2f (by chance at most %.2f)%s\n",
+			strings.TrimSpace(m), 100*stats.Summarize(changes).Stddev, 100*stats.Summarize(ses).Median, spread, bound, mark)
 	}
 }

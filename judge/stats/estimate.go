@@ -2,6 +2,8 @@ package stats
 
 import (
 	"math"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Estimate is the change of one metric on the scale its test works on, with
@@ -96,4 +98,43 @@ func (e Estimate) Interval(level float64) Interval {
 	}
 	return Interval{Ratio: 1 + e.D/e.Scale, Low: 1 + (e.D-half)/e.Scale, High: 1 + (e.D+half)/e.Scale,
 		Level: level, Defined: true}
+}
+
+// Score is D/SE as a standard normal score: the normal quantile of D/SE's
+// place in Student's t with DF degrees of freedom. Where there is no
+// change, Score is standard normal whatever the runs, so scores of
+// estimates with different DF can be pooled (the A/A runs' check that
+// intervals are as wide as the changes spread): D/SE itself spreads by
+// sqrt(DF/(DF-2)), 1.73 at 3 DF and without bound at 2. 0 when there is no
+// estimate or no spread.
+func (e Estimate) Score() float64 {
+	if !e.Defined || !(e.SE > 0) {
+		return 0
+	}
+	t := e.D / e.SE
+	if math.IsInf(e.DF, 1) {
+		return t
+	}
+	// From the nearer tail, so that a far score keeps its precision.
+	st := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: e.DF}
+	if t > 0 {
+		return -distuv.UnitNormal.Quantile(st.Survival(t))
+	}
+	return distuv.UnitNormal.Quantile(st.CDF(t))
+}
+
+// ScoresSpread is how far scores of estimates of no change (Score, one an
+// A/A run) spread about 0, their root mean square, and the most that
+// intervals that are right give by chance at 95% (the chi-square's with
+// one degree of freedom a score).
+func ScoresSpread(scores []float64) (spread, bound float64) {
+	if len(scores) == 0 {
+		return 0, 0
+	}
+	sq := 0.0
+	for _, z := range scores {
+		sq += z * z
+	}
+	n := float64(len(scores))
+	return math.Sqrt(sq / n), math.Sqrt(distuv.ChiSquared{K: n}.Quantile(0.95) / n)
 }

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -119,5 +120,68 @@ func TestApproxT(t *testing.T) {
 				t.Errorf("approxT(%v, %v) = %v, exact %v", q, df, got, exact)
 			}
 		}
+	}
+}
+
+// Score puts D/SE where the normal has the same tail: t's 97.5% quantile at
+// 3 DF (3.182, R's qt(0.975, 3)) is the normal's 1.960, at any SE; and
+// A/A estimates with few DF, whose D/SE spreads sqrt(3) = 1.73 at 3 DF,
+// score with a spread of 1.
+func TestScore(t *testing.T) {
+	for _, tc := range []struct {
+		e    Estimate
+		want float64
+	}{
+		{Estimate{D: 3.182446 * 0.02, SE: 0.02, DF: 3, Defined: true}, 1.959964},
+		{Estimate{D: -3.182446 * 0.5, SE: 0.5, DF: 3, Defined: true}, -1.959964},
+		{Estimate{D: 12.7062 * 0.1, SE: 0.1, DF: 1, Defined: true}, 1.959964},
+		{Estimate{D: 1.5, SE: 1, DF: math.Inf(1), Defined: true}, 1.5},
+		{Estimate{D: 0, SE: 1, DF: 5, Defined: true}, 0},
+		{Estimate{D: 1, SE: 0, DF: 5, Defined: true}, 0},
+		{Estimate{}, 0},
+	} {
+		if got := tc.e.Score(); math.Abs(got-tc.want) > 1e-4 {
+			t.Errorf("%+v: Score %.6f, want %.6f", tc.e, got, tc.want)
+		}
+	}
+	// Far in the tail the score keeps its precision (t = 40 at 3 DF is a
+	// one-sided p of 1.7e-5, the normal's 4.14).
+	if got := (Estimate{D: 40, SE: 1, DF: 3, Defined: true}).Score(); math.Abs(got-4.145) > 0.01 {
+		t.Errorf("t = 40 at 3 DF: score %.3f, want about 4.145", got)
+	}
+	// Paired A/A estimates of 4 rounds (3 DF): D/SE spreads by about
+	// 1.73, the scores by 1.
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var ts, zs []float64
+	for range 20000 {
+		d := make([]float64, 4)
+		for i := range d {
+			d[i] = rnd.NormFloat64()
+		}
+		m := mean(d)
+		e := Estimate{D: m, SE: math.Sqrt(variance(d, m) / 4), DF: 3, Defined: true}
+		ts, zs = append(ts, e.D/e.SE), append(zs, e.Score())
+	}
+	rms := func(xs []float64) float64 {
+		s := 0.0
+		for _, x := range xs {
+			s += x * x
+		}
+		return math.Sqrt(s / float64(len(xs)))
+	}
+	if r := rms(ts); r < 1.5 {
+		t.Errorf("D/SE at 3 DF spreads %.2f, want about 1.73", r)
+	}
+	if r := rms(zs); math.Abs(r-1) > 0.03 {
+		t.Errorf("scores at 3 DF spread %.3f, want 1", r)
+	}
+}
+
+// ScoresSpread's bound is the chi-square's 95% quantile over the scores:
+// qchisq(0.95, 10) = 18.307 in R, so sqrt(1.8307) for ten.
+func TestScoresSpread(t *testing.T) {
+	spread, bound := ScoresSpread([]float64{1, -1, 2, -2, 0, 0, 1, -1, 0, 0})
+	if math.Abs(spread-math.Sqrt(12.0/10)) > 1e-9 || math.Abs(bound-math.Sqrt(18.307/10)) > 1e-3 {
+		t.Errorf("ScoresSpread = %.4f, %.4f; want %.4f, %.4f", spread, bound, math.Sqrt(1.2), math.Sqrt(1.8307))
 	}
 }
