@@ -32,8 +32,10 @@ an outcome other than "no change" counts as a false positive. Then, per suite:
 the runs, the median rounds a side, the median and the worst reach of each
 primary metric, and the rounds' wall time as a multiple of the host's
 calibration. With --aa and 3 runs or more, also how far the A/A changes
-spread over the runs against the standard error their intervals assume: a
-spread well beyond it is variance the rounds did not show.`,
+spread against their intervals: each change over its standard error as a
+normal score (through its own t distribution), whose spread is 1 when the
+intervals are right; a spread past what chance gives (95%) is variance the
+rounds did not show, and is marked "the intervals are too narrow".`,
 		example: `patchbot suite reach --aa aa/cache-contention-*.json`,
 		flags: func(fs *flag.FlagSet) func(context.Context, []string) error {
 			rule := fs.String("rule", stats.DefaultRule.String(), "the sequential `rule` to judge with")
