@@ -62,14 +62,13 @@ type reachRun struct {
 	runs    int
 	outcome judge.Outcome
 	reach   map[string]float64 // primary metric → its minimum detectable effect at the stop
-	// change, se and score: primary metric → its log-ratio at the stop,
-	// the standard error its interval is built on, and the two as a
-	// normal score (stats.Estimate.Score); metrics without a log estimate
-	// are left out.
-	change, se, score map[string]float64
-	promise           float64
-	wall              float64 // seconds of the rounds, wall time (the longer side)
-	calib             float64 // the host's calibration, seconds
+	// est: primary metric → the test's estimate at the stop, its
+	// log-ratio with the standard error and degrees of freedom its
+	// interval is built on; metrics without a log estimate are left out.
+	est     map[string]stats.Estimate
+	promise float64
+	wall    float64 // seconds of the rounds, wall time (the longer side)
+	calib   float64 // the host's calibration, seconds
 }
 
 func runReach(w io.Writer, files []string, rule stats.Rule, aa bool) error {
@@ -106,7 +105,7 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 		suite := base[0].Suite
 		j, _ := c.Judgement(suite)
 		run := reachRun{file: f, suite: suite, runs: j.Runs, outcome: c.Outcome(), reach: map[string]float64{}, promise: j.SmallestEffect,
-			change: map[string]float64{}, se: map[string]float64{}, score: map[string]float64{}}
+			est: map[string]stats.Estimate{}}
 		switch {
 		case j.Settled:
 			run.stop = suites.StopSettled
@@ -124,7 +123,7 @@ func judgeReach(files []string, rule stats.Rule) ([]reachRun, error) {
 			}
 			run.reach[name] = r.Detectable
 			if e := r.Estimate; e.Defined && e.Log && e.SE > 0 {
-				run.change[name], run.se[name], run.score[name] = e.D, e.SE, e.Score()
+				run.est[name] = e
 			}
 		}
 		for _, side := range []suites.Result{base[0], patched[0]} {
@@ -242,8 +241,8 @@ func printCalibration(w io.Writer, rs []reachRun, metrics []string) {
 	for _, m := range metrics {
 		var changes, ses, scores []float64
 		for _, r := range rs {
-			if se, ok := r.se[m]; ok {
-				changes, ses, scores = append(changes, r.change[m]), append(ses, se), append(scores, r.score[m])
+			if e, ok := r.est[m]; ok {
+				changes, ses, scores = append(changes, e.D), append(ses, e.SE), append(scores, e.Score())
 			}
 		}
 		if len(changes) < 3 {
