@@ -68,6 +68,16 @@ type Params struct {
 	// (FoldBoots). The spread between boots is then averaged inside a
 	// round as the windows' is, instead of adding to each round whole.
 	Boots int `yaml:"boots"`
+	// ICountShift is the -icount shift the suite's guests keep
+	// instruction-counted time at (2^N ns a guest instruction), where they
+	// keep it at all (the VM's clock auto or "icount"; an "icount:N" clock
+	// names its own shift and wins). nil is vmrunner.ICountShift, 2. A
+	// shift sets what a sleep costs against the guest's work (at 0 the
+	// guest's CPU is four times faster against every sleep than at 2), so
+	// each suite's panel chooses its own (docs/vmrunner.md, "What it
+	// measures"). The host reads it to boot the guests; the guest's agent
+	// does not.
+	ICountShift *int `yaml:"icount_shift" json:",omitempty"`
 	// SameDraws seeds the workloads' random draws (FUSE's file sizes and
 	// order, cache-contention's mixed files) the same in every round;
 	// otherwise by the round's number. Both kernels draw the same either
@@ -456,6 +466,10 @@ func (s *Suite) Resolve(profile string) (*Config, error) {
 	}
 	c := &Config{Suite: s.Name, Profile: profile, Workloads: s.Workloads, Params: s.Params}
 	c.Params.Readers = append([]int(nil), s.Params.Readers...)
+	if v := s.Params.ICountShift; v != nil { // the profile's decodes onto a copy, not the suite's
+		shift := *v
+		c.Params.ICountShift = &shift
+	}
 	if err := overlay(&p.Params, &c.Params); err != nil {
 		return nil, fmt.Errorf("suite %q profile %q: params: %w", s.Name, profile, err)
 	}
@@ -513,6 +527,9 @@ func (p Params) check(suite string) error {
 	var errs []error
 	if p.Windows < 0 || p.Boots < 0 {
 		errs = append(errs, fmt.Errorf("windows = %d, boots = %d: want 0 or more", p.Windows, p.Boots))
+	}
+	if p.ICountShift != nil && *p.ICountShift < 0 {
+		errs = append(errs, fmt.Errorf("icount_shift = %d: want 0 or more", *p.ICountShift))
 	}
 	if p.Boots > 1 && (!p.Reboot || max(1, p.Windows)%p.Boots != 0) {
 		errs = append(errs, fmt.Errorf("boots = %d: want reboot, and windows (%d) a multiple of it", p.Boots, p.Windows))

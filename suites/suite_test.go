@@ -1,6 +1,7 @@
 package suites
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ profiles:
 		{"boots without reboot", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 2}", 1), "want reboot"},
 		{"boots not dividing windows", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 3, reboot: true}", 1), "a multiple of it"},
 		{"negative windows", strings.Replace(base, "{windows: 2}", "{windows: -1}", 1), "want 0 or more"},
+		{"negative icount shift", strings.Replace(base, "{windows: 2}", "{icount_shift: -1}", 1), "icount_shift = -1"},
 		{"image on imageless", strings.Replace(base, "quick: {params", "quick: {image: {seed: 2}, params", 1), "reads no image"},
 	}
 	for _, tt := range tests {
@@ -114,6 +116,67 @@ func TestProfileOverrides(t *testing.T) {
 	}
 	if _, err := s.Resolve("nope"); err == nil || !strings.Contains(err.Error(), "quick") {
 		t.Errorf("unknown profile: %v, want an error listing the profiles", err)
+	}
+}
+
+// A suite's icount shift is its profiles' unless one names its own, and a
+// profile's overrides the suite's on a copy: resolving one profile must
+// not change what the next resolves to. A profile with a shift is another
+// shape (Config.Sum) from one without; one without keeps the Sum it had
+// before the field existed.
+func TestProfileICountShift(t *testing.T) {
+	s, err := Decode(strings.NewReader(`name: locks
+paths: [fs/locks.c]
+workloads: [posix]
+params: {contenders: [1], duration: 1s, icount_shift: 1}
+verdict:
+  primary: [{workload: posix, metric: acquisitions_per_s}]
+  smallest_effect: 0.1
+  noise_floor: 0.05
+profiles:
+  quick: {params: {icount_shift: 0}}
+  standard: {params: {windows: 2}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shift := func(profile string) int {
+		t.Helper()
+		c, err := s.Resolve(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Params.ICountShift == nil {
+			t.Fatalf("%s: no icount shift", profile)
+		}
+		return *c.Params.ICountShift
+	}
+	if got := shift("quick"); got != 0 {
+		t.Errorf("quick: shift %d, want its own 0", got)
+	}
+	if got := shift("standard"); got != 1 {
+		t.Errorf("standard after quick: shift %d, want the suite's 1", got)
+	}
+
+	locks, err := Lookup("locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := locks.Resolve("quick")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Params.ICountShift != nil {
+		t.Fatalf("locks quick has an icount shift, %d", *c.Params.ICountShift)
+	}
+	before := c.Sum()
+	if b, _ := json.Marshal(c.Params); strings.Contains(string(b), "ICountShift") {
+		t.Errorf("a profile without a shift carries one to the guest: %s", b)
+	}
+	zero := 0
+	c.Params.ICountShift = &zero
+	if c.Sum() == before {
+		t.Error("a profile at shift 0 has the Sum of one without a shift")
 	}
 }
 

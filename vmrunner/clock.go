@@ -34,8 +34,9 @@ const (
 	// ClockHost is the host's real time: KVM's, or multi-threaded TCG's.
 	ClockHost = "host"
 	// ClockICount is instruction-counted time: TCG with -icount at
-	// ICountShift, even where KVM works. "icount:N" is the same at
-	// shift N (ICountClock), 0 to MaxICountShift.
+	// Config.ICountShift (a suite's profile's), else ICountShift, even
+	// where KVM works. "icount:N" is the same at shift N (ICountClock),
+	// 0 to MaxICountShift, whatever Config.ICountShift says.
 	ClockICount = "icount"
 )
 
@@ -69,6 +70,24 @@ func ICountShiftOf(clock string) (int, bool) {
 	return n, true
 }
 
+// poolShift is the -icount shift of a pool's guests, where they keep
+// instruction-counted time: an "icount:N" clock's own, else the one
+// Config.ICountShift names (a suite's profile), else ICountShift.
+func poolShift(cfg Config) (int, error) {
+	if cfg.Clock != ClockICount {
+		if shift, ok := ICountShiftOf(cfg.Clock); ok {
+			return shift, nil
+		}
+	}
+	if p := cfg.ICountShift; p != nil {
+		if *p < 0 || *p > MaxICountShift {
+			return 0, fmt.Errorf("icount shift %d: want 0 to %d", *p, MaxICountShift)
+		}
+		return *p, nil
+	}
+	return ICountShift, nil
+}
+
 // IsICount says whether clock is instruction-counted time, at any shift.
 func IsICount(clock string) bool {
 	_, ok := ICountShiftOf(clock)
@@ -89,7 +108,8 @@ func IsICount(clock string) bool {
 // their direction and read-delay is right, but the no-ops' reach is no
 // better, the lock and FUSE suites take four times the host's time, and
 // no A/A run is measured (docs/suites.md, "At shift 0"): the default
-// stays 2, and "icount:0" asks for shift 0.
+// stays 2; a suite's profile names another (Config.ICountShift) and
+// "icount:0" asks for shift 0.
 const ICountShift = 2
 
 // icountArgs are QEMU's arguments for instruction-counted time: the guest

@@ -116,23 +116,32 @@ func TestQEMUVersion(t *testing.T) {
 // icount insists (a VM it cannot have is refused) and refuses KVM.
 func TestQEMUPoolClock(t *testing.T) {
 	old, young := fakeQEMU(t, "7.2.22"), fakeQEMU(t, "10.0.2")
+	zero, eleven := 0, MaxICountShift+1
 	for _, tt := range []struct {
 		name       string
 		qemu       string
 		clock      string
 		cpus       int
+		profile    *int // Config.ICountShift, a suite profile's
 		wantICount bool
 		wantShift  int
 	}{
-		{"auto, 10.0, 2 vCPUs", young, ClockAuto, 2, true, ICountShift},
-		{"auto, 7.2, 2 vCPUs", old, ClockAuto, 2, false, ICountShift},
-		{"auto, 7.2, 1 vCPU", old, ClockAuto, 1, true, ICountShift},
-		{"icount, 7.2, 1 vCPU", old, ClockICount, 1, true, ICountShift},
-		{"icount:0, 10.0, 2 vCPUs", young, "icount:0", 2, true, 0},
-		{"host, 10.0", young, ClockHost, 2, false, ICountShift},
+		{"auto, 10.0, 2 vCPUs", young, ClockAuto, 2, nil, true, ICountShift},
+		{"auto, 7.2, 2 vCPUs", old, ClockAuto, 2, nil, false, ICountShift},
+		{"auto, 7.2, 1 vCPU", old, ClockAuto, 1, nil, true, ICountShift},
+		{"icount, 7.2, 1 vCPU", old, ClockICount, 1, nil, true, ICountShift},
+		{"icount:0, 10.0, 2 vCPUs", young, "icount:0", 2, nil, true, 0},
+		{"host, 10.0", young, ClockHost, 2, nil, false, ICountShift},
+		// A suite's profile names the shift for auto and icount; an
+		// icount:N clock names its own.
+		{"auto, profile at 0", young, ClockAuto, 2, &zero, true, 0},
+		{"icount, profile at 0", young, ClockICount, 2, &zero, true, 0},
+		{"icount:3, profile at 0", young, "icount:3", 2, &zero, true, 3},
+		{"icount:2, profile at 0", young, "icount:2", 2, &zero, true, 2},
+		{"host, profile at 0", young, ClockHost, 2, &zero, false, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New("qemu", Config{QEMU: tt.qemu, Clock: tt.clock, WorkDir: t.TempDir(), RunDir: t.TempDir()})
+			p, err := New("qemu", Config{QEMU: tt.qemu, Clock: tt.clock, ICountShift: tt.profile, WorkDir: t.TempDir(), RunDir: t.TempDir()})
 			if err != nil {
 				t.Skipf("no QEMU pool here: %v", err)
 			}
@@ -157,6 +166,9 @@ func TestQEMUPoolClock(t *testing.T) {
 	}
 	if _, err := New("qemu", Config{QEMU: young, Clock: "tsc"}); err == nil {
 		t.Error("an unknown clock was accepted")
+	}
+	if _, err := New("qemu", Config{QEMU: young, ICountShift: &eleven}); err == nil {
+		t.Errorf("a profile's icount shift of %d was accepted", eleven)
 	}
 }
 

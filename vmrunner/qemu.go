@@ -177,9 +177,9 @@ func newQEMUPool(cfg Config) (Pool, error) {
 		cfg.Log.Warn("no private directory for host facts; the KVM probe will run in each process", "dir", acc.dir, "err", err)
 		acc.dir = ""
 	}
-	shift, ok := ICountShiftOf(cfg.Clock)
-	if !ok {
-		shift = ICountShift // auto
+	shift, err := poolShift(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("vmrunner: %w", err)
 	}
 	return newPool("qemu", cfg, func(s Spec, dir string) (hypervisor, error) {
 		boot, kernel, hz, err := bootPath(cfg.Boot, s)

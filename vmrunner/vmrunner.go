@@ -188,6 +188,12 @@ type Config struct {
 	// clock.go). libvirt's
 	// guests keep TCG's real time.
 	Clock string
+	// ICountShift is the -icount shift of a guest that keeps
+	// instruction-counted time by ClockAuto or ClockICount: nil is
+	// ICountShift; 0 to MaxICountShift. A suite's profile names it
+	// (suites.Params.ICountShift); an "icount:N" Clock names its own
+	// shift and wins.
+	ICountShift *int
 	// Boot picks the boot path: BootAuto ("", the default) takes BootPVH
 	// when the kernel has a PVH ELF (see Spec.Vmlinux) and BootLegacy
 	// otherwise; BootPVH insists on it; BootLegacy is the old path, kept

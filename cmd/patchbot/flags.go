@@ -167,7 +167,7 @@ func (v *vmFlags) declare(fs *flag.FlagSet) {
 	fs.IntVar(&v.cpus, "cpus", 0, "vCPUs of each VM, 1..64 (default from the config: 2)")
 	fs.IntVar(&v.mem, "mem", 0, "memory of each VM in MiB, at least 256 (default from the config: 1024)")
 	fs.StringVar(&v.boot, "boot", "", "the VMs' boot path: legacy (bzImage on the pc machine) or pvh (the kernel's ELF on microvm) (default from the config: legacy)")
-	fs.StringVar(&v.clock, "clock", "", "a TCG guest's time: icount (instruction-counted, 4 ns an instruction), icount:N (2^N ns an instruction) or host (TCG's real time) (default from the config: icount where this QEMU can)")
+	fs.StringVar(&v.clock, "clock", "", "a TCG guest's time: icount (instruction-counted, at the profile's icount_shift, else 4 ns an instruction), icount:N (2^N ns an instruction) or host (TCG's real time) (default from the config: icount where this QEMU can)")
 }
 
 // apply checks the flags that were given and sets them over cfg.

@@ -118,9 +118,10 @@ type VMConfig struct {
 	// Under KVM the PVH guest has kvm-clock.
 	Boot string `yaml:"boot"`
 	// Clock is how a TCG guest keeps time: "" (auto: instruction-counted
-	// where this QEMU can, docs/vmrunner.md), "icount" (at
-	// vmrunner.ICountShift), "icount:N" (at shift N: 2^N ns an
-	// instruction) or "host" (TCG's real time, as every measurement
+	// where this QEMU can, docs/vmrunner.md), "icount" (at the suite
+	// profile's shift, icount_shift, else vmrunner.ICountShift),
+	// "icount:N" (at shift N: 2^N ns an instruction, whatever the
+	// profile says) or "host" (TCG's real time, as every measurement
 	// before 2026-12-05). KVM guests keep real time.
 	Clock string `yaml:"clock"`
 }
@@ -182,6 +183,22 @@ func (c VMConfig) withDefaults() VMConfig {
 	return c
 }
 
+// poolConfig is the VM pool's configuration for a run of n kernels of a
+// resolved profile: every side is up at once, for interleaving, and the
+// guests keep the profile's icount shift where their clock is
+// instruction-counted.
+func poolConfig(vm VMConfig, cfg *suites.Config, n int, log *slog.Logger) vmrunner.Config {
+	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, n), Boot: vm.Boot, Clock: vm.Clock,
+		ICountShift: cfg.Params.ICountShift, Log: log}
+	if pcfg.Boot == "" {
+		pcfg.Boot = vmrunner.BootLegacy
+	}
+	if len(vm.URIs) > 0 {
+		pcfg.URI = vm.URIs[0]
+	}
+	return pcfg
+}
+
 // Run boots every kernel and returns one Result per kernel, in order.
 func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 	if len(o.Kernels) == 0 {
@@ -224,15 +241,7 @@ func Run(ctx context.Context, o Options) ([]*suites.Result, error) {
 		params[suites.ParamProbes] = o.Probes
 	}
 
-	pcfg := vmrunner.Config{Limit: max(vm.Concurrency, len(o.Kernels)), // every side is up at once, for interleaving
-		Boot: vm.Boot, Clock: vm.Clock, Log: o.Log}
-	if pcfg.Boot == "" {
-		pcfg.Boot = vmrunner.BootLegacy
-	}
-	if len(vm.URIs) > 0 {
-		pcfg.URI = vm.URIs[0]
-	}
-	pool, err := vmrunner.New(vm.Backend, pcfg)
+	pool, err := vmrunner.New(vm.Backend, poolConfig(vm, cfg, len(o.Kernels), o.Log))
 	if err != nil {
 		return nil, err
 	}

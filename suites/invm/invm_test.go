@@ -17,6 +17,33 @@ import (
 	"github.com/patchbot/patchbot/vmrunner/proto"
 )
 
+// The guests of a profile that names an icount shift are booted at it:
+// the pool gets the profile's shift, and the VM's own clock beside it (an
+// "icount:N" clock wins in the pool, vmrunner's TestQEMUPoolClock). A
+// profile without one leaves the pool at vmrunner.ICountShift.
+func TestPoolKeepsTheProfilesShift(t *testing.T) {
+	for _, tt := range []struct {
+		profile string
+		want    string // the pool's clock for an auto VM, as vmrunner names it
+	}{
+		{"four-windows-shift0", "icount:0"},
+		{"four-windows", vmrunner.ClockICount},
+	} {
+		cfg := resolve(t, "cache-contention", tt.profile)
+		pcfg := poolConfig(VMConfig{Clock: "icount:3", Boot: vmrunner.BootPVH}, cfg, 2, nil)
+		if pcfg.Clock != "icount:3" || pcfg.Boot != vmrunner.BootPVH || pcfg.Limit != 2 {
+			t.Errorf("%s: the VM's clock %q, boot %q, limit %d; want icount:3, pvh, 2", tt.profile, pcfg.Clock, pcfg.Boot, pcfg.Limit)
+		}
+		got := vmrunner.ICountClock(vmrunner.ICountShift)
+		if p := poolConfig(VMConfig{}, cfg, 2, nil).ICountShift; p != nil {
+			got = vmrunner.ICountClock(*p)
+		}
+		if got != tt.want {
+			t.Errorf("%s: the pool's guests keep %s, want %s", tt.profile, got, tt.want)
+		}
+	}
+}
+
 // TestGuestCacheContention boots the minimal kernel under QEMU (4 vCPUs)
 // and runs one round of the smoke cache-contention profile in it: the
 // whole guest path, from the staged image on /dev/vda to the counters.

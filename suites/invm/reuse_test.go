@@ -153,6 +153,12 @@ func TestBaseKeyFollowsTheProfilesShape(t *testing.T) {
 	if baseKey(&reshaped, base, vm) == key {
 		t.Error("a profile with another number of windows has the same key")
 	}
+	shift := 0
+	shifted := *cfg
+	shifted.Params.ICountShift = &shift
+	if baseKey(&shifted, base, vm) == key {
+		t.Error("a profile at icount shift 0 has the key of one at the default shift")
+	}
 	if BaseKey("cache-contention", "quick", base, vm) == key {
 		t.Error("another profile has the same key")
 	}
