@@ -106,10 +106,11 @@ func IsICount(clock string) bool {
 // "no change" at shift 2 and a regression at shift 0 (docs/vmrunner.md,
 // "What it measures"). At shift 0 the panel's verdicts measured keep
 // their direction and read-delay is right, but the no-ops' reach is no
-// better, the lock and FUSE suites take four times the host's time, and
-// no A/A run is measured (docs/suites.md, "At shift 0"): the default
-// stays 2; a suite's profile names another (Config.ICountShift) and
-// "icount:0" asks for shift 0.
+// better with one window a round and the lock and FUSE suites take four
+// times the host's time (docs/suites.md, "At shift 0"): the default stays
+// 2; a suite's profile names another (Config.ICountShift, the candidate
+// four-windows-shift0 of cache-contention) and "icount:0" asks for
+// shift 0.
 const ICountShift = 2
 
 // icountArgs are QEMU's arguments for instruction-counted time: the guest
