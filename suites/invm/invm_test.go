@@ -20,26 +20,27 @@ import (
 // The guests of a profile that names an icount shift are booted at it:
 // the pool gets the profile's shift, and the VM's own clock beside it (an
 // "icount:N" clock wins in the pool, vmrunner's TestQEMUPoolClock). A
-// profile without one leaves the pool at vmrunner.ICountShift.
+// profile without one gives the pool none, which keeps it at
+// vmrunner.ICountShift.
 func TestPoolKeepsTheProfilesShift(t *testing.T) {
 	for _, tt := range []struct {
 		profile string
-		want    string // the pool's clock for an auto VM, as vmrunner names it
+		want    int // the pool's Config.ICountShift; -1 for none
 	}{
-		{"four-windows-shift0", "icount:0"},
-		{"four-windows", vmrunner.ClockICount},
+		{"four-windows-shift0", 0},
+		{"four-windows", -1},
 	} {
 		cfg := resolve(t, "cache-contention", tt.profile)
 		pcfg := poolConfig(VMConfig{Clock: "icount:3", Boot: vmrunner.BootPVH}, cfg, 2, nil)
 		if pcfg.Clock != "icount:3" || pcfg.Boot != vmrunner.BootPVH || pcfg.Limit != 2 {
 			t.Errorf("%s: the VM's clock %q, boot %q, limit %d; want icount:3, pvh, 2", tt.profile, pcfg.Clock, pcfg.Boot, pcfg.Limit)
 		}
-		got := vmrunner.ICountClock(vmrunner.ICountShift)
-		if p := poolConfig(VMConfig{}, cfg, 2, nil).ICountShift; p != nil {
-			got = vmrunner.ICountClock(*p)
+		got := -1
+		if p := pcfg.ICountShift; p != nil {
+			got = *p
 		}
 		if got != tt.want {
-			t.Errorf("%s: the pool's guests keep %s, want %s", tt.profile, got, tt.want)
+			t.Errorf("%s: the pool's icount shift %d, want %d (-1: none)", tt.profile, got, tt.want)
 		}
 	}
 }
@@ -192,9 +193,10 @@ func TestUnpreparedRoundArmsItself(t *testing.T) {
 
 // Under TCG the PVH path's microvm has no HPET or ACPI PM timer: the
 // guest has a fine clock only because vmrunner tells it its TSC's rate
-// (the host's, or under instruction-counted time the virtual one). A round there must run on the TSC with high-resolution timers;
-// on a host whose TSC is no clock it must be refused, naming the clock,
-// and blamed on the set-up, not on the kernel.
+// (the host's, or under instruction-counted time the virtual one). A
+// round there must run on the TSC with high-resolution timers; on a host
+// whose TSC is no clock it must be refused, naming the clock, and blamed
+// on the set-up, not on the kernel.
 func TestPVHRoundUnderTCG(t *testing.T) {
 	ctx := context.Background()
 	k := guestKernel(t)
