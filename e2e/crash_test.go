@@ -471,13 +471,20 @@ func TestCrashAtEachStepLosesNothing(t *testing.T) {
 				st := w.store(t)
 				uncertain, _ := st.OutboxIn(context.Background(), store.Uncertain)
 				r := row{point: point, uncertain: len(uncertain)}
-				if point == "outbox-delivering#1" {
+				if point == "outbox-delivering#1" && len(uncertain) != 1 {
+					t.Fatalf("%d uncertain replies, want 1:\n%s", len(uncertain), d.logTail())
+				}
+				if len(uncertain) > 1 {
+					t.Fatalf("%d uncertain replies, want at most the one cut by the kill:\n%s", len(uncertain), d.logTail())
+				}
+				if len(uncertain) == 1 && point != "outbox-accepted#1" {
 					// Killed before the final ".": nothing was delivered, and the
 					// record cannot know it. The reply is reported once and left
 					// for a person, who sees it never arrived and queues it again.
-					if len(uncertain) != 1 {
-						t.Fatalf("%d uncertain replies, want 1:\n%s", len(uncertain), d.logTail())
-					}
+					// At outbox-delivering#1 the kill is aimed there; at any other
+					// point a reply the outbox was sending at that moment (the
+					// stranger's help while the series' job runs) is cut the same
+					// way (a CI run, 2026-12-07, at job-executed#1).
 					if !strings.Contains(d.logText(), "reply delivery uncertain") {
 						t.Errorf("no log line for the uncertain delivery:\n%s", d.logTail())
 					}
