@@ -491,6 +491,15 @@ const finishWait = 5 * time.Second
 
 // freedGrace is how long destroy lets libvirtd free the consoles of a
 // domain that stopped by itself before it ends their streams (finish).
+//
+// It is a wait, not an acknowledgement, and a persistent domain would
+// not make it one. libvirtd frees a domain's consoles with the domain
+// object (qemuDomainObjPrivateFree), so a persistent domain keeps them
+// until its undefine. But a stream libvirtd hung up has already ended
+// the client library's call (the empty packet is its end of stream), so
+// libvirtd's confirmation of our finish reaches no one: nothing would
+// order that finish, handled in the daemon's event loop, before an
+// undefine handled by one of its workers.
 const freedGrace = 2 * time.Second
 
 // errEndedFirst: a console's stream ended from libvirtd's side (the
