@@ -130,7 +130,74 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 		}
 		tw.line("%s%s", prefix, name)
 	}
+	if l := primaryLegend(c, append(rows, mech...)); l != "" {
+		tw.line("")
+		tw.line("%s", wrap(l, MaxColumns))
+	}
 	return tw.err
+}
+
+// primaryLegend says what the last columns of WritePrimary mean, naming
+// only the words the table uses, and nothing where every row is a change
+// called. Where a row reads "same" or "open" with
+// a 95% interval clear of zero, it says why: the interval is the metric's
+// own, while a change is called only after the family's correction
+// (Holm-Bonferroni over the suite's primary metrics), so a reader does
+// not take such a row for a missed change.
+func primaryLegend(c *judge.Comparison, rows []judge.Row) string {
+	used := map[string]bool{}
+	clear := false
+	reach := false
+	for _, r := range rows {
+		w := judgement(r)
+		used[w] = true
+		if (w == "same" || w == "open") && r.Interval.Defined && (r.Interval.Low > 1 || r.Interval.High < 1) {
+			clear = true
+		}
+		if r.Judged && !r.Called && r.Detectable > 0 {
+			reach = true
+		}
+	}
+	// "±10%", or where the suites differ, what each promised
+	within, smallest := "± the suite's smallest effect of interest", "± the suite's smallest effect of interest"
+	if len(c.Suites) > 0 {
+		e := c.Suites[0].SmallestEffect
+		for _, s := range c.Suites[1:] {
+			if s.SmallestEffect != e {
+				e = 0
+			}
+		}
+		if e > 0 {
+			within, smallest = "±"+pct(e), "±"+pct(e)+", the smallest effect of interest"
+		}
+	}
+	var parts []string
+	if reach {
+		parts = append(parts, "reach: the smallest change this run could have detected (80% power).")
+	}
+	if n := len(used); (n == 1 && (used["better"] || used["worse"])) || (n == 2 && used["better"] && used["worse"]) {
+		return "" // every row a change called: nothing to explain
+	}
+	if used["better"] || used["worse"] {
+		parts = append(parts, "better, worse: a change, called.")
+	}
+	if used["same"] {
+		parts = append(parts, "same: the interval lies within "+smallest+".")
+	}
+	if used["open"] {
+		parts = append(parts, "open: not settled, neither a change called nor within "+within+".")
+	}
+	if used["guard"] {
+		parts = append(parts, "guard: significant, but below the noise floor or with the two kernels' runs overlapping, so not called.")
+	}
+	if used[markNotJudged] {
+		parts = append(parts, fmt.Sprintf("%s: fewer than %d runs a side, not judged.", markNotJudged, stats.MinSamples))
+	}
+	if clear {
+		parts = append(parts, "Each interval is the metric's own; a change is called only when it stays significant after "+
+			correctionText(c)+" within its family, so an interval clear of zero can still read same or open.")
+	}
+	return strings.Join(parts, " ")
 }
 
 // judgement is a primary row's verdict in one word (see WritePrimary).

@@ -265,3 +265,58 @@ func TestNotesCalibration(t *testing.T) {
 		t.Errorf("notes lack %q:\n%s", want, notes)
 	}
 }
+
+// The primary block's legend names the words the table uses, and says why
+// a row can read "same" beside a 95% interval clear of zero: the interval
+// is the metric's own, the call is made after the family's correction.
+func TestPrimaryLegend(t *testing.T) {
+	legend := func(statPatched float64) string {
+		t.Helper()
+		b, p := results([]metric{
+			{"read-storm", "files_per_s", "files/s", true, runs(21, 0.01), runs(40, 0.01)},
+			{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.01), runs(180, 0.01)},
+			{"stat-storm", "files_per_s", "files/s", true, runs(900, 0.01), runs(statPatched, 0.01)},
+		})
+		c, err := judge.Compare(b, p, judge.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := WritePrimary(&buf, c); err != nil {
+			t.Fatal(err)
+		}
+		checkWidth(t, buf.String())
+		return buf.String()
+	}
+	// +1.6%: significant alone (p below 0.05), not after Holm over three.
+	out := legend(914.5)
+	if !strings.Contains(out, "+1.6") || !strings.Contains(out, "same   files_per_s") {
+		t.Fatalf("stat-storm's row is not the case under test (+1.6%%, same):\n%s", out)
+	}
+	for _, w := range []string{"reach: the smallest change", "better, worse: a change, called.",
+		"same: the interval lies within ±10%", "clear of zero can still read same"} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), w) {
+			t.Errorf("legend without %q:\n%s", w, out)
+		}
+	}
+	if strings.Contains(out, "open:") || strings.Contains(out, "guard:") {
+		t.Errorf("the legend explains a word the table does not use:\n%s", out)
+	}
+	// An interval around zero needs no such sentence.
+	if out := legend(900); strings.Contains(out, "clear of zero") {
+		t.Errorf("the sentence on intervals clear of zero, with none:\n%s", out)
+	}
+	// Every row a change called: no legend at all.
+	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(21, 0.01), runs(40, 0.01)}})
+	c, err := judge.Compare(b, p, judge.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WritePrimary(&buf, c); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(buf.String(), "better, worse:") {
+		t.Errorf("a legend under a table of changes called:\n%s", buf.String())
+	}
+}
