@@ -14,7 +14,8 @@ import (
 )
 
 // runCacheContention runs the stat storm, the small-file read storm and the
-// mixed operations, each from cold caches, with T threads.
+// mixed operations, each from cold caches, with T threads, each as many
+// times as Params.Repeat says (once unless told).
 func runCacheContention(r *round, img *mountedImage) error {
 	meta, small := groupFiles(img.files, "meta"), groupFiles(img.files, "small")
 	if len(meta) == 0 || len(small) == 0 {
@@ -24,23 +25,28 @@ func runCacheContention(r *round, img *mountedImage) error {
 	params := map[string]string{"threads": strconv.Itoa(threads)}
 	r.res.Notes["threads"] = strconv.Itoa(threads)
 	for _, w := range r.cfg.Workloads {
-		if err := r.ctx.Err(); err != nil {
-			return err
-		}
-		if err := r.timed(PhaseDropCaches, dropCaches); err != nil {
-			return err
-		}
-		var err error
-		switch w {
-		case "stat-storm":
-			err = r.statStorm(img.dir, meta, threads, params)
-		case "read-storm":
-			err = r.readStorm(img.dir, small, threads, params)
-		case "mixed":
-			err = r.mixed(img.dir, small, threads, params)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", w, err)
+		// Each run of a workload repeated in the window (Params.Repeat)
+		// starts from cold caches as the first did, and its samples are
+		// more windows of its metrics (foldWindows).
+		for range r.cfg.Params.repeats(w) {
+			if err := r.ctx.Err(); err != nil {
+				return err
+			}
+			if err := r.timed(PhaseDropCaches, dropCaches); err != nil {
+				return err
+			}
+			var err error
+			switch w {
+			case "stat-storm":
+				err = r.statStorm(img.dir, meta, threads, params)
+			case "read-storm":
+				err = r.readStorm(img.dir, small, threads, params)
+			case "mixed":
+				err = r.mixed(img.dir, small, threads, params)
+			}
+			if err != nil {
+				return fmt.Errorf("%s: %w", w, err)
+			}
 		}
 	}
 	return nil

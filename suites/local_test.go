@@ -2,6 +2,7 @@ package suites
 
 import (
 	"context"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -132,6 +133,69 @@ func TestLocalCacheContention(t *testing.T) {
 		if !found {
 			t.Errorf("%s: cache_puts neither measured nor missing", w)
 		}
+	}
+}
+
+// params.repeat on a real round: smoke's storms in 2 windows, the stat
+// storm twice in each, so its metrics keep 4 windows and the other
+// workloads' 2, each value the mean of its windows.
+func TestLocalCacheContentionRepeat(t *testing.T) {
+	needLocal(t, "squashfs")
+	s, err := Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := s.Resolve("smoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Params.Windows, cfg.Params.Repeat = 2, map[string]int{"stat-storm": 2}
+	if err := cfg.Params.check(s.Name); err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := fsimage.Build(context.Background(), *cfg.Image, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := Release(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := ensureMounts(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := runRound(ctx, cfg, proto.Request{Op: proto.OpRunSuite, Suite: s.Name, Profile: "smoke", Round: 1,
+		Params: map[string]string{ParamKernel: "host", ParamImage: img}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"stat-storm": 4, "read-storm": 2, "mixed": 2}
+	seen := map[string]bool{}
+	for _, s := range res.Samples {
+		if s.Metric != "files_per_s" && s.Metric != "ops_per_s" {
+			continue
+		}
+		seen[s.Workload] = true
+		if len(s.Windows) != want[s.Workload] {
+			t.Errorf("%s %s: %d windows %v, want %d", s.Workload, s.Metric, len(s.Windows), s.Windows, want[s.Workload])
+			continue
+		}
+		sum := 0.0
+		for _, w := range s.Windows {
+			if w <= 0 {
+				t.Errorf("%s %s: a window without work: %v", s.Workload, s.Metric, s.Windows)
+			}
+			sum += w
+		}
+		if mean := sum / float64(len(s.Windows)); math.Abs(mean-s.Value) > 1e-9*mean {
+			t.Errorf("%s %s: value %g, the windows' mean %g", s.Workload, s.Metric, s.Value, mean)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Errorf("throughputs of %v, want one of each of %v", seen, want)
 	}
 }
 

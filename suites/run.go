@@ -39,6 +39,11 @@ func RunRound(ctx context.Context, req proto.Request) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	return runRound(ctx, cfg, req)
+}
+
+// runRound is RunRound on a resolved profile.
+func runRound(ctx context.Context, cfg *Config, req proto.Request) (*Result, error) {
 	clock, err := checkClock()
 	if err != nil {
 		return nil, err

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -56,6 +58,12 @@ type Params struct {
 	// be told from the spread between rounds (patchbot suite variance).
 	// 0 is 1.
 	Windows int `yaml:"windows"`
+	// Repeat runs a workload more than once in each window, by name
+	// (cache-contention: each run from caches dropped again); every run
+	// is one more of its metrics' windows. A workload whose windows spread
+	// most gets more of them this way without lengthening the others
+	// (docs/suites.md, "Where the variance comes from"). Absent is once.
+	Repeat map[string]int `yaml:"repeat" json:",omitempty"`
 	// Reboot boots each side's kernel afresh before every round but the
 	// first (Side.Reboot; before every part of a round spread over Boots
 	// but the very first), and prepares it again: the spread between
@@ -466,7 +474,10 @@ func (s *Suite) Resolve(profile string) (*Config, error) {
 	}
 	c := &Config{Suite: s.Name, Profile: profile, Workloads: s.Workloads, Params: s.Params}
 	c.Params.Readers = append([]int(nil), s.Params.Readers...)
-	if v := s.Params.ICountShift; v != nil { // the profile's decodes onto a copy, not the suite's
+	// The profile's params decode onto copies of the suite's, not onto
+	// what the suite's own hold.
+	c.Params.Repeat = maps.Clone(s.Params.Repeat)
+	if v := s.Params.ICountShift; v != nil {
 		shift := *v
 		c.Params.ICountShift = &shift
 	}
@@ -534,6 +545,17 @@ func (p Params) check(suite string) error {
 	if p.Boots > 1 && (!p.Reboot || max(1, p.Windows)%p.Boots != 0) {
 		errs = append(errs, fmt.Errorf("boots = %d: want reboot, and windows (%d) a multiple of it", p.Boots, p.Windows))
 	}
+	if len(p.Repeat) > 0 && suite != "cache-contention" {
+		errs = append(errs, fmt.Errorf("repeat: suite %s runs every workload once a window", suite))
+	}
+	for _, w := range slices.Sorted(maps.Keys(p.Repeat)) {
+		if n := p.Repeat[w]; n < 1 || n > maxRepeat {
+			errs = append(errs, fmt.Errorf("repeat: %s %d times: want 1 to %d", w, n, maxRepeat))
+		}
+		if known := workloadsOf[suite]; suite == "cache-contention" && !contains(known, w) {
+			errs = append(errs, fmt.Errorf("repeat: %q is not a workload of cache-contention (have %s)", w, strings.Join(known, ", ")))
+		}
+	}
 	switch suite {
 	case "cache-contention":
 		errs = append(errs, positive("threads", p.Threads), positive("ops", p.Ops), positive("cache_entries", p.CacheEntries))
@@ -564,6 +586,12 @@ func (p Params) check(suite string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// maxRepeat bounds Params.Repeat: a round's length grows with it.
+const maxRepeat = 16
+
+// repeats is how many times a window runs workload w (Repeat).
+func (p Params) repeats(w string) int { return max(1, p.Repeat[w]) }
 
 // boots is how many boots a round's windows are spread over (Boots).
 func (p Params) boots() int { return max(1, p.Boots) }

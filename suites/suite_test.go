@@ -68,6 +68,7 @@ profiles:
 		{"boots not dividing windows", strings.Replace(base, "{windows: 2}", "{windows: 4, boots: 3, reboot: true}", 1), "a multiple of it"},
 		{"negative windows", strings.Replace(base, "{windows: 2}", "{windows: -1}", 1), "want 0 or more"},
 		{"negative icount shift", strings.Replace(base, "{windows: 2}", "{icount_shift: -1}", 1), "icount_shift = -1"},
+		{"repeat on locks", strings.Replace(base, "{windows: 2}", "{repeat: {posix: 2}}", 1), "runs every workload once a window"},
 		{"image on imageless", strings.Replace(base, "quick: {params", "quick: {image: {seed: 2}, params", 1), "reads no image"},
 	}
 	for _, tt := range tests {
@@ -177,6 +178,82 @@ profiles:
 	c.Params.ICountShift = &zero
 	if c.Sum() == before {
 		t.Error("a profile at shift 0 has the Sum of one without a shift")
+	}
+}
+
+// params.repeat: a profile's repeats are its own (a suite's map is not
+// shared with the profiles decoded over it), a profile without any sends
+// the guest none and keeps the Sum it had before repeats existed, and only
+// cache-contention's own workloads may repeat, 1 to maxRepeat times.
+func TestProfileRepeat(t *testing.T) {
+	yml := `name: cache-contention
+paths: [fs/squashfs/]
+workloads: [stat-storm, read-storm]
+image:
+  groups: [{name: meta, count: 8, min_bytes: 0, max_bytes: 8, dirs: 2}]
+params: {threads: 4, ops: 1, cache_entries: 3, repeat: {read-storm: 3}}
+verdict:
+  primary: [{workload: stat-storm, metric: files_per_s}]
+  smallest_effect: 0.1
+  noise_floor: 0.05
+profiles:
+  quick: {params: {repeat: {stat-storm: 2}}}
+  standard: {params: {windows: 2}}
+`
+	s, err := Decode(strings.NewReader(yml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolve := func(profile string) *Config {
+		t.Helper()
+		c, err := s.Resolve(profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	q := resolve("quick")
+	if q.Params.repeats("stat-storm") != 2 || q.Params.repeats("read-storm") != 3 || q.Params.repeats("mixed") != 1 {
+		t.Errorf("quick: repeats %v, want stat-storm 2 over the suite's read-storm 3", q.Params.Repeat)
+	}
+	if st := resolve("standard"); st.Params.repeats("stat-storm") != 1 || st.Params.repeats("read-storm") != 3 {
+		t.Errorf("standard after quick: repeats %v, want the suite's alone", st.Params.Repeat)
+	}
+
+	for _, tt := range []struct{ repeat, want string }{
+		{"{mixed: 2}", ""},
+		{"{stat-storm: 0}", "want 1 to 16"},
+		{"{stat-storm: 17}", "want 1 to 16"},
+		{"{bucket-read: 2}", `"bucket-read" is not a workload of cache-contention`},
+	} {
+		_, err := Decode(strings.NewReader(strings.Replace(yml, "{stat-storm: 2}", tt.repeat, 1)))
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("repeat %s: error %v, want %q", tt.repeat, err, tt.want)
+		}
+	}
+
+	cc, err := Lookup("cache-contention")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cc.Resolve("four-windows-shift0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(c.Params); strings.Contains(string(b), "Repeat") {
+		t.Errorf("a profile without repeats carries them to the guest: %s", b)
+	}
+	// What four-windows-shift0's Sum was before params.repeat existed: its
+	// rounds measured then are of the same shape as its rounds now.
+	if got := c.Sum(); got != "7558794bef9e6737" {
+		t.Errorf("four-windows-shift0's Sum is %s, want 7558794bef9e6737 as before params.repeat", got)
+	}
+	twice, err := cc.Resolve("stat-twice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if twice.Params.repeats("stat-storm") != 2 || twice.Sum() == c.Sum() {
+		t.Errorf("stat-twice: repeats %v, Sum %s (four-windows-shift0's %s)", twice.Params.Repeat, twice.Sum(), c.Sum())
 	}
 }
 

@@ -562,3 +562,42 @@ func TestDefaultRule(t *testing.T) {
 		t.Errorf("a lone change of 12%%: found in %.1f%%, want 80%% or more", pct(ln.lone))
 	}
 }
+
+// What the rule costs a no-op on cache-contention's candidate
+// four-windows-shift0, from its A/A runs' spreads (a round's value, by
+// primary metric: read-storm files/s and p99, mixed ops/s and p99,
+// stat-storm files/s and p99; docs/suites.md): too few of its no-ops stop
+// by the 5th look, the bound for a no-op. Its stat storm's spread
+// is all its windows' (4.8% each, no boots' share), so twice the stat
+// storm's windows (the candidate stat-twice) cut those two to 4.8%/√8 and
+// √(0.6%² + 4.1%²/8): enough, if the rule is what the docs say it is.
+func TestNoopStopsAtMeasuredSpreads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a simulation of 4,000 comparisons")
+	}
+	const sequences = 2000
+	byFive := func(cvs []float64, seed uint64) float64 {
+		var spread []noise
+		for _, cv := range cvs {
+			spread = append(spread, noise{cv: cv})
+		}
+		rng := rand.New(rand.NewPCG(23, seed))
+		s := sim{rule: DefaultRule, level: DefaultRule.Level, smallest: 0.1, noise: spread}
+		n5 := 0
+		for range sequences {
+			if _, n := s.run(rng); n <= 5 {
+				n5++
+			}
+		}
+		return 100 * float64(n5) / sequences
+	}
+	shift0 := byFive([]float64{0.005, 0.016, 0.003, 0.015, 0.022, 0.021}, 1)
+	twice := byFive([]float64{0.005, 0.016, 0.003, 0.015, 0.017, 0.0157}, 2)
+	t.Logf("no-ops stopped by the 5th look: four-windows-shift0's spreads %.1f%%, with the stat storm twice %.1f%%", shift0, twice)
+	if shift0 > 90 {
+		t.Errorf("four-windows-shift0's spreads: %.1f%% of no-ops stop by the 5th look; the docs say about four in five", shift0)
+	}
+	if twice < 90 {
+		t.Errorf("the stat storm twice: %.1f%% of no-ops stop by the 5th look; the docs say more than nine in ten", twice)
+	}
+}
