@@ -184,17 +184,7 @@ func TestWritePrimary(t *testing.T) {
 		{"stat-storm", "files_per_s", "files/s", true, runs(900, 0.01), runs(901, 0.01)},
 		{"read-storm", "sched_wakeup", "count", false, runs(27000, 0.1), runs(9000, 0.1)},
 	}
-	b, p := results(ms)
-	c, err := judge.Compare(b, p, judge.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WritePrimary(&buf, c); err != nil {
-		t.Fatal(err)
-	}
-	out := buf.String()
-	checkWidth(t, out)
+	out := primaryBlock(t, ms)
 	want := []string{"better files_per_s", "open   ops_per_s", "same   files_per_s", "mechanism counters", "better wakeups_per_release"}
 	last := -1
 	for _, w := range want {
@@ -272,21 +262,11 @@ func TestNotesCalibration(t *testing.T) {
 func TestPrimaryLegend(t *testing.T) {
 	legend := func(statPatched float64) string {
 		t.Helper()
-		b, p := results([]metric{
+		return primaryBlock(t, []metric{
 			{"read-storm", "files_per_s", "files/s", true, runs(21, 0.01), runs(40, 0.01)},
 			{"mixed", "ops_per_s", "ops/s", true, runs(180, 0.01), runs(180, 0.01)},
 			{"stat-storm", "files_per_s", "files/s", true, runs(900, 0.01), runs(statPatched, 0.01)},
 		})
-		c, err := judge.Compare(b, p, judge.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := WritePrimary(&buf, c); err != nil {
-			t.Fatal(err)
-		}
-		checkWidth(t, buf.String())
-		return buf.String()
 	}
 	// +1.6%: significant alone (p below 0.05), not after Holm over three.
 	out := legend(914.5)
@@ -307,7 +287,16 @@ func TestPrimaryLegend(t *testing.T) {
 		t.Errorf("the sentence on intervals clear of zero, with none:\n%s", out)
 	}
 	// Every row a change called: no legend at all.
-	b, p := results([]metric{{"read-storm", "files_per_s", "files/s", true, runs(21, 0.01), runs(40, 0.01)}})
+	if out := primaryBlock(t, []metric{{"read-storm", "files_per_s", "files/s", true, runs(21, 0.01), runs(40, 0.01)}}); strings.Contains(out, "better, worse:") {
+		t.Errorf("a legend under a table of changes called:\n%s", out)
+	}
+}
+
+// primaryBlock is WritePrimary's block for the two kernels' metrics ms,
+// checked to fit 80 columns.
+func primaryBlock(t *testing.T, ms []metric) string {
+	t.Helper()
+	b, p := results(ms)
 	c, err := judge.Compare(b, p, judge.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +305,6 @@ func TestPrimaryLegend(t *testing.T) {
 	if err := WritePrimary(&buf, c); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(buf.String(), "better, worse:") {
-		t.Errorf("a legend under a table of changes called:\n%s", buf.String())
-	}
+	checkWidth(t, buf.String())
+	return buf.String()
 }

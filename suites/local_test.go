@@ -54,6 +54,13 @@ func runLocalProfile(t *testing.T, suite, profile string) *Result {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runLocalConfig(t, cfg)
+}
+
+// runLocalConfig runs one round of a resolved profile on this machine, as
+// RunRound runs the profile it resolves.
+func runLocalConfig(t *testing.T, cfg *Config) *Result {
+	t.Helper()
 	params := map[string]string{ParamKernel: "host"}
 	if cfg.Image != nil {
 		img, _, err := fsimage.Build(context.Background(), *cfg.Image, t.TempDir())
@@ -67,9 +74,12 @@ func runLocalProfile(t *testing.T, suite, profile string) *Result {
 			}
 		})
 	}
+	if err := ensureMounts(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := RunRound(ctx, proto.Request{Op: proto.OpRunSuite, Suite: suite, Profile: profile, Round: 1, Params: params})
+	res, err := runRound(ctx, cfg, proto.Request{Op: proto.OpRunSuite, Suite: cfg.Suite, Profile: cfg.Profile, Round: 1, Params: params})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,25 +163,7 @@ func TestLocalCacheContentionRepeat(t *testing.T) {
 	if err := cfg.Params.check(s.Name); err != nil {
 		t.Fatal(err)
 	}
-	img, _, err := fsimage.Build(context.Background(), *cfg.Image, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := Release(); err != nil {
-			t.Error(err)
-		}
-	})
-	if err := ensureMounts(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	res, err := runRound(ctx, cfg, proto.Request{Op: proto.OpRunSuite, Suite: s.Name, Profile: "smoke", Round: 1,
-		Params: map[string]string{ParamKernel: "host", ParamImage: img}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runLocalConfig(t, cfg)
 	want := map[string]int{"stat-storm": 4, "read-storm": 2, "mixed": 2}
 	seen := map[string]bool{}
 	for _, s := range res.Samples {
