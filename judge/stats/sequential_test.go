@@ -572,9 +572,7 @@ func TestDefaultRule(t *testing.T) {
 // storm's windows (the candidate stat-twice) cut those two to 4.8%/√8 and
 // √(0.6%² + 4.1%²/8): enough, if the rule is what the docs say it is.
 func TestNoopStopsAtMeasuredSpreads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a simulation of 4,000 comparisons")
-	}
+	testenv.Long(t) // a simulation of 4,000 comparisons: 8 s
 	const sequences = 2000
 	byFive := func(cvs []float64, seed uint64) float64 {
 		var spread []noise
