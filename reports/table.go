@@ -104,7 +104,8 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 	byRank(mech)
 	tw.line("     base   patched  change  95%% interval       reach  metric")
 	group := ""
-	for i, r := range append(rows, mech...) {
+	all := append(rows, mech...)
+	for i, r := range all {
 		if i == len(rows) {
 			tw.text("mechanism counters (they explain a change, never decide it):")
 			group = ""
@@ -119,7 +120,7 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 			change, iv = intervalText(r.Interval)
 		}
 		reach := "-"
-		if r.Judged && !r.Called && r.Detectable > 0 {
+		if reachShown(r) {
 			reach = "±" + pct(r.Detectable)
 		}
 		prefix := pad(formatValue(b), 9, true) + " " + pad(formatValue(p), 9, true) + " " +
@@ -130,7 +131,7 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 		}
 		tw.line("%s%s", prefix, name)
 	}
-	if l := primaryLegend(c, append(rows, mech...)); l != "" {
+	if l := primaryLegend(c, all); l != "" {
 		tw.line("")
 		tw.line("%s", wrap(l, MaxColumns))
 	}
@@ -146,17 +147,18 @@ func WritePrimary(w io.Writer, c *judge.Comparison) error {
 // not take such a row for a missed change.
 func primaryLegend(c *judge.Comparison, rows []judge.Row) string {
 	used := map[string]bool{}
-	clear := false
-	reach := false
+	clear, reach, onlyCalled := false, false, true
 	for _, r := range rows {
 		w := judgement(r)
 		used[w] = true
 		if (w == "same" || w == "open") && r.Interval.Defined && (r.Interval.Low > 1 || r.Interval.High < 1) {
 			clear = true
 		}
-		if r.Judged && !r.Called && r.Detectable > 0 {
-			reach = true
-		}
+		reach = reach || reachShown(r)
+		onlyCalled = onlyCalled && (w == "better" || w == "worse")
+	}
+	if onlyCalled {
+		return "" // every row a change called: nothing to explain
 	}
 	// "±10%", or where the suites differ, what each promised
 	within, smallest := "± the suite's smallest effect of interest", "± the suite's smallest effect of interest"
@@ -174,9 +176,6 @@ func primaryLegend(c *judge.Comparison, rows []judge.Row) string {
 	var parts []string
 	if reach {
 		parts = append(parts, "reach: the smallest change this run could have detected (80% power).")
-	}
-	if n := len(used); (n == 1 && (used["better"] || used["worse"])) || (n == 2 && used["better"] && used["worse"]) {
-		return "" // every row a change called: nothing to explain
 	}
 	if used["better"] || used["worse"] {
 		parts = append(parts, "better, worse: a change, called.")
@@ -199,6 +198,10 @@ func primaryLegend(c *judge.Comparison, rows []judge.Row) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// reachShown: the row's reach is worth showing, a judged metric with no
+// change called and a detectable effect computed.
+func reachShown(r judge.Row) bool { return r.Judged && !r.Called && r.Detectable > 0 }
 
 // judgement is a primary row's verdict in one word (see WritePrimary).
 func judgement(r judge.Row) string {
