@@ -16,6 +16,11 @@
 # whole before the next in its job starts. Runs measured already are kept. Guests with instruction-counted time measure the same
 # whatever else the host runs, so JOBS runs (default 2) go at once. CLOCK
 # (e.g. icount:0) is given to every run as --clock.
+# PATCHBOT is the binary (default: go run ./cmd/patchbot, this tree as it
+# is at each step). For a campaign of hours build one in a clean export of
+# the commit (git archive) and give it here: its guests' agent is built
+# from the tree the binary was built in, which edits elsewhere cannot
+# reach (a binary from a clean checkout refuses a tree moved since).
 set -euo pipefail
 out=${1:?usage: aa.sh OUTDIR [N [PROFILE [SUITES]]]} n=${2:-10} profile=${3:-standard}
 suites=${4:-cache-contention,locks,fuse-waitq,readahead}

@@ -24,6 +24,11 @@
 # those patches, and the table is then of what OUTDIR holds (`patchbot
 # panel --measured`). CLOCK (e.g. icount:0) is given to every run as
 # --clock.
+# PATCHBOT is the binary (default: go run ./cmd/patchbot, this tree as it
+# is at each step). For a campaign of hours build one in a clean export of
+# the commit (git archive) and give it here: its guests' agent is built
+# from the tree the binary was built in, which edits elsewhere cannot
+# reach (a binary from a clean checkout refuses a tree moved since).
 set -euo pipefail
 out=${1:?usage: panel.sh OUTDIR [RUNS [PROFILE]]} runs=${2:-5} profile=${3:-standard}
 max=6 # stats.DefaultRule.Max

@@ -211,7 +211,9 @@ var (
 )
 
 // BuildAgent builds a static agent (CGO_ENABLED=0) from the patchbot tree
-// at root ("" to find it) and returns the binary's path.
+// at root ("" to find it) and returns the binary's path. It refuses a tree
+// whose agent sources are not those of the revision this binary was built
+// from (checkAgentSources).
 func BuildAgent(ctx context.Context, root string) (string, error) {
 	if root == "" {
 		var err error
@@ -225,6 +227,9 @@ func BuildAgent(ctx context.Context, root string) (string, error) {
 		if _, err := os.Stat(p); err == nil {
 			return p, nil
 		}
+	}
+	if err := checkAgentSources(ctx, root, binaryRevision()); err != nil {
+		return "", err
 	}
 	dir, err := defaultCacheDir()
 	if err != nil {
