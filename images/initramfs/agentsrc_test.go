@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/patchbot/patchbot/internal/testenv"
 )
 
 // agentTree writes a small module shaped like patchbot's agent (its main
@@ -14,11 +16,7 @@ import (
 // import), commits it, and returns the tree and the commit.
 func agentTree(t *testing.T) (root, rev string) {
 	t.Helper()
-	for _, tool := range []string{"git", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s is needed: %v", tool, err)
-		}
-	}
+	testenv.Tools(t, "git", "go")
 	root = t.TempDir()
 	files := map[string]string{
 		"go.mod":                      "module github.com/patchbot/patchbot\n\ngo 1.22\n",
