@@ -81,6 +81,7 @@ func TestCheckAgentSources(t *testing.T) {
 	for name, data := range map[string]string{
 		"README":                      "edited\n",
 		"lib/lib_test.go":             "package lib\n\n// edited\n",
+		"lib/broken_test.go":          "not Go\n",
 		"lib/sub/sub.go":              "package sub\n\n// edited\n",
 		"hostonly/hostonly.go":        "package hostonly\n\n// edited\n",
 		"hostonly/new.go":             "package hostonly\n",
@@ -108,6 +109,13 @@ func TestCheckAgentSources(t *testing.T) {
 		}
 		restore()
 	}
+	// A test file that does not parse does not hide an edit.
+	write("lib/broken_test.go", "not Go\n")
+	write("lib/new.go", "package lib\n")
+	if err := checkAgentSources(ctx, root, rev); err == nil || !strings.Contains(err.Error(), "lib/new.go") {
+		t.Errorf("lib/new.go added beside a broken test: err = %v", err)
+	}
+	restore()
 	if err := os.Remove(filepath.Join(root, "lib/lib.go")); err != nil {
 		t.Fatal(err)
 	}
