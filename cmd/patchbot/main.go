@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/patchbot/patchbot/internal/buildinfo"
 	"github.com/patchbot/patchbot/internal/inert"
 )
 
@@ -83,16 +84,10 @@ func version() string {
 		return "patchbot (unknown version)"
 	}
 	v := bi.Main.Version
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
+	rev, modified := buildinfo.VCS()
+	dirty := ""
+	if modified {
+		dirty = "+dirty"
 	}
 	if rev != "" {
 		if len(rev) > 12 {

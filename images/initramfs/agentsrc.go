@@ -9,8 +9,9 @@ import (
 	"io"
 	"os/exec"
 	"path/filepath"
-	"runtime/debug"
 	"strings"
+
+	"github.com/patchbot/patchbot/internal/buildinfo"
 )
 
 // The guest agent is built from a source tree at run time, not from the
@@ -24,20 +25,9 @@ import (
 // tree it was built from had uncommitted changes: then there is nothing
 // to compare a tree with.
 func binaryRevision() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
+	rev, modified := buildinfo.VCS()
+	if modified {
 		return ""
-	}
-	var rev string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				return ""
-			}
-		}
 	}
 	return rev
 }
